@@ -1,0 +1,171 @@
+"""Accuracy requests and the ``WITH ACCURACY <eps> CONFIDENCE <c>`` clause that carries them.
+
+The clause is not SQL, so the dialect below lifts it off the end of the token stream before
+PostgreSQL's grammar sees the statement. Working on tokens, not text, means a string literal or
+a comment that happens to contain the words is never mistaken for the clause.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
+from sqlglot.generators.postgres import PostgresGenerator
+from sqlglot.parsers.postgres import PostgresParser
+from sqlglot.tokens import Token, TokenType
+
+from proxy.errors import InvalidParameterValue, SqlSyntaxError
+
+__all__ = ["AccuracyRequest", "AccuracyClause", "DPPostgres", "CLAUSE_KEY"]
+
+#: The key under which a parsed statement carries its :class:`AccuracyClause`.
+CLAUSE_KEY = "dp_accuracy"
+
+
+@dataclass(frozen=True, slots=True)
+class AccuracyRequest:
+    """"The true answer lies within +-eps of the returned one with probability ``confidence``."
+
+    >>> round(AccuracyRequest(25, 0.95).delta, 12)
+    0.05
+    >>> AccuracyRequest(0, 0.95)
+    Traceback (most recent call last):
+    ...
+    proxy.errors.InvalidParameterValue: accuracy must be a positive number, got 0
+    """
+
+    eps: float
+    confidence: float
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.eps, (int, float)) and math.isfinite(self.eps) and self.eps > 0):
+            raise InvalidParameterValue(f"accuracy must be a positive number, got {self.eps!r}")
+        if not (
+            isinstance(self.confidence, (int, float))
+            and math.isfinite(self.confidence)
+            and 0 < self.confidence < 1
+        ):
+            raise InvalidParameterValue(
+                f"confidence must lie strictly between 0 and 1, got {self.confidence!r}"
+            )
+        object.__setattr__(self, "eps", float(self.eps))
+        object.__setattr__(self, "confidence", float(self.confidence))
+
+    @property
+    def delta(self) -> float:
+        """The allowed failure probability, 1 - confidence."""
+        return 1.0 - self.confidence
+
+
+class AccuracyClause(exp.Expression):
+    """``WITH ACCURACY eps [CONFIDENCE c]`` as written; ``confidence`` may be absent."""
+
+    arg_types = {"eps": True, "confidence": False}
+
+
+class DPPostgres(Postgres):
+    """PostgreSQL, plus a trailing accuracy clause on the last statement."""
+
+    class Generator(PostgresGenerator):
+        """Renders the clause for messages and logs; the statement itself never carries it."""
+
+        TRANSFORMS = {
+            **PostgresGenerator.TRANSFORMS,
+            AccuracyClause: lambda self, e: " ".join(
+                ["WITH ACCURACY", self.sql(e, "eps")]
+                + (["CONFIDENCE", self.sql(e, "confidence")] if e.args.get("confidence") else [])
+            ),
+        }
+
+    class Parser(PostgresParser):
+        """Lifts the accuracy clause off the tokens, parses the rest as PostgreSQL."""
+
+        def parse(self, raw_tokens: list[Token], sql: str) -> list[exp.Expr | None]:
+            tokens, clause = _split_clause(raw_tokens, sql)
+            statements = super().parse(tokens, sql)
+            if clause is not None:
+                if not statements or statements[-1] is None:
+                    raise SqlSyntaxError(
+                        "WITH ACCURACY must follow a query", position=raw_tokens[0].start
+                    )
+                statements[-1].set(CLAUSE_KEY, clause)
+            return statements
+
+
+def _is_word(token: Token, word: str) -> bool:
+    return token.token_type == TokenType.VAR and token.text.upper() == word
+
+
+def _split_clause(tokens: list[Token], sql: str) -> tuple[list[Token], AccuracyClause | None]:
+    """Split ``tokens`` into the statement's tokens and its trailing accuracy clause.
+
+    The clause is ``WITH ACCURACY <number> [CONFIDENCE <number>]`` and may only be followed by
+    a semicolon. ``WITH ACCURACY`` anywhere else is a syntax error that points at it.
+    """
+    starts = [
+        i
+        for i in range(len(tokens) - 1)
+        if tokens[i].token_type == TokenType.WITH and _is_word(tokens[i + 1], "ACCURACY")
+    ]
+    if not starts:
+        return tokens, None
+    start = starts[-1]
+    end = len(tokens)
+    while end > start and tokens[end - 1].token_type == TokenType.SEMICOLON:
+        end -= 1
+    clause = tokens[start:end]
+    if len(starts) > 1:
+        raise SqlSyntaxError(
+            "only one WITH ACCURACY clause is allowed, at the end", position=tokens[starts[0]].start
+        )
+    eps, after = _number(clause, 1, sql)
+    node = AccuracyClause(eps=exp.Literal.number(eps))
+    if after < len(clause) and _is_word(clause[after], "CONFIDENCE"):
+        confidence, after = _number(clause, after, sql)
+        node.set("confidence", exp.Literal.number(confidence))
+    if after < len(clause):
+        raise SqlSyntaxError(
+            "unexpected text after the accuracy clause",
+            hint="the clause must end the statement: ... WITH ACCURACY 25 CONFIDENCE 0.95",
+            position=clause[after].start,
+        )
+    return tokens[:start] + tokens[end:], node
+
+
+def _number(clause: list[Token], keyword: int, sql: str) -> tuple[float, int]:
+    """The number after the keyword ``clause[keyword]``, and the index of the token after it.
+
+    A number is one NUMBER token, optionally signed, or ``.`` NUMBER (``.95``) as in SQL.
+    """
+    word = clause[keyword].text.upper()
+    i = keyword + 1
+    if i < len(clause) and clause[i].token_type in (TokenType.DASH, TokenType.PLUS):
+        i += 1
+    if i < len(clause) and clause[i].token_type == TokenType.DOT:
+        i += 1
+    if i >= len(clause) or clause[i].token_type != TokenType.NUMBER:
+        got = repr(clause[i].text) if i < len(clause) else "nothing"
+        raise SqlSyntaxError(
+            f"{word} needs a number, got {got}",
+            hint="the clause reads: WITH ACCURACY 25 CONFIDENCE 0.95",
+            position=clause[i].start if i < len(clause) else clause[keyword].end + 1,
+        )
+    text = sql[clause[keyword + 1].start : clause[i].end + 1]
+    return float(text.replace(" ", "")), i + 1
+
+
+def clause_request(
+    statement: exp.Expr, default: AccuracyRequest | None, default_confidence: float
+) -> AccuracyRequest | None:
+    """The accuracy a statement asks for: its clause, completed by defaults; None if neither."""
+    clause = statement.args.get(CLAUSE_KEY)
+    if clause is None:
+        return default
+    eps = float(clause.args["eps"].to_py())
+    conf = clause.args.get("confidence")
+    confidence = float(conf.to_py()) if conf is not None else (
+        default.confidence if default is not None else default_confidence
+    )
+    return AccuracyRequest(eps, confidence)

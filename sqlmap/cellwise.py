@@ -1,0 +1,466 @@
+"""Row-level SQL expressions evaluated exactly on every cell of a cube.
+
+A predicate or value can stand in for the SQL only if it is the same for every row that can fall
+in a cell; the evaluator proves that bin by bin and refuses (with the usable constants) when it
+cannot. Predicates follow SQL's three-valued logic: a :class:`Truth` keeps the cells where the
+predicate is TRUE and where it is FALSE; the rest are UNKNOWN (NULL comparisons), which WHERE,
+FILTER and CASE all treat as not true.
+
+Arrays are kept in broadcastable form (length 1 on every axis but the ones they depend on), so
+evaluating a predicate costs in proportion to its dimensions' bins, not the whole cube.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+from sqlglot import exp
+
+from proxy.errors import DatatypeMismatch, UnsupportedQuery
+from sqlmap.cube import Bin, BinKind, CategoricalDimension, Cube, Dimension, NumericDimension
+
+__all__ = ["Truth", "Values", "CellEvaluator", "position_of", "constant"]
+
+Bools = npt.NDArray[np.bool_]
+Floats = npt.NDArray[np.float64]
+Number = Fraction
+ColumnResolver = Callable[[exp.Column], Dimension]
+
+
+def position_of(node: exp.Expr | list[exp.Expr]) -> int | None:
+    """The 0-based offset of the first token of ``node`` (or nodes) in the SQL text, if known."""
+    nodes = node if isinstance(node, list) else [node]
+    starts = [n.meta["start"] for root in nodes for n in root.walk() if "start" in n.meta]
+    return min(starts) if starts else None
+
+
+@dataclass(frozen=True, slots=True)
+class Truth:
+    """Where a predicate is TRUE and where it is FALSE; elsewhere it is UNKNOWN."""
+
+    true: Bools
+    false: Bools
+
+    @staticmethod
+    def const(value: bool | None, ndim: int) -> Truth:
+        """A constant TRUE, FALSE or (None) UNKNOWN."""
+        shape = (1,) * ndim
+        return Truth(np.full(shape, value is True), np.full(shape, value is False))
+
+    def __and__(self, other: Truth) -> Truth:
+        return Truth(self.true & other.true, self.false | other.false)
+
+    def __or__(self, other: Truth) -> Truth:
+        return Truth(self.true | other.true, self.false & other.false)
+
+    def __invert__(self) -> Truth:
+        return Truth(self.false, self.true)
+
+
+@dataclass(frozen=True, slots=True)
+class Values:
+    """A numeric value per cell; ``null`` marks cells where the SQL value is NULL."""
+
+    value: Floats
+    null: Bools
+
+    @staticmethod
+    def const(value: float | None, ndim: int) -> Values:
+        """A constant number, or (None) NULL."""
+        shape = (1,) * ndim
+        return Values(np.full(shape, 0.0 if value is None else value), np.full(shape, value is None))
+
+    def combine(self, other: Values, op: Callable[[Floats, Floats], Floats]) -> Values:
+        """``op`` applied cellwise; NULL if either side is NULL, as in SQL arithmetic."""
+        null = self.null | other.null
+        return Values(np.where(null, 0.0, op(self.value, other.value)), null)
+
+
+def constant(node: exp.Expr) -> Number | str | None:
+    """Fold a constant expression: a number (as an exact Fraction), a string, or None for NULL.
+
+    Raises UnsupportedQuery if ``node`` is not built from literals with + - * and parentheses.
+
+    >>> from sqlglot import parse_one
+    >>> constant(parse_one("-(2 * 1.5) + 10"))
+    Fraction(7, 1)
+    """
+    if isinstance(node, exp.Paren):
+        return constant(node.this)
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Literal):
+        return node.this if node.is_string else Fraction(node.this)
+    if isinstance(node, exp.Neg):
+        inner = constant(node.this)
+        if isinstance(inner, str):
+            raise DatatypeMismatch("cannot negate a string", position=position_of(node))
+        return None if inner is None else -inner
+    ops = {exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul}
+    op = ops.get(type(node))
+    if op is not None:
+        left, right = constant(node.this), constant(node.expression)
+        if isinstance(left, str) or isinstance(right, str):
+            raise DatatypeMismatch("arithmetic on a string", position=position_of(node))
+        return None if left is None or right is None else op(left, right)
+    raise UnsupportedQuery(f"expected a constant, got {node.sql('postgres')}", position=position_of(node))
+
+
+_FLIP = {exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
+_SYMBOL = {exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=", exp.EQ: "=", exp.NEQ: "<>"}
+
+
+class CellEvaluator:
+    """Evaluates WHERE/FILTER predicates and SUM arguments of one query over one cube."""
+
+    def __init__(self, cube: Cube, resolve: ColumnResolver) -> None:
+        self.cube = cube
+        self.resolve = resolve
+        self.ndim = len(cube.dimensions)
+
+    # -- predicates ------------------------------------------------------------------------
+
+    def truth(self, node: exp.Expr) -> Truth:
+        """The three-valued truth of a predicate on every cell."""
+        if isinstance(node, (exp.Paren, exp.Where)):
+            return self.truth(node.this)
+        if isinstance(node, exp.And):
+            return self.truth(node.this) & self.truth(node.expression)
+        if isinstance(node, exp.Or):
+            return self.truth(node.this) | self.truth(node.expression)
+        if isinstance(node, exp.Not):
+            return ~self.truth(node.this)
+        if isinstance(node, exp.Boolean):
+            return Truth.const(bool(node.this), self.ndim)
+        if isinstance(node, exp.Null):
+            return Truth.const(None, self.ndim)
+        if isinstance(node, exp.Is):
+            return self._is_null(node)
+        if isinstance(node, exp.In):
+            return self._in(node)
+        if isinstance(node, exp.Between):
+            low = self._compare(exp.GTE, node.this, node.args["low"], node)
+            return low & self._compare(exp.LTE, node.this, node.args["high"], node)
+        if type(node) in _FLIP:
+            return self._compare(type(node), node.this, node.expression, node)
+        raise UnsupportedQuery(
+            f"unsupported condition: {node.sql('postgres')}",
+            hint="conditions compare a dimension with constants: = <> < <= > >= IN BETWEEN "
+            "IS [NOT] NULL, combined with AND, OR, NOT",
+            position=position_of(node),
+        )
+
+    def _is_null(self, node: exp.Is) -> Truth:
+        if not isinstance(node.expression, exp.Null):
+            raise UnsupportedQuery(
+                f"unsupported IS test: {node.sql('postgres')}",
+                hint="only IS NULL and IS NOT NULL are supported",
+                position=position_of(node),
+            )
+        subject = node.this
+        if isinstance(subject, exp.Column):
+            null = self._per_bin(self.resolve(subject), lambda b: b.kind is BinKind.NULL)
+        else:
+            null = np.full((1,) * self.ndim, constant(subject) is None)
+        truth = Truth(null, ~null)
+        return ~truth if node.args.get("negate") else truth
+
+    def _in(self, node: exp.In) -> Truth:
+        if node.args.get("query") is not None or node.args.get("unnest") is not None:
+            raise UnsupportedQuery("subqueries are not supported", position=position_of(node))
+        result = Truth.const(False, self.ndim)
+        for item in node.expressions:
+            result = result | self._compare(exp.EQ, node.this, item, node)
+        return result
+
+    def _compare(
+        self, op: type[exp.Expr], left: exp.Expr, right: exp.Expr, node: exp.Expr
+    ) -> Truth:
+        """``left op right`` where one side is a dimension column and the other a constant."""
+        if not isinstance(left, exp.Column) and isinstance(right, exp.Column):
+            left, right, op = right, left, _FLIP[op]
+        if not isinstance(left, exp.Column):
+            return self._constant_compare(op, constant(left), constant(right), node)
+        if isinstance(right, exp.Column):
+            raise UnsupportedQuery(
+                f"comparing two columns is not supported: {node.sql('postgres')}",
+                hint="compare a dimension with a constant",
+                position=position_of(node),
+            )
+        dim = self.resolve(left)
+        value = constant(right)
+        if value is None:  # col op NULL is UNKNOWN for every row
+            return Truth.const(None, self.ndim)
+        where = f"{dim.name} {_SYMBOL[op]} {right.sql('postgres')}"
+        rule = _bin_rule(dim, op, value, where, position_of(right))
+        true = self._per_bin(dim, lambda b: rule(b) is True)
+        false = self._per_bin(dim, lambda b: rule(b) is False)
+        return Truth(true, false)
+
+    def _constant_compare(
+        self, op: type[exp.Expr], left: Number | str | None, right: Number | str | None, node: exp.Expr
+    ) -> Truth:
+        if left is None or right is None:
+            return Truth.const(None, self.ndim)
+        if isinstance(left, str) != isinstance(right, str):
+            raise DatatypeMismatch(f"cannot compare a string with a number: {node.sql('postgres')}", position=position_of(node))
+        return Truth.const(bool(_OPS[op](left, right)), self.ndim)
+
+    def _per_bin(self, dim: Dimension, test: Callable[[Bin], bool]) -> Bools:
+        """``test`` on each bin of ``dim``, shaped to broadcast along its axis."""
+        shape = [1] * self.ndim
+        shape[self.cube.axis(dim.name)] = dim.size
+        return np.array([test(b) for b in dim.bins], dtype=bool).reshape(shape)
+
+    # -- values ----------------------------------------------------------------------------
+
+    def values(self, node: exp.Expr) -> Values:
+        """A numeric row-level expression (a SUM argument) on every cell."""
+        if isinstance(node, exp.Paren):
+            return self.values(node.this)
+        if isinstance(node, (exp.Literal, exp.Null, exp.Neg)) and not node.find(exp.Column):
+            value = constant(node)
+            if isinstance(value, str):
+                raise DatatypeMismatch(f"cannot sum the string {value!r}", position=position_of(node))
+            return Values.const(None if value is None else float(value), self.ndim)
+        if isinstance(node, exp.Neg):
+            return Values.const(0.0, self.ndim).combine(self.values(node.this), np.subtract)
+        arith = {exp.Add: np.add, exp.Sub: np.subtract, exp.Mul: np.multiply}
+        if type(node) in arith:
+            return self.values(node.this).combine(self.values(node.expression), arith[type(node)])
+        if isinstance(node, exp.Column):
+            return self._column_values(node)
+        if isinstance(node, exp.Case):
+            return self._case(node)
+        if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)):
+            raise UnsupportedQuery(
+                f"division is not supported: {node.sql('postgres')}",
+                hint="multiply by a decimal constant instead (PostgreSQL divides integers with truncation)",
+                position=position_of(node),
+            )
+        raise UnsupportedQuery(
+            f"unsupported expression in an aggregate: {node.sql('postgres')}",
+            hint="aggregate arguments are constants, numeric dimensions, + - *, and CASE WHEN",
+            position=position_of(node),
+        )
+
+    def _column_values(self, node: exp.Column) -> Values:
+        dim = self.resolve(node)
+        if isinstance(dim, NumericDimension):
+            raise UnsupportedQuery(
+                f"the value of {dim.name} is only known to within its bins",
+                hint=f"to sum {dim.name}, declare it with 'values:' listing its possible values "
+                "and 'closed: true'",
+                position=position_of(node),
+            )
+        if not dim.numeric:
+            raise DatatypeMismatch(f"{dim.name} holds text, not numbers", position=position_of(node))
+        if not dim.closed:
+            raise UnsupportedQuery(
+                f"the value of {dim.name} is unknown for rows outside its declared values",
+                hint=f"declare {dim.name} 'closed: true' if it only ever holds the listed values",
+                position=position_of(node),
+            )
+        value = self._per_bin_float(dim, lambda b: float(b.value) if b.kind is BinKind.VALUE else 0.0)
+        null = self._per_bin(dim, lambda b: b.kind is BinKind.NULL)
+        return Values(value, null)
+
+    def _per_bin_float(self, dim: Dimension, f: Callable[[Bin], float]) -> Floats:
+        shape = [1] * self.ndim
+        shape[self.cube.axis(dim.name)] = dim.size
+        return np.array([f(b) for b in dim.bins], dtype=np.float64).reshape(shape)
+
+    def _case(self, node: exp.Case) -> Values:
+        """First branch whose condition is TRUE wins; no match and no ELSE gives NULL."""
+        default = node.args.get("default")
+        result = self.values(default) if default is not None else Values.const(None, self.ndim)
+        subject = node.this
+        for branch in reversed(node.args["ifs"]):
+            cond = branch.this
+            if subject is not None:  # simple CASE x WHEN v: x = v
+                cond = exp.EQ(this=subject, expression=cond)
+            taken = self.truth(cond).true
+            then = self.values(branch.args["true"])
+            result = Values(
+                np.where(taken, then.value, result.value), np.where(taken, then.null, result.null)
+            )
+        return result
+
+    def not_null(self, node: exp.Expr) -> Bools:
+        """Where a COUNT(expr) argument is non-NULL: a dimension column or a constant."""
+        if isinstance(node, exp.Column):
+            return self._per_bin(self.resolve(node), lambda b: b.kind is not BinKind.NULL)
+        try:
+            value = constant(node)
+        except UnsupportedQuery:
+            raise UnsupportedQuery(
+                f"COUNT of an expression is not supported: {node.sql('postgres')}",
+                hint="use COUNT(*), COUNT(dimension) or COUNT(*) FILTER (WHERE ...)",
+                position=position_of(node),
+            ) from None
+        return np.full((1,) * self.ndim, value is not None)
+
+
+_OPS: dict[type[exp.Expr], Callable[[object, object], bool]] = {
+    exp.LT: operator.lt,
+    exp.LTE: operator.le,
+    exp.GT: operator.gt,
+    exp.GTE: operator.ge,
+    exp.EQ: operator.eq,
+    exp.NEQ: operator.ne,
+}
+
+BinRule = Callable[[Bin], bool | None]
+
+
+def _bin_rule(
+    dim: Dimension, op: type[exp.Expr], value: Number | str, where: str, position: int | None
+) -> BinRule:
+    """A function telling, per bin, whether ``dim op value`` is TRUE, FALSE or (None) NULL.
+
+    Raises when the comparison is neither true for all nor false for all rows of some bin.
+    """
+    if isinstance(dim, NumericDimension):
+        return _numeric_rule(dim, op, _as_number(dim, value, where, position), where, position)
+    return _categorical_rule(dim, op, value, where, position)
+
+
+def _as_number(dim: Dimension, value: Number | str, where: str, position: int | None) -> Number:
+    if isinstance(value, Fraction):
+        return value
+    try:  # PostgreSQL reads a quoted literal as the column's type
+        return Fraction(value.strip())
+    except (ValueError, ZeroDivisionError):
+        raise DatatypeMismatch(
+            f"{dim.name} is numeric, but {value!r} is not a number", position=position
+        ) from None
+
+
+def _numeric_rule(
+    dim: NumericDimension, op: type[exp.Expr], c: Number, where: str, position: int | None
+) -> BinRule:
+    def rule(b: Bin) -> bool | None:
+        if b.kind is BinKind.NULL:
+            return None
+        lo = Fraction(b.lo) if math.isfinite(b.lo) else None
+        hi = Fraction(b.hi) if math.isfinite(b.hi) else None
+        outcome = _range_outcome(op, c, lo, hi, dim.integer)
+        if outcome is None:
+            raise _inside_bin(dim, where, b, position)
+        return outcome
+
+    return rule
+
+
+def _range_outcome(op: type[exp.Expr], c: Number, lo: Number | None, hi: Number | None, integer: bool) -> bool | None:
+    """``v op c`` for every v in the bin [lo, hi): True/False if the same for all, else None.
+
+    ``None`` bounds are infinite. An integer column's bin holds only the integers lo .. hi-1,
+    which is what makes ``age <= 24`` select the whole bin [17, 25).
+
+    >>> _range_outcome(exp.LTE, Fraction(24), Fraction(17), Fraction(25), integer=True)
+    True
+    >>> _range_outcome(exp.LTE, Fraction(24), Fraction(17), Fraction(25), integer=False) is None
+    True
+    """
+    if integer:
+        low, high = lo, (None if hi is None else hi - 1)  # the bin is the closed range [low, high]
+        if op in (exp.EQ, exp.NEQ):
+            if c.denominator != 1 or (low is not None and c < low) or (high is not None and c > high):
+                return op is exp.NEQ
+            return (op is exp.EQ) if low == high else None
+        compare = _OPS[op]
+        # a monotone test holds for the whole bin iff it holds at the end hardest to satisfy,
+        # and fails for the whole bin iff it fails at the easiest end; an infinite end decides nothing
+        hardest, easiest = (high, low) if op in (exp.LT, exp.LTE) else (low, high)
+        if hardest is not None and compare(hardest, c):
+            return True
+        if easiest is not None and not compare(easiest, c):
+            return False
+        return None
+    if op in (exp.EQ, exp.NEQ):  # a real bin holds more than one value: only "outside" decides
+        return (op is exp.NEQ) if (lo is not None and c < lo) or (hi is not None and c >= hi) else None
+    below_all = hi is not None and hi <= c  # every v < c
+    if op in (exp.LT, exp.LTE):
+        return True if below_all else (False if lo is not None and (lo >= c if op is exp.LT else lo > c) else None)
+    above_all = lo is not None and (lo > c if op is exp.GT else lo >= c)
+    return True if above_all else (False if below_all else None)
+
+
+def _inside_bin(dim: NumericDimension, where: str, b: Bin, position: int | None) -> UnsupportedQuery:
+    edges = ", ".join(_fmt_edge(e) for e in dim.edges if math.isfinite(e))
+    near = [e for e in (b.lo, b.hi) if math.isfinite(e)]
+    if dim.integer:
+        near_text = " or ".join(f"{dim.name} < {_fmt_edge(e)} (= {dim.name} <= {_fmt_edge(e - 1)})" for e in near)
+    else:
+        near_text = " or ".join(f"{dim.name} < {_fmt_edge(e)}" for e in near)
+    return UnsupportedQuery(
+        f"condition {where} splits the bin {b.label} of {dim.name}",
+        detail="dpproxy only knows how many rows fall in each bin, not where inside it",
+        hint=f"{dim.name} is binned at {edges}; conditions must select whole bins, e.g. {near_text}",
+        position=position,
+    )
+
+
+def _fmt_edge(e: float) -> str:
+    return str(int(e)) if float(e).is_integer() else repr(e)
+
+
+def _categorical_rule(
+    dim: CategoricalDimension, op: type[exp.Expr], value: Number | str, where: str, position: int | None
+) -> BinRule:
+    if dim.numeric:
+        c: Number | str = _as_number(dim, value, where, position)
+    elif isinstance(value, str):
+        c = value
+    else:
+        raise DatatypeMismatch(
+            f"{dim.name} holds text; compare it with a quoted string, not {where.split(' ', 2)[2]}",
+            position=position,
+        )
+    if op not in (exp.EQ, exp.NEQ) and not dim.numeric:
+        raise UnsupportedQuery(
+            f"ordering comparison on the text dimension {dim.name}: {where}",
+            detail="the order of strings depends on the database collation",
+            hint=f"use = , <> or IN with the declared values of {dim.name}",
+            position=position,
+        )
+    compare = _OPS[op]
+    declared = c in {Fraction(v) if dim.numeric else v for v in dim.values}  # type: ignore[arg-type]
+
+    def rule(b: Bin) -> bool | None:
+        if b.kind is BinKind.NULL:
+            return None
+        if b.kind is BinKind.VALUE:
+            v = Fraction(b.value) if dim.numeric else b.value  # type: ignore[arg-type]
+            return bool(compare(v, c))
+        # OTHER: every undeclared value; decided only by = / <> with a declared value
+        if op in (exp.EQ, exp.NEQ) and declared:
+            return op is exp.NEQ
+        raise _undeclared(dim, where, c, op, position)
+
+    return rule
+
+
+def _undeclared(
+    dim: CategoricalDimension, where: str, c: Number | str, op: type[exp.Expr], position: int | None
+) -> UnsupportedQuery:
+    listed = ", ".join(repr(v) for v in dim.values)
+    if op in (exp.EQ, exp.NEQ):
+        return UnsupportedQuery(
+            f"{c if isinstance(c, str) else _fmt_edge(float(c))!r} is not a declared value of {dim.name}",
+            detail=f"{dim.name} declares: {listed}; other values share one bin",
+            hint=f"compare {dim.name} with declared values only",
+            position=position,
+        )
+    return UnsupportedQuery(
+        f"condition {where} is undetermined for values of {dim.name} outside its declared list",
+        hint=f"use = or IN, or declare {dim.name} 'closed: true' if it only holds: {listed}",
+        position=position,
+    )

@@ -1,0 +1,321 @@
+"""The data cube: how a protected table's rows are discretized into cells.
+
+A cube is the cross product of its dimensions. Each dimension splits one column into bins so that
+every possible value, NULL included, falls in exactly one bin:
+
+* a numeric dimension declares bin edges ``[e0, e1, ..., ek]`` (half-open bins ``[e_i, e_i+1)``),
+  plus implicit bins ``below`` (< e0) and ``above`` (>= ek) for values outside the edges;
+* a categorical dimension declares a list of values (one bin each), plus an implicit bin
+  ``other`` for every value not listed;
+* every dimension has an implicit ``null`` bin.
+
+Keeping NULL apart from out-of-domain values is what makes ``<>``, ``NOT IN`` and ``IS NULL``
+exact under SQL's three-valued logic. A DBA who guarantees (e.g. with CHECK and NOT NULL
+constraints) that a column never leaves its declared domain or is never NULL says ``closed: true``
+or ``nullable: false``; the implicit bins are then dropped, and the canonical SQL refuses to count
+a row that breaks the promise rather than misplace it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, TypeAlias
+
+from proxy.errors import ConfigError
+
+__all__ = [
+    "BinKind",
+    "Bin",
+    "NumericDimension",
+    "CategoricalDimension",
+    "Dimension",
+    "Cube",
+    "Scalar",
+]
+
+Scalar: TypeAlias = str | int | float
+
+
+class BinKind(Enum):
+    """What part of a column's domain a bin holds."""
+
+    RANGE = "range"  # numeric [lo, hi)
+    VALUE = "value"  # one declared categorical value
+    BELOW = "below"  # numeric, < first edge
+    ABOVE = "above"  # numeric, >= last edge
+    OTHER = "other"  # categorical, any undeclared value
+    NULL = "null"
+
+
+@dataclass(frozen=True, slots=True)
+class Bin:
+    """One bin of a dimension. ``lo``/``hi`` bound numeric bins; ``value`` names a categorical one."""
+
+    kind: BinKind
+    lo: float = -math.inf
+    hi: float = math.inf
+    value: Scalar | None = None
+
+    @property
+    def label(self) -> str:
+        """A short human-readable name, used in messages and docs."""
+        if self.kind is BinKind.VALUE:
+            return repr(self.value)
+        if self.kind is BinKind.RANGE:
+            return f"[{_fmt(self.lo)}, {_fmt(self.hi)})"
+        if self.kind is BinKind.BELOW:
+            return f"< {_fmt(self.hi)}"
+        if self.kind is BinKind.ABOVE:
+            return f">= {_fmt(self.lo)}"
+        return self.kind.value.upper()
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)
+
+
+@dataclass(frozen=True, slots=True)
+class NumericDimension:
+    """A numeric column split at ``edges`` into half-open bins.
+
+    ``integer`` declares that the column only holds integers (checked against the backend's
+    column type at start-up), which makes ``age <= 24`` mean ``age < 25``.
+
+    >>> d = NumericDimension("age", (17, 25, 35), integer=True)
+    >>> [b.label for b in d.bins]
+    ['[17, 25)', '[25, 35)', '< 17', '>= 35', 'NULL']
+    """
+
+    name: str
+    edges: tuple[float, ...]
+    integer: bool = False
+    nullable: bool = True
+    closed: bool = False
+
+    def __post_init__(self) -> None:
+        edges = tuple(float(e) for e in self.edges)
+        object.__setattr__(self, "edges", edges)
+        if len(edges) < 2:
+            raise ValueError("needs at least two edges")
+        if any(math.isnan(e) for e in edges):
+            raise ValueError("edges must be numbers, not NaN")
+        for lo, hi in zip(edges, edges[1:]):
+            if not lo < hi:
+                raise ValueError(f"edges must be strictly increasing ({_fmt(hi)} after {_fmt(lo)})")
+        if any(math.isinf(e) for e in edges[1:-1]):
+            raise ValueError("only the first and last edge may be infinite")
+        if self.integer and not all(math.isinf(e) or e.is_integer() for e in edges):
+            raise ValueError("an integer dimension needs integer edges")
+
+    @property
+    def bins(self) -> tuple[Bin, ...]:
+        """Declared ranges first, then the implicit bins this dimension keeps."""
+        bins = [Bin(BinKind.RANGE, lo, hi) for lo, hi in zip(self.edges, self.edges[1:])]
+        if not self.closed and math.isfinite(self.edges[0]):
+            bins.append(Bin(BinKind.BELOW, -math.inf, self.edges[0]))
+        if not self.closed and math.isfinite(self.edges[-1]):
+            bins.append(Bin(BinKind.ABOVE, self.edges[-1], math.inf))
+        if self.nullable:
+            bins.append(Bin(BinKind.NULL))
+        return tuple(bins)
+
+    @property
+    def size(self) -> int:
+        """Number of bins."""
+        return len(self.bins)
+
+
+@dataclass(frozen=True, slots=True)
+class CategoricalDimension:
+    """A column whose declared values each get a bin; all strings or all numbers.
+
+    >>> d = CategoricalDimension("sex", ("Male", "Female"))
+    >>> [b.label for b in d.bins]
+    ["'Male'", "'Female'", 'OTHER', 'NULL']
+    """
+
+    name: str
+    values: tuple[Scalar, ...]
+    nullable: bool = True
+    closed: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.values:
+            raise ValueError("values must not be empty")
+        kinds = {self._kind(v) for v in self.values}
+        if len(kinds) > 1:
+            raise ValueError("values must be all strings or all numbers")
+        seen: set[Scalar] = set()
+        for v in self.values:
+            if v in seen:
+                raise ValueError(f"duplicate value {v!r}")
+            seen.add(v)
+        if kinds == {"number"} and not all(math.isfinite(v) for v in self.values):  # type: ignore[arg-type]
+            raise ValueError("numeric values must be finite")
+        if kinds == {"text"} and any("\0" in v for v in self.values):  # type: ignore[operator]
+            raise ValueError("values may not contain NUL characters")
+
+    @staticmethod
+    def _kind(value: object) -> str:
+        if isinstance(value, str):
+            return "text"
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return "number"
+        raise ValueError(f"value {value!r} is neither a string nor a number")
+
+    @property
+    def numeric(self) -> bool:
+        """Whether the declared values are numbers (so SUM and ordering make sense)."""
+        return not isinstance(self.values[0], str)
+
+    @property
+    def bins(self) -> tuple[Bin, ...]:
+        """Declared values first, then the implicit bins this dimension keeps."""
+        bins = [Bin(BinKind.VALUE, value=v) for v in self.values]
+        if not self.closed:
+            bins.append(Bin(BinKind.OTHER))
+        if self.nullable:
+            bins.append(Bin(BinKind.NULL))
+        return tuple(bins)
+
+    @property
+    def size(self) -> int:
+        """Number of bins."""
+        return len(self.bins)
+
+
+Dimension: TypeAlias = NumericDimension | CategoricalDimension
+
+
+@dataclass(frozen=True, slots=True)
+class Cube:
+    """A protected table and its dimensions; cells are numbered row-major in declared order.
+
+    >>> cube = Cube("public", "t", (
+    ...     CategoricalDimension("sex", ("M", "F"), nullable=False, closed=True),
+    ...     NumericDimension("age", (0, 50, 100), closed=True)))
+    >>> cube.shape, cube.n_cells
+    ((2, 3), 6)
+    """
+
+    schema: str
+    table: str
+    dimensions: tuple[Dimension, ...]
+    total_budget: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.dimensions:
+            raise ValueError("a cube needs at least one dimension")
+        names = [d.name for d in self.dimensions]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"duplicate dimension {sorted(dupes)[0]!r}")
+        if not (math.isfinite(self.total_budget) and self.total_budget > 0):
+            raise ValueError("total_budget must be a positive number")
+
+    @property
+    def qualified_name(self) -> str:
+        """``schema.table`` as the DBA wrote it (unquoted)."""
+        return f"{self.schema}.{self.table}"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Bins per dimension."""
+        return tuple(d.size for d in self.dimensions)
+
+    @property
+    def n_cells(self) -> int:
+        """Number of cells (product of the dimensions' bin counts)."""
+        return math.prod(self.shape)
+
+    def dimension(self, name: str) -> Dimension | None:
+        """The dimension on column ``name``, or None."""
+        for d in self.dimensions:
+            if d.name == name:
+                return d
+        return None
+
+    def axis(self, name: str) -> int:
+        """Position of dimension ``name`` among the cube's axes."""
+        return [d.name for d in self.dimensions].index(name)
+
+
+_DIMENSION_KEYS = {"bins", "values", "integer", "nullable", "closed"}
+
+
+def dimension_from_config(name: str, spec: object, where: str) -> Dimension:
+    """Build one dimension from its config mapping; errors name ``where`` (the key path)."""
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{where}: expected a mapping with 'bins' or 'values'")
+    unknown = set(spec) - _DIMENSION_KEYS
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {sorted(map(str, unknown))[0]!r}",
+            hint=f"allowed keys: {', '.join(sorted(_DIMENSION_KEYS))}",
+        )
+    has_bins, has_values = "bins" in spec, "values" in spec
+    if has_bins == has_values:
+        raise ConfigError(f"{where}: give exactly one of 'bins' (numeric) or 'values' (categorical)")
+    flags = {k: _bool(spec, k, where) for k in ("nullable", "closed") if k in spec}
+    try:
+        if has_bins:
+            edges = _sequence(spec["bins"], f"{where}.bins")
+            if not all(_is_number(e) for e in edges):
+                raise ValueError("edges must be numbers (use .inf / -.inf for open ends)")
+            integer = _bool(spec, "integer", where) if "integer" in spec else False
+            return NumericDimension(name, tuple(edges), integer=integer, **flags)
+        if "integer" in spec:
+            raise ConfigError(f"{where}.integer: only numeric ('bins') dimensions take 'integer'")
+        values = _sequence(spec["values"], f"{where}.values")
+        return CategoricalDimension(name, tuple(values), **flags)
+    except ValueError as e:
+        key = "bins" if has_bins else "values"
+        raise ConfigError(f"{where}.{key}: {e}") from None
+
+
+def cube_from_config(
+    qualified_name: str, spec: object, where: str, default_budget: float
+) -> Cube:
+    """Build a cube for the table named ``[schema.]table`` from its config mapping."""
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{where}: expected a mapping with 'dimensions'")
+    unknown = set(spec) - {"dimensions", "total_budget"}
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {sorted(map(str, unknown))[0]!r}",
+            hint="allowed keys: dimensions, total_budget",
+        )
+    schema, _, table = qualified_name.rpartition(".")
+    if not table or "." in schema:
+        raise ConfigError(f"{where}: table name must be 'table' or 'schema.table'")
+    dims_spec = spec.get("dimensions")
+    if not isinstance(dims_spec, Mapping) or not dims_spec:
+        raise ConfigError(f"{where}.dimensions: expected a non-empty mapping of column -> bins/values")
+    dims = tuple(
+        dimension_from_config(str(col), dspec, f"{where}.dimensions.{col}")
+        for col, dspec in dims_spec.items()
+    )
+    budget = spec.get("total_budget", default_budget)
+    if not _is_number(budget) or not (math.isfinite(budget) and budget > 0):
+        raise ConfigError(f"{where}.total_budget: must be a positive number, got {budget!r}")
+    return Cube(schema or "public", table, dims, float(budget))
+
+
+def _sequence(value: object, where: str) -> Sequence[Any]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ConfigError(f"{where}: expected a list")
+    return value
+
+
+def _bool(spec: Mapping[str, object], key: str, where: str) -> bool:
+    value = spec[key]
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}.{key}: expected true or false, got {value!r}")
+    return value
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

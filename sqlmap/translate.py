@@ -1,0 +1,489 @@
+"""Translate one SQL query into linear query vectors over a protected table's cube.
+
+The output, an :class:`AnswerSpec`, says which table is queried, how accurate the answer must be,
+and, for every output row and column, the vector q and offset c such that the answer is q.x + c.
+Its set of rows depends only on the query and the cube, never on data: a GROUP BY returns every
+bin of the grouped dimensions, empty or not.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from proxy.errors import DatatypeMismatch, SqlSyntaxError, UndefinedColumn, UndefinedTable, UnsupportedQuery
+from sqlmap.accuracy import AccuracyRequest, DPPostgres, clause_request
+from sqlmap.cellwise import CellEvaluator, constant, position_of
+from sqlmap.cube import Bin, BinKind, CategoricalDimension, Cube, Dimension, Scalar
+from sqlmap.vector import LinearQuery
+
+__all__ = ["Translator", "AnswerSpec", "AnswerRow", "OutputColumn", "GroupValue"]
+
+_DIALECT = DPPostgres()
+
+Floats = npt.NDArray[np.float64]
+
+#: Clauses of a SELECT that dpproxy refuses, with the words its error uses for them.
+_REFUSED_CLAUSES = {
+    "with_": "WITH (common table expressions)",
+    "distinct": "SELECT DISTINCT",
+    "into": "SELECT INTO",
+    "laterals": "LATERAL",
+    "joins": "joins",
+    "having": "HAVING",
+    "qualify": "QUALIFY",
+    "windows": "WINDOW",
+    "order": "ORDER BY",
+    "sort": "ORDER BY",
+    "limit": "LIMIT",
+    "offset": "OFFSET",
+    "locks": "FOR UPDATE/SHARE",
+    "sample": "TABLESAMPLE",
+    "pivots": "PIVOT",
+    "connect": "CONNECT BY",
+    "prewhere": "PREWHERE",
+    "cluster": "CLUSTER BY",
+    "distribute": "DISTRIBUTE BY",
+    "settings": "SETTINGS",
+    "options": "OPTIONS",
+    "for_": "FOR",
+}
+
+SUPPORTED_FORMS = (
+    "dpproxy answers SELECT <aggregates> FROM <protected table> [WHERE ...] [GROUP BY dims] "
+    "with COUNT(*), COUNT(dim), SUM(...) and FILTER (WHERE ...), combined linearly"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupValue:
+    """One GROUP BY key: a declared value, or the NULL / undeclared-values bin (value None)."""
+
+    kind: BinKind
+    value: Scalar | None
+
+    @staticmethod
+    def of(b: Bin) -> GroupValue:
+        """The key that a GROUP BY over a categorical bin reports."""
+        return GroupValue(b.kind, b.value if b.kind is BinKind.VALUE else None)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputColumn:
+    """A result column: a GROUP BY key (``dimension`` set) or a linear aggregate expression."""
+
+    name: str
+    sql: str
+    dimension: str | None = None
+
+    @property
+    def is_group_key(self) -> bool:
+        """Whether the column reports a GROUP BY key rather than an aggregate."""
+        return self.dimension is not None
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerRow:
+    """One output row: its GROUP BY keys (one per grouped dimension, in GROUP BY order) and
+    one query per aggregate column, in column order."""
+
+    keys: tuple[GroupValue, ...]
+    queries: tuple[LinearQuery, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerSpec:
+    """Everything needed to answer a query, computed from the SQL and the cube alone."""
+
+    cube: Cube
+    accuracy: AccuracyRequest | None
+    columns: tuple[OutputColumn, ...]
+    group_dims: tuple[str, ...]
+    rows: tuple[AnswerRow, ...]
+
+    @property
+    def queries(self) -> tuple[LinearQuery, ...]:
+        """All queries, row by row (the batch the engine decides at once)."""
+        return tuple(q for row in self.rows for q in row.queries)
+
+
+class Translator:
+    """Turns SQL into :class:`AnswerSpec` for a fixed set of protected tables.
+
+    Args:
+        cubes: the protected tables' cubes.
+        default_accuracy: what a query without ``WITH ACCURACY`` asks for (None: nothing).
+        default_confidence: the confidence used when the clause gives ACCURACY only.
+    """
+
+    def __init__(
+        self,
+        cubes: Iterable[Cube],
+        default_accuracy: AccuracyRequest | None = None,
+        default_confidence: float = 0.95,
+    ) -> None:
+        self.cubes = {(c.schema, c.table): c for c in cubes}
+        self.default_accuracy = default_accuracy
+        self.default_confidence = default_confidence
+
+    def translate(self, sql: str) -> AnswerSpec:
+        """Translate one SQL query; raise a :class:`proxy.errors.DpproxyError` if it cannot be."""
+        statement = self.parse(sql)
+        accuracy = clause_request(statement, self.default_accuracy, self.default_confidence)
+        return _Query(self, statement).spec(accuracy)
+
+    @staticmethod
+    def parse(sql: str) -> exp.Expr:
+        """Parse exactly one statement (with its accuracy clause attached)."""
+        try:
+            statements = [s for s in _DIALECT.parse(sql) if s is not None]
+        except ParseError as e:
+            raise _syntax_error(e, sql) from None
+        except TokenError as e:
+            raise SqlSyntaxError(f"syntax error: {e}") from None
+        if not statements:
+            raise SqlSyntaxError("empty query")
+        if len(statements) > 1:
+            raise UnsupportedQuery(
+                "multiple statements in one DP query are not supported",
+                hint="send each query on its own",
+                position=position_of(statements[1]),
+            )
+        return statements[0]
+
+    def cube_for(self, table: exp.Table) -> Cube:
+        """The cube of a FROM table, or UndefinedTable naming the protected ones."""
+        if table.args.get("catalog") is not None:
+            raise UnsupportedQuery(
+                "database-qualified table names are not supported", position=position_of(table)
+            )
+        schema = _ident(table.args["db"]) if table.args.get("db") is not None else None
+        name = _ident(table.this)
+        matches = [c for (s, t), c in self.cubes.items() if t == name and schema in (None, s)]
+        if len(matches) != 1:
+            protected = ", ".join(sorted(c.qualified_name for c in self.cubes.values()))
+            raise UndefinedTable(
+                f"{table.sql('postgres')} is not a protected table"
+                if not matches
+                else f"{name} is ambiguous: qualify it with its schema",
+                hint=f"protected tables: {protected}",
+                position=position_of(table),
+            )
+        return matches[0]
+
+
+def _ident(node: exp.Expr) -> str:
+    """An identifier as PostgreSQL stores it: unquoted names fold to lower case."""
+    if isinstance(node, exp.Identifier):
+        return node.this if node.quoted else node.this.lower()
+    return node.name.lower()
+
+
+def _syntax_error(e: ParseError, sql: str) -> SqlSyntaxError:
+    first = e.errors[0] if e.errors else {}
+    line, col = first.get("line"), first.get("col")
+    position = None
+    if isinstance(line, int) and isinstance(col, int):
+        lines = sql.split("\n")
+        position = sum(len(s) + 1 for s in lines[: line - 1]) + max(col - 1, 0)
+    description = first.get("description") or str(e).split("\n")[0]
+    return SqlSyntaxError(f"syntax error: {description}", position=position)
+
+
+class _Query:
+    """The translation of one parsed SELECT against one cube."""
+
+    def __init__(self, translator: Translator, statement: exp.Expr) -> None:
+        self.statement = _require_select(statement)
+        table = self.statement.args["from_"].this
+        self.cube = translator.cube_for(table)
+        alias = table.args.get("alias")
+        if alias is not None and alias.args.get("columns"):
+            raise UnsupportedQuery("column aliases on the table are not supported", position=position_of(alias))
+        self.qualifiers = {_ident(alias.this)} if alias is not None else {self.cube.table}
+        self.evaluator = CellEvaluator(self.cube, self.resolve)
+
+    def resolve(self, column: exp.Column) -> Dimension:
+        """The dimension a column reference names."""
+        if column.args.get("catalog") is not None or (
+            column.args.get("db") is not None and _ident(column.args["db"]) != self.cube.schema
+        ):
+            raise UndefinedColumn(f"{column.sql('postgres')} does not name a column of {self.cube.qualified_name}", position=position_of(column))
+        if column.args.get("table") is not None and _ident(column.args["table"]) not in self.qualifiers:
+            raise UndefinedColumn(
+                f"missing FROM-clause entry for table {column.args['table'].name}",
+                position=position_of(column),
+            )
+        if isinstance(column.this, exp.Star):
+            raise UnsupportedQuery(
+                f"{column.sql('postgres')} would return rows of the protected table",
+                hint=SUPPORTED_FORMS,
+                position=position_of(column),
+            )
+        name = _ident(column.this)
+        dim = self.cube.dimension(name)
+        if dim is None:
+            dims = ", ".join(d.name for d in self.cube.dimensions)
+            raise UndefinedColumn(
+                f"{name} is not a dimension of {self.cube.qualified_name}",
+                detail=f"queries may only use its declared dimensions: {dims}",
+                position=position_of(column),
+            )
+        return dim
+
+    # -- the parts of the answer -----------------------------------------------------------
+
+    def spec(self, accuracy: AccuracyRequest | None) -> AnswerSpec:
+        where = self.statement.args.get("where")
+        rows_mask = (
+            self.evaluator.truth(where).true
+            if where is not None
+            else np.ones((1,) * len(self.cube.shape), dtype=bool)
+        )
+        group_dims = self._group_dims()
+        columns: list[OutputColumn] = []
+        aggregates: list[tuple[Floats, float]] = []
+        for item in self.statement.expressions:
+            name, body = _output_name(item), item.unalias() if isinstance(item, exp.Alias) else item
+            if _has_aggregate(body):
+                weights, offset = self._linear(body)
+                aggregates.append((np.broadcast_to(weights * rows_mask, self.cube.shape), float(offset)))
+                columns.append(OutputColumn(name, body.sql("postgres")))
+            else:
+                columns.append(self._non_aggregate(item, name, body, group_dims))
+        if not aggregates:
+            raise UnsupportedQuery(
+                "a DP query must compute at least one aggregate",
+                detail="without an aggregate the query would return rows of the protected table",
+                hint=SUPPORTED_FORMS,
+                position=position_of(self.statement),
+            )
+        rows = self._rows(group_dims, aggregates)
+        return AnswerSpec(self.cube, accuracy, tuple(columns), tuple(d.name for d in group_dims), rows)
+
+    def _non_aggregate(
+        self, item: exp.Expr, name: str, body: exp.Expr, group_dims: list[Dimension]
+    ) -> OutputColumn:
+        if isinstance(body, exp.Column):
+            dim = self.resolve(body)
+            if dim in group_dims:
+                return OutputColumn(name, body.sql("postgres"), dimension=dim.name)
+            raise UnsupportedQuery(
+                f"column {dim.name} must appear in the GROUP BY clause or be used in an aggregate",
+                position=position_of(item),
+            )
+        if isinstance(body, exp.Star):
+            raise UnsupportedQuery("SELECT * would return rows of the protected table", hint=SUPPORTED_FORMS, position=position_of(item))
+        _refuse_row_level(body)
+        raise UnsupportedQuery(
+            f"output column {body.sql('postgres')} is neither a GROUP BY dimension nor an aggregate",
+            hint=SUPPORTED_FORMS,
+            position=position_of(item),
+        )
+
+    def _group_dims(self) -> list[Dimension]:
+        group = self.statement.args.get("group")
+        if group is None:
+            return []
+        dims: list[Dimension] = []
+        for key in group.expressions:
+            dim = self._group_dim(key)
+            if dim not in dims:
+                dims.append(dim)
+        return dims
+
+    def _group_dim(self, key: exp.Expr) -> Dimension:
+        items = self.statement.expressions
+        if isinstance(key, exp.Literal) and not key.is_string:  # GROUP BY 1: an output column
+            index = int(key.this)
+            if not 1 <= index <= len(items):
+                raise UnsupportedQuery(f"GROUP BY position {index} is not in the select list", position=position_of(key))
+            key = items[index - 1].unalias()
+        elif isinstance(key, exp.Column) and key.args.get("table") is None:
+            name = _ident(key.this)
+            aliased = [i.unalias() for i in items if isinstance(i, exp.Alias) and _ident(i.args["alias"]) == name]
+            if self.cube.dimension(name) is None and len(aliased) == 1:
+                key = aliased[0]
+        if isinstance(key, (exp.Rollup, exp.Cube, exp.GroupingSets)):
+            words = {exp.Rollup: "ROLLUP", exp.Cube: "CUBE", exp.GroupingSets: "GROUPING SETS"}[type(key)]
+            raise UnsupportedQuery(f"GROUP BY {words} is not supported", position=position_of(key))
+        if not isinstance(key, exp.Column):
+            raise UnsupportedQuery(
+                f"GROUP BY {key.sql('postgres')}: only dimension columns can be grouped",
+                position=position_of(key),
+            )
+        dim = self.resolve(key)
+        if not isinstance(dim, CategoricalDimension):
+            raise UnsupportedQuery(
+                f"GROUP BY {dim.name}: a binned dimension has no single value per group",
+                hint=f"declare {dim.name} with 'values:' to group by it, or filter on its bins",
+                position=position_of(key),
+            )
+        return dim
+
+    def _rows(
+        self, group_dims: list[Dimension], aggregates: list[tuple[Floats, float]]
+    ) -> tuple[AnswerRow, ...]:
+        """One row per combination of the grouped dimensions' bins, empty or not."""
+        shape = self.cube.shape
+        axes = [self.cube.axis(d.name) for d in group_dims]
+        rows = []
+        for combo in itertools.product(*(range(d.size) for d in group_dims)):
+            index: list[slice | int] = [slice(None)] * len(shape)
+            for axis, b in zip(axes, combo):
+                index[axis] = b
+            queries = []
+            for weights, offset in aggregates:
+                dense = np.zeros(shape)
+                dense[tuple(index)] = weights[tuple(index)]
+                queries.append(LinearQuery.from_dense(dense, offset))
+            keys = tuple(GroupValue.of(d.bins[b]) for d, b in zip(group_dims, combo))
+            rows.append(AnswerRow(keys, tuple(queries)))
+        return tuple(rows)
+
+    def _linear(self, node: exp.Expr) -> tuple[Floats, Fraction]:
+        """An output expression as (per-cell weights, constant offset)."""
+        zero = np.zeros((1,) * len(self.cube.shape))
+        if isinstance(node, exp.Paren):
+            return self._linear(node.this)
+        if not _has_aggregate(node):
+            _refuse_row_level(node)
+            value = constant(node)
+            if not isinstance(value, Fraction):
+                raise UnsupportedQuery(f"expected a number, got {node.sql('postgres')}", position=position_of(node))
+            return zero, value
+        if isinstance(node, (exp.Filter, exp.Count, exp.Sum)) or isinstance(node, exp.AggFunc):
+            return self._aggregate(node), Fraction(0)
+        if isinstance(node, exp.Neg):
+            weights, offset = self._linear(node.this)
+            return -weights, -offset
+        if isinstance(node, (exp.Add, exp.Sub)):
+            (lw, lo), (rw, ro) = self._linear(node.this), self._linear(node.expression)
+            return (lw + rw, lo + ro) if isinstance(node, exp.Add) else (lw - rw, lo - ro)
+        if isinstance(node, exp.Mul):
+            left, right = node.this, node.expression
+            if _has_aggregate(left) and _has_aggregate(right):
+                raise UnsupportedQuery(
+                    f"product of two aggregates is not linear: {node.sql('postgres')}",
+                    position=position_of(node),
+                )
+            factor_node, agg_node = (left, right) if _has_aggregate(right) else (right, left)
+            factor = constant(factor_node)
+            if not isinstance(factor, Fraction):
+                raise UnsupportedQuery(f"expected a numeric factor, got {factor_node.sql('postgres')}", position=position_of(factor_node))
+            weights, offset = self._linear(agg_node)
+            return weights * float(factor), offset * factor
+        if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)):
+            raise UnsupportedQuery(
+                f"division of an aggregate is not supported: {node.sql('postgres')}",
+                hint="multiply by a decimal constant instead (PostgreSQL divides integers with truncation)",
+                position=position_of(node),
+            )
+        raise UnsupportedQuery(
+            f"unsupported expression around an aggregate: {node.sql('postgres')}",
+            hint="combine aggregates with + - and constant factors",
+            position=position_of(node),
+        )
+
+    def _aggregate(self, node: exp.Expr) -> Floats:
+        """Per-cell weight of one aggregate (with its FILTER)."""
+        mask: npt.NDArray[np.bool_] | None = None
+        if isinstance(node, exp.Filter):
+            mask = self.evaluator.truth(node.expression).true
+            node = node.this
+        if isinstance(node, exp.Count):
+            arg = node.this
+            if isinstance(arg, exp.Distinct) or node.args.get("distinct"):
+                raise UnsupportedQuery("COUNT(DISTINCT ...) is not supported", detail="distinct counts are not linear in the cell counts", position=position_of(node))
+            _refuse_nested_aggregate(arg)
+            weights = np.ones((1,) * len(self.cube.shape)) if arg is None or isinstance(arg, exp.Star) else self.evaluator.not_null(arg).astype(np.float64)
+        elif isinstance(node, exp.Sum):
+            arg = node.this
+            if isinstance(arg, exp.Distinct):
+                raise UnsupportedQuery("SUM(DISTINCT ...) is not supported", position=position_of(node))
+            _refuse_nested_aggregate(arg)
+            if isinstance(arg, exp.Null):
+                raise DatatypeMismatch("SUM(NULL) has no type to sum", position=position_of(node))
+            values = self.evaluator.values(arg)
+            weights = np.where(values.null, 0.0, values.value)  # SUM skips NULLs
+        else:
+            name = node.sql_name() if isinstance(node, exp.Func) else type(node).__name__
+            hint = (
+                "compute SUM(...) and COUNT(...) and divide them"
+                if isinstance(node, exp.Avg)
+                else "only COUNT and SUM are linear in the cell counts"
+            )
+            raise UnsupportedQuery(f"aggregate {name} is not supported", hint=hint, position=position_of(node))
+        return weights if mask is None else weights * mask
+
+
+def _require_select(statement: exp.Expr) -> exp.Select:
+    if isinstance(statement, (exp.Union, exp.Intersect, exp.Except)):
+        kind = type(statement).__name__.upper()
+        raise UnsupportedQuery(f"{kind} is not supported in a DP query", hint=SUPPORTED_FORMS, position=position_of(statement))
+    if not isinstance(statement, exp.Select):
+        raise UnsupportedQuery(
+            f"{statement.key.upper()} statements are not DP queries",
+            hint=SUPPORTED_FORMS,
+            position=position_of(statement),
+        )
+    for key, words in _REFUSED_CLAUSES.items():
+        if statement.args.get(key):
+            raise UnsupportedQuery(f"{words} is not supported in a DP query", hint=SUPPORTED_FORMS, position=position_of(statement.args[key]))
+    for node in statement.walk():
+        if node is not statement and isinstance(node, (exp.Select, exp.Subquery)):
+            raise UnsupportedQuery("subqueries are not supported in a DP query", hint=SUPPORTED_FORMS, position=position_of(node))
+        if isinstance(node, exp.Window):
+            raise UnsupportedQuery("window functions are not supported in a DP query", hint=SUPPORTED_FORMS, position=position_of(node))
+    source = statement.args.get("from_")
+    if source is None:
+        raise UnsupportedQuery("a DP query needs FROM <protected table>", hint=SUPPORTED_FORMS)
+    if not isinstance(source.this, exp.Table) or not isinstance(source.this.this, exp.Identifier):
+        what = "subqueries" if isinstance(source.this, exp.Subquery) else f"FROM {source.this.sql('postgres')}"
+        raise UnsupportedQuery(f"{what} are not supported in a DP query" if what == "subqueries" else f"{what} is not supported in a DP query", hint=SUPPORTED_FORMS, position=position_of(source))
+    return statement
+
+
+def _has_aggregate(node: exp.Expr) -> bool:
+    return any(isinstance(n, exp.AggFunc) for n in node.walk())
+
+
+def _refuse_nested_aggregate(node: exp.Expr | None) -> None:
+    if node is not None and _has_aggregate(node):
+        raise UnsupportedQuery("aggregate function calls cannot be nested", position=position_of(node))
+
+
+def _refuse_row_level(node: exp.Expr) -> None:
+    """Columns outside an aggregate would make the value differ per row."""
+    column = node.find(exp.Column)
+    if column is not None:
+        raise UnsupportedQuery(
+            f"{column.sql('postgres')} outside an aggregate must be a GROUP BY dimension on its own",
+            hint=SUPPORTED_FORMS,
+            position=position_of(column),
+        )
+
+
+def _output_name(item: exp.Expr) -> str:
+    """The column name PostgreSQL gives a select-list item (its FigureColname rules)."""
+    if isinstance(item, exp.Alias):
+        return _ident(item.args["alias"])
+    node = item
+    while isinstance(node, (exp.Paren, exp.Filter)):
+        node = node.this
+    if isinstance(node, exp.Column):
+        return _ident(node.this)
+    if isinstance(node, exp.Case):
+        return "case"
+    if isinstance(node, exp.Func) and not isinstance(node, exp.Binary):
+        name = node.sql_name() if not isinstance(node, exp.Anonymous) else node.name
+        return name.lower()
+    return "?column?"
+
