@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import overload
 from pathlib import Path
 
 import yaml
@@ -92,9 +93,9 @@ def _parse(data: object, source: str) -> Config:
         raise ConfigError("privacy: expected a mapping")
     _no_unknown_keys(privacy_spec, _PRIVACY_KEYS, "privacy.")
     privacy = PrivacyConfig(
-        total_budget=_number(privacy_spec, "total_budget", 1.0, "privacy"),
-        default_accuracy=_number(privacy_spec, "default_accuracy", None, "privacy"),
-        default_confidence=_number(privacy_spec, "default_confidence", 0.95, "privacy"),  # type: ignore[arg-type]
+        total_budget=_number(privacy_spec, "total_budget", "privacy", default=1.0),
+        default_accuracy=_number(privacy_spec, "default_accuracy", "privacy"),
+        default_confidence=_number(privacy_spec, "default_confidence", "privacy", default=0.95),
     )
     tables = data.get("tables")
     if not isinstance(tables, Mapping) or not tables:
@@ -117,7 +118,12 @@ def _no_unknown_keys(spec: Mapping[object, object], allowed: set[str], prefix: s
         raise ConfigError(f"{prefix}{unknown[0]}: unknown key", hint=f"allowed keys: {', '.join(sorted(allowed))}")
 
 
-def _number(spec: Mapping[object, object], key: str, default: float | None, where: str) -> float | None:
+@overload
+def _number(spec: Mapping[object, object], key: str, where: str, default: float) -> float: ...
+@overload
+def _number(spec: Mapping[object, object], key: str, where: str, default: None = None) -> float | None: ...
+def _number(spec: Mapping[object, object], key: str, where: str, default: float | None = None) -> float | None:
+    """The number at ``key``, or ``default`` when the key is absent."""
     value = spec.get(key, default)
     if value is None:
         return None

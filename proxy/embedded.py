@@ -17,8 +17,8 @@ def start_embedded(data_dir: Path) -> str:
         # pgserver asks platformdirs for a runtime dir at import; without XDG_RUNTIME_DIR
         # (containers, CI) it warns and falls back to /tmp, which is what we want anyway.
         warnings.simplefilter("ignore")
-        import pgserver
+        from pgserver.postgres_server import get_server
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(data_dir, cleanup_mode="stop")
+    server = get_server(data_dir, cleanup_mode="stop")
     return str(server.get_uri())

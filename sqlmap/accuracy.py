@@ -14,7 +14,7 @@ from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.generators.postgres import PostgresGenerator
 from sqlglot.parsers.postgres import PostgresParser
-from sqlglot.tokens import Token, TokenType
+from sqlglot.tokenizer_core import Token, TokenType
 
 from proxy.errors import InvalidParameterValue, SqlSyntaxError
 

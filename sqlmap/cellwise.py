@@ -17,6 +17,7 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -102,7 +103,9 @@ def constant(node: exp.Expr) -> Number | str | None:
         if isinstance(inner, str):
             raise DatatypeMismatch("cannot negate a string", position=position_of(node))
         return None if inner is None else -inner
-    ops = {exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul}
+    ops: dict[type[exp.Expr], Callable[[Number, Number], Number]] = {
+        exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul
+    }
     op = ops.get(type(node))
     if op is not None:
         left, right = constant(node.this), constant(node.expression)
@@ -112,8 +115,8 @@ def constant(node: exp.Expr) -> Number | str | None:
     raise UnsupportedQuery(f"expected a constant, got {node.sql('postgres')}", position=position_of(node))
 
 
-_FLIP = {exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
-_SYMBOL = {exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=", exp.EQ: "=", exp.NEQ: "<>"}
+_FLIP: dict[type[exp.Expr], type[exp.Expr]] = {exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
+_SYMBOL: dict[type[exp.Expr], str] = {exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=", exp.EQ: "=", exp.NEQ: "<>"}
 
 
 class CellEvaluator:
@@ -231,7 +234,9 @@ class CellEvaluator:
             return Values.const(None if value is None else float(value), self.ndim)
         if isinstance(node, exp.Neg):
             return Values.const(0.0, self.ndim).combine(self.values(node.this), np.subtract)
-        arith = {exp.Add: np.add, exp.Sub: np.subtract, exp.Mul: np.multiply}
+        arith: dict[type[exp.Expr], Callable[[Floats, Floats], Floats]] = {
+            exp.Add: np.add, exp.Sub: np.subtract, exp.Mul: np.multiply
+        }
         if type(node) in arith:
             return self.values(node.this).combine(self.values(node.expression), arith[type(node)])
         if isinstance(node, exp.Column):
@@ -267,7 +272,7 @@ class CellEvaluator:
                 hint=f"declare {dim.name} 'closed: true' if it only ever holds the listed values",
                 position=position_of(node),
             )
-        value = self._per_bin_float(dim, lambda b: float(b.value) if b.kind is BinKind.VALUE else 0.0)
+        value = self._per_bin_float(dim, lambda b: float(b.value or 0) if b.kind is BinKind.VALUE else 0.0)
         null = self._per_bin(dim, lambda b: b.kind is BinKind.NULL)
         return Values(value, null)
 
@@ -307,7 +312,7 @@ class CellEvaluator:
         return np.full((1,) * self.ndim, value is not None)
 
 
-_OPS: dict[type[exp.Expr], Callable[[object, object], bool]] = {
+_OPS: dict[type[exp.Expr], Callable[[Any, Any], bool]] = {
     exp.LT: operator.lt,
     exp.LTE: operator.le,
     exp.GT: operator.gt,
@@ -432,7 +437,7 @@ def _categorical_rule(
             position=position,
         )
     compare = _OPS[op]
-    declared = c in {Fraction(v) if dim.numeric else v for v in dim.values}  # type: ignore[arg-type]
+    declared = c in {Fraction(v) if dim.numeric else v for v in dim.values}
 
     def rule(b: Bin) -> bool | None:
         if b.kind is BinKind.NULL:

@@ -74,6 +74,13 @@ class GroupValue:
         """The key that a GROUP BY over a categorical bin reports."""
         return GroupValue(b.kind, b.value if b.kind is BinKind.VALUE else None)
 
+    @property
+    def label(self) -> str:
+        """How messages show the key: the value, NULL, or (other values)."""
+        if self.kind is BinKind.VALUE:
+            return repr(self.value)
+        return "NULL" if self.kind is BinKind.NULL else "(other values)"
+
 
 @dataclass(frozen=True, slots=True)
 class OutputColumn:
@@ -182,7 +189,7 @@ class Translator:
 def _ident(node: exp.Expr) -> str:
     """An identifier as PostgreSQL stores it: unquoted names fold to lower case."""
     if isinstance(node, exp.Identifier):
-        return node.this if node.quoted else node.this.lower()
+        return str(node.this) if node.quoted else str(node.this).lower()
     return node.name.lower()
 
 

@@ -21,7 +21,7 @@ def true_histogram(conn: psycopg.Connection, cube: Cube) -> npt.NDArray[np.int64
     return histogram_from_rows(cube, conn.execute(histogram_sql(cube)).fetchall())
 
 
-def reference_sql(sql: str, group_dims: tuple[str, ...]) -> str:
+def reference_sql(sql: str, group_dims: tuple[str, ...], sum_of_nothing_is_zero: bool = True) -> str:
     """The SQL to run on PostgreSQL: the user's, minus the accuracy clause, with the grouped
     columns put first (so every row is labelled) and SUM over nothing read as 0 (dpproxy's
     documented semantics; PostgreSQL says NULL)."""
@@ -29,6 +29,8 @@ def reference_sql(sql: str, group_dims: tuple[str, ...]) -> str:
     statement.set(CLAUSE_KEY, None)
     keys = [exp.column(d, quoted=True) for d in group_dims]
     statement.set("expressions", keys + list(statement.expressions))
+    if not sum_of_nothing_is_zero:
+        return statement.sql("postgres")
 
     def coalesce(node: exp.Expr) -> exp.Expr:
         wrap = isinstance(node, exp.Filter) and isinstance(node.this, exp.Sum)
@@ -56,6 +58,9 @@ def assert_exact(conn: psycopg.Connection, spec: AnswerSpec, sql: str, x: npt.ND
     offsets = [q.offset for q in spec.rows[0].queries]
     # PostgreSQL's rows, mapped to dpproxy's groups; linear parts (answer - offset) add up
     expected: dict[tuple[GroupValue, ...], list[Fraction]] = defaultdict(lambda: [Fraction(0)] * len(agg_positions))
+    described = conn.execute(reference_sql(sql, spec.group_dims, sum_of_nothing_is_zero=False) + " LIMIT 0")
+    names = [d.name for d in described.description or []][n_keys:]
+    assert names == [c.name for c in spec.columns], f"column names {[c.name for c in spec.columns]}, PostgreSQL: {names}"
     for pg_row in conn.execute(reference_sql(sql, spec.group_dims)).fetchall():
         key = tuple(group_of(d, v) for d, v in zip(dims, pg_row))  # type: ignore[arg-type]
         for j, i in enumerate(agg_positions):

@@ -1,0 +1,106 @@
+"""The ``dpproxy`` command line: maps flags and environment onto the config and runs a command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from proxy.config import Config, load_config
+from proxy.errors import DpproxyError
+from sqlmap.canonical import COLUMN_TYPES_SQL, check_column_types
+from sqlmap.translate import AnswerSpec
+
+__all__ = ["main"]
+
+DEFAULT_CONFIG = "config.yaml"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dpproxy",
+        description="A PostgreSQL proxy that answers aggregate queries under differential privacy.",
+    )
+    parser.add_argument(
+        "--config",
+        default=os.environ.get("DPPROXY_CONFIG", DEFAULT_CONFIG),
+        help="path to config.yaml (default: $DPPROXY_CONFIG or ./config.yaml)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    check = commands.add_parser(
+        "check", help="validate config.yaml; with --dsn, also against the backend's columns"
+    )
+    check.add_argument("--dsn", help="PostgreSQL DSN of the role that reads the protected tables")
+    translate = commands.add_parser(
+        "translate", help="show the query vectors dpproxy derives from a SQL query"
+    )
+    translate.add_argument("sql", help="the query, e.g. \"SELECT COUNT(*) FROM adult WHERE age < 25\"")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dpproxy`` console script; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        config = load_config(args.config)
+        if args.command == "check":
+            return _check(config, args.dsn)
+        return _translate(config, args.sql)
+    except DpproxyError as e:
+        print(f"dpproxy: {e.sqlstate}: {e}", file=sys.stderr)
+        return 1
+
+
+def _check(config: Config, dsn: str | None) -> int:
+    for cube in config.cubes:
+        dims = ", ".join(f"{d.name} ({d.size})" for d in cube.dimensions)
+        print(f"{cube.qualified_name}: {cube.n_cells} cells = {dims}; total budget {cube.total_budget}")
+    if dsn:
+        asyncio.run(_check_backend(config, dsn))
+        print(f"{config.source}: every dimension matches its column in the backend")
+    return 0
+
+
+async def _check_backend(config: Config, dsn: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        for cube in config.cubes:
+            rows = await conn.fetch(COLUMN_TYPES_SQL, cube.schema, cube.table)
+            check_column_types(cube, {r[0]: r[1] for r in rows})
+    finally:
+        await conn.close()
+
+
+def _translate(config: Config, sql: str) -> int:
+    spec = config.translator().translate(sql)
+    print(describe(spec))
+    return 0
+
+
+def describe(spec: AnswerSpec) -> str:
+    """A readable account of a translation: what is measured, over which cells."""
+    lines = [f"table: {spec.cube.qualified_name} ({spec.cube.n_cells} cells)"]
+    if spec.accuracy is None:
+        lines.append("accuracy: none given (add WITH ACCURACY <eps> CONFIDENCE <c>)")
+    else:
+        lines.append(f"accuracy: +-{spec.accuracy.eps:g} at confidence {spec.accuracy.confidence:g}")
+    aggregates = [c for c in spec.columns if not c.is_group_key]
+    lines.append(f"rows: {len(spec.rows)}" + (f" (GROUP BY {', '.join(spec.group_dims)})" if spec.group_dims else ""))
+    for row in spec.rows:
+        keys = ", ".join(k.label for k in row.keys)
+        prefix = f"  [{keys}] " if keys else "  "
+        for column, q in zip(aggregates, row.queries):
+            lines.append(
+                f"{prefix}{column.name} = {column.sql}: {q.cells.size} cells, "
+                f"sensitivity {q.sensitivity:g}, offset {q.offset:g}"
+            )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""The dpproxy command line, run as a user would run it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proxy.cli import main
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_translate_prints_groups_and_sensitivity(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["--config", str(ROOT / "config.yaml"), "translate",
+                   "SELECT sex, 2 * COUNT(*) FROM adult GROUP BY sex WITH ACCURACY 20"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "accuracy: +-20 at confidence 0.95" in out
+    assert "rows: 2 (GROUP BY sex)" in out
+    assert "['Male'] ?column? = 2 * COUNT(*): 5760 cells, sensitivity 2, offset 0" in out
+
+
+def test_refused_query_exits_non_zero_with_sqlstate(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["--config", str(ROOT / "config.yaml"), "translate", "SELECT * FROM adult"])
+    assert status == 1
+    assert "dpproxy: 0A000: SELECT * would return rows of the protected table" in capsys.readouterr().err
+
+
+def test_bad_config_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["--config", str(tmp_path / "x.yaml"), "check"]) == 1
+    assert "F0000" in capsys.readouterr().err
+
+
+def test_check_against_backend(adult_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", str(ROOT / "config.yaml"), "check", "--dsn", adult_dsn]) == 0
+    out = capsys.readouterr().out
+    assert "public.adult: 11520 cells" in out
+    assert "every dimension matches its column in the backend" in out
+
+
+def test_console_script_is_installed() -> None:
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "dpproxy"), "--config", str(ROOT / "config.yaml"), "check"],
+        capture_output=True, text=True, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "public.adult" in result.stdout
