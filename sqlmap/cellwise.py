@@ -26,7 +26,7 @@ from sqlglot import exp
 from proxy.errors import DatatypeMismatch, UnsupportedQuery
 from sqlmap.cube import Bin, BinKind, CategoricalDimension, Cube, Dimension, NumericDimension
 
-__all__ = ["Truth", "Values", "CellEvaluator", "position_of", "constant"]
+__all__ = ["Truth", "Values", "CellEvaluator", "position_of", "constant", "refuse_division"]
 
 Bools = npt.NDArray[np.bool_]
 Floats = npt.NDArray[np.float64]
@@ -81,6 +81,16 @@ class Values:
         """``op`` applied cellwise; NULL if either side is NULL, as in SQL arithmetic."""
         null = self.null | other.null
         return Values(np.where(null, 0.0, op(self.value, other.value)), null)
+
+
+def refuse_division(node: exp.Expr) -> None:
+    """Refuse ``/`` and ``%``: PostgreSQL truncates integer division, which is not linear."""
+    if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)):
+        raise UnsupportedQuery(
+            f"division is not supported: {node.sql('postgres')}",
+            hint="multiply by a decimal constant instead (PostgreSQL divides integers with truncation)",
+            position=position_of(node),
+        )
 
 
 def constant(node: exp.Expr) -> Number | str | None:
@@ -215,11 +225,11 @@ class CellEvaluator:
             raise DatatypeMismatch(f"cannot compare a string with a number: {node.sql('postgres')}", position=position_of(node))
         return Truth.const(bool(_OPS[op](left, right)), self.ndim)
 
-    def _per_bin(self, dim: Dimension, test: Callable[[Bin], bool]) -> Bools:
-        """``test`` on each bin of ``dim``, shaped to broadcast along its axis."""
+    def _per_bin(self, dim: Dimension, f: Callable[[Bin], Any], dtype: type = bool) -> npt.NDArray[Any]:
+        """``f`` of each bin of ``dim``, as an array shaped to broadcast along its axis."""
         shape = [1] * self.ndim
         shape[self.cube.axis(dim.name)] = dim.size
-        return np.array([test(b) for b in dim.bins], dtype=bool).reshape(shape)
+        return np.array([f(b) for b in dim.bins], dtype=dtype).reshape(shape)
 
     # -- values ----------------------------------------------------------------------------
 
@@ -243,12 +253,7 @@ class CellEvaluator:
             return self._column_values(node)
         if isinstance(node, exp.Case):
             return self._case(node)
-        if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)):
-            raise UnsupportedQuery(
-                f"division is not supported: {node.sql('postgres')}",
-                hint="multiply by a decimal constant instead (PostgreSQL divides integers with truncation)",
-                position=position_of(node),
-            )
+        refuse_division(node)
         raise UnsupportedQuery(
             f"unsupported expression in an aggregate: {node.sql('postgres')}",
             hint="aggregate arguments are constants, numeric dimensions, + - *, and CASE WHEN",
@@ -272,14 +277,9 @@ class CellEvaluator:
                 hint=f"declare {dim.name} 'closed: true' if it only ever holds the listed values",
                 position=position_of(node),
             )
-        value = self._per_bin_float(dim, lambda b: float(b.value or 0) if b.kind is BinKind.VALUE else 0.0)
+        value = self._per_bin(dim, lambda b: float(b.value or 0) if b.kind is BinKind.VALUE else 0.0, np.float64)
         null = self._per_bin(dim, lambda b: b.kind is BinKind.NULL)
         return Values(value, null)
-
-    def _per_bin_float(self, dim: Dimension, f: Callable[[Bin], float]) -> Floats:
-        shape = [1] * self.ndim
-        shape[self.cube.axis(dim.name)] = dim.size
-        return np.array([f(b) for b in dim.bins], dtype=np.float64).reshape(shape)
 
     def _case(self, node: exp.Case) -> Values:
         """First branch whose condition is TRUE wins; no match and no ELSE gives NULL."""

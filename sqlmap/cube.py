@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeAlias
 
@@ -94,6 +94,8 @@ class NumericDimension:
     integer: bool = False
     nullable: bool = True
     closed: bool = False
+    bins: tuple[Bin, ...] = field(init=False, repr=False, compare=False)
+    """Declared ranges first, then the implicit bins this dimension keeps."""
 
     def __post_init__(self) -> None:
         edges = tuple(float(e) for e in self.edges)
@@ -107,10 +109,6 @@ class NumericDimension:
                 raise ValueError(f"edges must be strictly increasing ({_fmt(hi)} after {_fmt(lo)})")
         if self.integer and not all(math.isinf(e) or e.is_integer() for e in edges):
             raise ValueError("an integer dimension needs integer edges")
-
-    @property
-    def bins(self) -> tuple[Bin, ...]:
-        """Declared ranges first, then the implicit bins this dimension keeps."""
         bins = [Bin(BinKind.RANGE, lo, hi) for lo, hi in zip(self.edges, self.edges[1:])]
         if not self.closed and math.isfinite(self.edges[0]):
             bins.append(Bin(BinKind.BELOW, -math.inf, self.edges[0]))
@@ -118,7 +116,7 @@ class NumericDimension:
             bins.append(Bin(BinKind.ABOVE, self.edges[-1], math.inf))
         if self.nullable:
             bins.append(Bin(BinKind.NULL))
-        return tuple(bins)
+        object.__setattr__(self, "bins", tuple(bins))
 
     @property
     def size(self) -> int:
@@ -139,6 +137,8 @@ class CategoricalDimension:
     values: tuple[Scalar, ...]
     nullable: bool = True
     closed: bool = False
+    bins: tuple[Bin, ...] = field(init=False, repr=False, compare=False)
+    """Declared values first, then the implicit bins this dimension keeps."""
 
     def __post_init__(self) -> None:
         if not self.values:
@@ -155,6 +155,12 @@ class CategoricalDimension:
             raise ValueError("numeric values must be finite")
         if kinds == {"text"} and any("\0" in v for v in self.values):  # type: ignore[operator]
             raise ValueError("values may not contain NUL characters")
+        bins = [Bin(BinKind.VALUE, value=v) for v in self.values]
+        if not self.closed:
+            bins.append(Bin(BinKind.OTHER))
+        if self.nullable:
+            bins.append(Bin(BinKind.NULL))
+        object.__setattr__(self, "bins", tuple(bins))
 
     @staticmethod
     def _kind(value: object) -> str:
@@ -168,16 +174,6 @@ class CategoricalDimension:
     def numeric(self) -> bool:
         """Whether the declared values are numbers (so SUM and ordering make sense)."""
         return not isinstance(self.values[0], str)
-
-    @property
-    def bins(self) -> tuple[Bin, ...]:
-        """Declared values first, then the implicit bins this dimension keeps."""
-        bins = [Bin(BinKind.VALUE, value=v) for v in self.values]
-        if not self.closed:
-            bins.append(Bin(BinKind.OTHER))
-        if self.nullable:
-            bins.append(Bin(BinKind.NULL))
-        return tuple(bins)
 
     @property
     def size(self) -> int:

@@ -20,7 +20,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from proxy.errors import DatatypeMismatch, SqlSyntaxError, UndefinedColumn, UndefinedTable, UnsupportedQuery
 from sqlmap.accuracy import AccuracyRequest, DPPostgres, clause_request
-from sqlmap.cellwise import CellEvaluator, constant, position_of
+from sqlmap.cellwise import CellEvaluator, constant, position_of, refuse_division
 from sqlmap.cube import Bin, BinKind, CategoricalDimension, Cube, Dimension, Scalar
 from sqlmap.vector import LinearQuery
 
@@ -387,12 +387,7 @@ class _Query:
                 raise UnsupportedQuery(f"expected a numeric factor, got {factor_node.sql('postgres')}", position=position_of(factor_node))
             weights, offset = self._linear(agg_node)
             return weights * float(factor), offset * factor
-        if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)):
-            raise UnsupportedQuery(
-                f"division of an aggregate is not supported: {node.sql('postgres')}",
-                hint="multiply by a decimal constant instead (PostgreSQL divides integers with truncation)",
-                position=position_of(node),
-            )
+        refuse_division(node)
         raise UnsupportedQuery(
             f"unsupported expression around an aggregate: {node.sql('postgres')}",
             hint="combine aggregates with + - and constant factors",
