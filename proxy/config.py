@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from proxy.errors import ConfigError
-from sqlmap.accuracy import AccuracyRequest
+from sqlmap.accuracy import AccuracyDefaults
 from sqlmap.cube import Cube, cube_from_config
 from sqlmap.translate import Translator
 
@@ -42,11 +42,9 @@ class PrivacyConfig:
             )
 
     @property
-    def default_request(self) -> AccuracyRequest | None:
-        """What a query without WITH ACCURACY asks for, if the DBA set a default accuracy."""
-        if self.default_accuracy is None:
-            return None
-        return AccuracyRequest(self.default_accuracy, self.default_confidence)
+    def defaults(self) -> AccuracyDefaults:
+        """What a query asks for without a (complete) WITH ACCURACY clause."""
+        return AccuracyDefaults(self.default_accuracy, self.default_confidence)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +57,7 @@ class Config:
 
     def translator(self) -> Translator:
         """A translator for the protected tables with the configured defaults."""
-        return Translator(self.cubes, self.privacy.default_request, self.privacy.default_confidence)
+        return Translator(self.cubes, self.privacy.defaults)
 
 
 def load_config(path: str | Path) -> Config:

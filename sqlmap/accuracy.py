@@ -18,7 +18,7 @@ from sqlglot.tokenizer_core import Token, TokenType
 
 from proxy.errors import InvalidParameterValue, SqlSyntaxError
 
-__all__ = ["AccuracyRequest", "AccuracyClause", "DPPostgres", "CLAUSE_KEY"]
+__all__ = ["AccuracyRequest", "AccuracyDefaults", "AccuracyClause", "DPPostgres", "CLAUSE_KEY"]
 
 #: The key under which a parsed statement carries its :class:`AccuracyClause`.
 CLAUSE_KEY = "dp_accuracy"
@@ -156,16 +156,31 @@ def _number(clause: list[Token], keyword: int, sql: str) -> tuple[float, int]:
     return float(text.replace(" ", "")), i + 1
 
 
-def clause_request(
-    statement: exp.Expr, default: AccuracyRequest | None, default_confidence: float
-) -> AccuracyRequest | None:
-    """The accuracy a statement asks for: its clause, completed by defaults; None if neither."""
-    clause = statement.args.get(CLAUSE_KEY)
-    if clause is None:
-        return default
-    eps = float(clause.args["eps"].to_py())
-    conf = clause.args.get("confidence")
-    confidence = float(conf.to_py()) if conf is not None else (
-        default.confidence if default is not None else default_confidence
-    )
-    return AccuracyRequest(eps, confidence)
+@dataclass(frozen=True, slots=True)
+class AccuracyDefaults:
+    """What a query asks for when its clause is absent or gives no CONFIDENCE.
+
+    Filled from config.yaml, then from the session's ``dp.accuracy`` / ``dp.confidence``.
+
+    >>> AccuracyDefaults(10, 0.9).resolve(None)
+    AccuracyRequest(eps=10.0, confidence=0.9)
+    >>> AccuracyDefaults().resolve(None) is None
+    True
+    """
+
+    accuracy: float | None = None
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        AccuracyRequest(self.accuracy if self.accuracy is not None else 1.0, self.confidence)
+
+    def resolve(self, statement: exp.Expr | None) -> AccuracyRequest | None:
+        """The statement's clause completed by these defaults; None if neither gives accuracy."""
+        clause = statement.args.get(CLAUSE_KEY) if statement is not None else None
+        if clause is None:
+            return None if self.accuracy is None else AccuracyRequest(self.accuracy, self.confidence)
+        confidence = clause.args.get("confidence")
+        return AccuracyRequest(
+            float(clause.args["eps"].to_py()),
+            float(confidence.to_py()) if confidence is not None else self.confidence,
+        )

@@ -19,7 +19,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from proxy.errors import DatatypeMismatch, SqlSyntaxError, UndefinedColumn, UndefinedTable, UnsupportedQuery
-from sqlmap.accuracy import AccuracyRequest, DPPostgres, clause_request
+from sqlmap.accuracy import AccuracyDefaults, AccuracyRequest, DPPostgres
 from sqlmap.cellwise import CellEvaluator, constant, position_of, refuse_division
 from sqlmap.cube import Bin, BinKind, CategoricalDimension, Cube, Dimension, Scalar
 from sqlmap.vector import LinearQuery
@@ -126,24 +126,27 @@ class Translator:
 
     Args:
         cubes: the protected tables' cubes.
-        default_accuracy: what a query without ``WITH ACCURACY`` asks for (None: nothing).
-        default_confidence: the confidence used when the clause gives ACCURACY only.
+        defaults: what a query asks for without (a complete) ``WITH ACCURACY`` clause.
     """
 
     def __init__(
         self,
         cubes: Iterable[Cube],
-        default_accuracy: AccuracyRequest | None = None,
-        default_confidence: float = 0.95,
+        defaults: AccuracyDefaults = AccuracyDefaults(),
     ) -> None:
         self.cubes = {(c.schema, c.table): c for c in cubes}
-        self.default_accuracy = default_accuracy
-        self.default_confidence = default_confidence
+        self.defaults = defaults
 
-    def translate(self, sql: str) -> AnswerSpec:
-        """Translate one SQL query; raise a :class:`proxy.errors.DpproxyError` if it cannot be."""
-        statement = self.parse(sql)
-        accuracy = clause_request(statement, self.default_accuracy, self.default_confidence)
+    def translate(self, sql: str, defaults: AccuracyDefaults | None = None) -> AnswerSpec:
+        """Translate one SQL query; raise a :class:`proxy.errors.DpproxyError` if it cannot be.
+
+        ``defaults`` (e.g. a session's settings) replace the translator's own.
+        """
+        return self.translate_parsed(self.parse(sql), defaults)
+
+    def translate_parsed(self, statement: exp.Expr, defaults: AccuracyDefaults | None = None) -> AnswerSpec:
+        """Translate a statement that :meth:`parse` returned."""
+        accuracy = (defaults or self.defaults).resolve(statement)
         return _Query(self, statement).spec(accuracy)
 
     @staticmethod

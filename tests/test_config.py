@@ -11,6 +11,7 @@ import yaml
 
 from proxy.config import load_config, parse_config
 from proxy.errors import ConfigError
+from sqlmap.accuracy import AccuracyDefaults
 from sqlmap.cube import BinKind, CategoricalDimension, NumericDimension
 
 ROOT = Path(__file__).parent.parent
@@ -48,7 +49,7 @@ def test_shipped_config_loads() -> None:
     assert cube.qualified_name == "public.adult"
     assert {"age", "sex", "race", "income", "education"} <= {d.name for d in cube.dimensions}
     assert 1_000 <= cube.n_cells <= 20_000
-    assert config.privacy.default_request is not None
+    assert config.privacy.defaults.accuracy is not None
 
 
 def test_valid_config_values() -> None:
@@ -60,8 +61,7 @@ def test_valid_config_values() -> None:
     assert isinstance(sex, CategoricalDimension) and [b.kind for b in sex.bins] == [BinKind.VALUE] * 2
     assert cube.n_cells == 5 * 2
     assert cube.total_budget == 2.0
-    assert config.privacy.default_request is not None
-    assert config.privacy.default_request.eps == 10
+    assert config.privacy.defaults == AccuracyDefaults(10, 0.9)
 
 
 @pytest.mark.parametrize(

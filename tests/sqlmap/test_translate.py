@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.errors import DpproxyError
-from sqlmap.accuracy import AccuracyRequest
+from sqlmap.accuracy import AccuracyDefaults, AccuracyRequest
 from sqlmap.cube import BinKind, CategoricalDimension, Cube, NumericDimension
 from sqlmap.translate import GroupValue, Translator
 
@@ -75,7 +75,7 @@ def test_accuracy_clause_and_defaults() -> None:
     assert T.translate("SELECT COUNT(*) FROM people").accuracy is None
     spec = T.translate("SELECT COUNT(*) FROM people WITH ACCURACY 25 CONFIDENCE 0.95")
     assert spec.accuracy == AccuracyRequest(25, 0.95)
-    with_defaults = Translator([CUBE], AccuracyRequest(10, 0.8), default_confidence=0.8)
+    with_defaults = Translator([CUBE], AccuracyDefaults(10, 0.8))
     assert with_defaults.translate("SELECT COUNT(*) FROM people").accuracy == AccuracyRequest(10, 0.8)
     assert with_defaults.translate("SELECT COUNT(*) FROM people WITH ACCURACY 3").accuracy == AccuracyRequest(3, 0.8)
     assert T.translate("SELECT COUNT(*) FROM people with accuracy .5 confidence .99;").accuracy == AccuracyRequest(0.5, 0.99)
@@ -120,3 +120,10 @@ def test_real_valued_bins_only_split_at_edges() -> None:
     real.translate("SELECT COUNT(*) FROM t WHERE x < 0.5 OR x >= 1")
     with pytest.raises(DpproxyError, match=r"x <= 0.5 splits the bin \[0.5, 1\)"):
         real.translate("SELECT COUNT(*) FROM t WHERE x <= 0.5")
+
+
+def test_session_defaults_replace_the_translators() -> None:
+    with_defaults = Translator([CUBE], AccuracyDefaults(10, 0.8))
+    session = AccuracyDefaults(None, 0.99)
+    assert with_defaults.translate("SELECT COUNT(*) FROM people", session).accuracy is None
+    assert with_defaults.translate("SELECT COUNT(*) FROM people WITH ACCURACY 2", session).accuracy == AccuracyRequest(2, 0.99)
