@@ -1,0 +1,299 @@
+"""Decides, before anything runs, where each statement of a query string goes.
+
+Every statement is one of:
+
+* a DP query on a protected table: answered by the engine; only SQL generated from the cube ever
+  reaches the backend, under the privileged role;
+* a ``SET`` / ``RESET`` / ``SHOW`` of a ``dp.*`` setting: handled by the proxy;
+* anything else that mentions a protected table, or reads table statistics that PostgreSQL shows
+  to every role (``pg_class.reltuples``, ``pg_stat_*``, relation sizes): refused with 42501;
+* everything else: relayed to PostgreSQL under the pass-through role, which has no rights on
+  protected tables, so PostgreSQL itself refuses what this inspector might miss.
+
+The inspector errs on the side of refusing: a statement that names a protected table as an
+identifier anywhere (subqueries, CTEs, EXPLAIN, COPY, PREPARE, ...) is not passed through, nor is
+one that names a statistics relation, column or function anywhere, strings included. Code that
+would run under the pass-through role out of the inspector's sight (``DO``, ``CREATE FUNCTION``)
+is refused outright.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokenizer_core import Token, TokenType
+
+from proxy.errors import DpproxyError, InsufficientPrivilege, SqlSyntaxError
+from sqlmap.accuracy import DPPostgres
+from sqlmap.cube import Cube
+from sqlmap.translate import SUPPORTED_FORMS, Translator
+
+__all__ = ["Route", "Statement", "split_statements", "Router", "STATISTICS_NAMES"]
+
+_DIALECT = DPPostgres()
+
+
+class Route(Enum):
+    """Where a statement goes."""
+
+    DP = "dp"
+    SETTING = "setting"  # SET / RESET / SHOW of a dp.* setting
+    PASSTHROUGH = "passthrough"
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One statement of a query string and its route.
+
+    ``start`` is its offset in the query string, for error positions. ``parsed`` is the sqlglot
+    tree of a DP query (with its accuracy clause); ``setting`` holds (verb, name, value) of a
+    dp.* SET/RESET/SHOW.
+    """
+
+    text: str
+    start: int
+    route: Route
+    parsed: exp.Expr | None = None
+    setting: tuple[str, str, str | None] | None = None
+
+
+#: Catalog relations, columns and functions that reveal how many rows a table has (or their
+#: values) to every role, whatever its privileges on the table.
+STATISTICS_NAMES = frozenset(
+    {
+        "reltuples", "relpages", "relallvisible",
+        "pg_stats", "pg_stats_ext", "pg_stats_ext_exprs", "pg_statistic", "pg_statistic_ext_data",
+        "pg_stat_all_tables", "pg_stat_user_tables", "pg_stat_sys_tables",
+        "pg_stat_xact_all_tables", "pg_stat_xact_user_tables", "pg_stat_xact_sys_tables",
+        "pg_statio_all_tables", "pg_statio_user_tables", "pg_statio_sys_tables",
+        "pg_stat_all_indexes", "pg_stat_user_indexes", "pg_statio_all_indexes", "pg_statio_user_indexes",
+        "pg_relation_size", "pg_total_relation_size", "pg_table_size", "pg_indexes_size",
+        "pg_column_size", "pg_stat_file", "pg_read_file", "pg_read_binary_file", "pg_ls_dir",
+    }
+)
+_STATISTICS_PREFIXES = ("pg_stat_get_",)
+
+_STRING_TOKENS = {
+    TokenType.STRING, TokenType.HEREDOC_STRING, TokenType.BYTE_STRING, TokenType.NATIONAL_STRING,
+    TokenType.RAW_STRING, TokenType.HEX_STRING, TokenType.BIT_STRING, TokenType.UNICODE_STRING,
+}
+
+
+def split_statements(sql: str) -> list[tuple[int, str]]:
+    """Split a query string at its top-level semicolons into (offset, text) pairs.
+
+    Semicolons inside strings, quoted identifiers, comments and dollar-quoted bodies do not split.
+    Empty statements are dropped.
+
+    >>> split_statements("SELECT 1; SELECT ';' -- ;\\n; ")
+    [(0, 'SELECT 1'), (9, " SELECT ';' -- ;\\n")]
+    """
+    try:
+        tokens = _DIALECT.tokenize(sql)
+    except TokenError:
+        return [(0, sql)] if sql.strip() else []
+    pieces, start = [], 0
+    for token in tokens:
+        if token.token_type == TokenType.SEMICOLON:
+            pieces.append((start, sql[start : token.start]))
+            start = token.end + 1
+    pieces.append((start, sql[start:]))
+    return [(offset, text) for offset, text in pieces if _has_content(text)]
+
+
+def _has_content(text: str) -> bool:
+    try:
+        return bool(_DIALECT.tokenize(text))
+    except TokenError:
+        return bool(text.strip())
+
+
+def _decode_unicode_identifier(text: str, escape: str = "\\") -> str:
+    r"""Decode the body of a ``U&"..."`` identifier (``\XXXX`` and ``\+XXXXXX`` escapes).
+
+    >>> _decode_unicode_identifier(r"\0061dult")
+    'adult'
+    """
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == escape and text[i + 1 : i + 2] == escape:
+            out.append(escape)
+            i += 2
+        elif text[i] == escape and text[i + 1 : i + 2] == "+":
+            out.append(chr(int(text[i + 2 : i + 8], 16)))
+            i += 8
+        elif text[i] == escape:
+            out.append(chr(int(text[i + 1 : i + 5], 16)))
+            i += 5
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+class Router:
+    """Routes statements for one proxy: its protected cubes and translator."""
+
+    def __init__(self, translator: Translator, cubes: Iterable[Cube]) -> None:
+        self.translator = translator
+        self.tables = {c.table for c in cubes}
+        self._words = re.compile(
+            r"\b(" + "|".join(re.escape(t) for t in sorted(self.tables)) + r")\b", re.IGNORECASE
+        )
+
+    def route(self, sql: str) -> list[Statement]:
+        """Route every statement of ``sql``; raise the first refusal, before anything runs."""
+        statements = [self._route_one(offset, text) for offset, text in split_statements(sql)]
+        return statements
+
+    def _route_one(self, offset: int, text: str) -> Statement:
+        tokens = _tokens_or_none(text)
+        setting = _dp_setting(tokens) if tokens else None
+        if setting is not None:
+            return Statement(text, offset, Route.SETTING, setting=setting)
+        code = _server_side_code(tokens) if tokens else None
+        if code is not None:
+            raise InsufficientPrivilege(
+                f"permission denied: {code} is not allowed through dpproxy", position=offset + len(text) - len(text.lstrip())
+            )
+        table = self._protected_name(text, tokens)
+        statistics = _statistics_name(text)
+        if table is None and statistics is None:
+            return Statement(text, offset, Route.PASSTHROUGH)
+        if table is not None and tokens is not None:
+            parsed = self._dp_query(text, offset)
+            if parsed is not None:
+                return Statement(text, offset, Route.DP, parsed=parsed)
+        if table is not None:
+            raise InsufficientPrivilege(
+                f"permission denied: {table} is a protected table, readable only through DP aggregates",
+                hint=SUPPORTED_FORMS,
+                position=offset + (self._first_mention(text) or 0),
+            )
+        raise InsufficientPrivilege(
+            f"permission denied: {statistics} reveals table statistics",
+            detail="row counts and sizes of protected tables must not be read directly",
+            position=offset,
+        )
+
+    def _protected_name(self, text: str, tokens: list[Token] | None) -> str | None:
+        """The protected table this statement mentions anywhere, if any."""
+        if tokens is None:  # unreadable by the tokenizer: fall back to the raw text
+            match = self._words.search(text)
+            return match.group(1) if match else None
+        for i, token in enumerate(tokens):
+            if token.token_type == TokenType.STRING and i and tokens[i - 1].token_type == TokenType.COMMAND:
+                # sqlglot keeps the rest of a statement it does not parse (EXPLAIN, PREPARE,
+                # DECLARE, ...) as one string: inspect it as SQL
+                inner = self._protected_name(token.text, _tokens_or_none(token.text))
+                if inner is not None:
+                    return inner
+                continue
+            if token.token_type == TokenType.IDENTIFIER:
+                unicode = i >= 2 and tokens[i - 1].token_type == TokenType.AMP and tokens[i - 2].text.upper() == "U"
+                name = _decode_unicode_identifier(token.text) if unicode else token.text
+            elif token.token_type in _STRING_TOKENS:
+                # a name in a string is data, e.g. psql's \d adult looks the table up by name;
+                # a string run as SQL (query_to_xml, ...) runs under the pass-through role
+                continue
+            else:
+                name = token.text.lower()
+            if name in self.tables:
+                return name
+        return None
+
+    def _first_mention(self, text: str) -> int | None:
+        match = self._words.search(text)
+        return match.start() if match else None
+
+    def _dp_query(self, text: str, offset: int) -> exp.Expr | None:
+        """The parsed statement if it is meant as a DP query: a plain SELECT of aggregates from
+        one table. Anything else that mentions a protected table is refused by the caller."""
+        try:
+            parsed = Translator.parse(text)
+        except SqlSyntaxError as e:
+            if not _looks_like_aggregate_query(text):
+                return None
+            position = None if e.position is None else offset + e.position
+            raise SqlSyntaxError(e.message, hint=e.hint, position=position) from None
+        except (DpproxyError, ParseError):
+            return None
+        if not isinstance(parsed, exp.Select) or parsed.args.get("with_") or parsed.args.get("joins"):
+            return None
+        source = parsed.args.get("from_")
+        if source is None or not isinstance(source.this, exp.Table):
+            return None
+        if any(isinstance(n, (exp.Subquery, exp.Window)) or (isinstance(n, exp.Select) and n is not parsed) for n in parsed.walk()):
+            return None
+        if not any(isinstance(n, exp.AggFunc) for n in parsed.walk()):
+            return None
+        return parsed
+
+
+def _looks_like_aggregate_query(text: str) -> bool:
+    """A SELECT that calls COUNT or SUM: a DP query with a typo rather than anything else."""
+    tokens = _tokens_or_none(text) or []
+    words = [t.text.upper() for t in tokens]
+    return bool(words) and words[0] == "SELECT" and any(w in ("COUNT", "SUM") for w in words)
+
+
+def _tokens_or_none(text: str) -> list[Token] | None:
+    try:
+        return _DIALECT.tokenize(text)
+    except TokenError:
+        return None
+
+
+def _dp_setting(tokens: list[Token]) -> tuple[str, str, str | None] | None:
+    """(verb, name, value) for ``SET [SESSION] dp.x {=|TO} v``, ``RESET dp.x``, ``SHOW dp.x``."""
+    words = [t for t in tokens if t.token_type != TokenType.SEMICOLON]
+    if not words:
+        return None
+    verb = words[0].text.upper()
+    if verb in ("SHOW", "RESET") and len(words) == 2 and words[1].token_type in (TokenType.STRING, TokenType.VAR):
+        name = words[1].text.strip().lower()  # sqlglot reads SHOW x and RESET x as command + string
+        return (verb, name, None) if name.startswith("dp.") else None
+    if verb not in ("SET", "RESET"):
+        return None
+    rest = words[1:]
+    if verb == "SET" and rest and rest[0].text.upper() in ("SESSION", "LOCAL"):
+        rest = rest[1:]
+    if len(rest) < 3 or rest[0].text.lower() != "dp" or rest[1].token_type != TokenType.DOT:
+        return None
+    name = "dp." + rest[2].text.lower()
+    if verb == "RESET":
+        return ("RESET", name, None) if len(rest) == 3 else None
+    if len(rest) < 5 or not (rest[3].token_type == TokenType.EQ or rest[3].text.upper() == "TO"):
+        return None
+    value = "".join(t.text for t in rest[4:])
+    return ("SET", name, None if value.upper() == "DEFAULT" else value)
+
+
+_STATISTICS_WORDS = re.compile(
+    r"\b(" + "|".join(sorted(STATISTICS_NAMES)) + "|" + "|".join(p + r"\w*" for p in _STATISTICS_PREFIXES) + r")\b",
+    re.IGNORECASE,
+)
+
+
+def _statistics_name(text: str) -> str | None:
+    """A statistics relation, column or function named anywhere, strings and bodies included."""
+    match = _STATISTICS_WORDS.search(text)
+    return match.group(1).lower() if match else None
+
+
+def _server_side_code(tokens: list[Token]) -> str | None:
+    """``DO`` blocks and new functions run code as the pass-through role that could assemble
+    names at run time, out of the inspector's sight; analysts have no need for them."""
+    words = [t.text.upper() for t in tokens[:4]]
+    if words[:1] == ["DO"]:
+        return "DO"
+    if words[:1] == ["CREATE"]:
+        rest = words[3:4] if words[1:3] == ["OR", "REPLACE"] else words[1:2]
+        if rest and rest[0] in ("FUNCTION", "PROCEDURE", "AGGREGATE", "LANGUAGE", "EXTENSION", "RULE", "TRIGGER"):
+            return f"CREATE {rest[0]}"
+    return None

@@ -1,0 +1,112 @@
+"""Where statements go: DP engine, proxy settings, pass-through, or refusal (42501)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.config import load_config
+from proxy.errors import DpproxyError
+from proxy.routing import Route, Router, split_statements
+
+CONFIG = load_config(Path(__file__).parent.parent / "config.yaml")
+ROUTER = Router(CONFIG.translator(), CONFIG.cubes)
+
+
+def routes(sql: str) -> list[Route]:
+    return [s.route for s in ROUTER.route(sql)]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM adult",
+    "select count(*) from PUBLIC.Adult where sex = 'Male' with accuracy 5",
+    'SELECT sex, COUNT(*) FROM "adult" GROUP BY sex',
+    "SELECT AVG(age) FROM adult",  # meant as DP: the engine's translator explains the refusal
+])
+def test_dp_queries(sql: str) -> None:
+    assert routes(sql) == [Route.DP]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT 1",
+    "SELECT relname, relkind FROM pg_catalog.pg_class WHERE relname = 'adult'",
+    "SELECT c.relname FROM pg_catalog.pg_class c WHERE c.relname OPERATOR(pg_catalog.~) '^(adult)$'",
+    "SET search_path = public",
+    "SHOW server_version",
+    "BEGIN",
+    "SELECT COUNT(*) FROM other_table",
+    "CREATE TABLE notes (t text)",
+    "SELECT 'adult'",
+])
+def test_pass_through(sql: str) -> None:
+    assert routes(sql) == [Route.PASSTHROUGH]
+
+
+@pytest.mark.parametrize(("sql", "setting"), [
+    ("SET dp.accuracy = 10", ("SET", "dp.accuracy", "10")),
+    ("set session DP.confidence to 0.9;", ("SET", "dp.confidence", "0.9")),
+    ("SET dp.accuracy TO DEFAULT", ("SET", "dp.accuracy", None)),
+    ("SET dp.accuracy = '12.5'", ("SET", "dp.accuracy", "12.5")),
+    ("RESET dp.accuracy", ("RESET", "dp.accuracy", None)),
+    ("SHOW dp.confidence", ("SHOW", "dp.confidence", None)),
+])
+def test_dp_settings(sql: str, setting: tuple[str, str, str | None]) -> None:
+    (statement,) = ROUTER.route(sql)
+    assert statement.route is Route.SETTING and statement.setting == setting
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("SELECT * FROM adult", "adult is a protected table"),
+    ("SELECT age FROM adult WHERE sex = 'Male'", "adult is a protected table"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM adult) t", "adult is a protected table"),
+    ("WITH t AS (SELECT * FROM adult) SELECT COUNT(*) FROM t", "adult is a protected table"),
+    ("SELECT COUNT(*) FROM adult UNION SELECT 1", "adult is a protected table"),
+    ("SELECT COUNT(*) FROM adult a JOIN adult b ON true", "adult is a protected table"),
+    ("SELECT COUNT(*) OVER () FROM adult", "adult is a protected table"),
+    ("EXPLAIN SELECT * FROM adult", "adult is a protected table"),
+    ("COPY adult TO STDOUT", "adult is a protected table"),
+    ("PREPARE p AS SELECT COUNT(*) FROM adult", "adult is a protected table"),
+    ("DECLARE c CURSOR FOR SELECT * FROM adult", "adult is a protected table"),
+    ('SELECT * FROM U&"\\0061dult"', "adult is a protected table"),
+    ("SELECT 1; SELECT * FROM adult", "adult is a protected table"),
+    ("SELECT reltuples FROM pg_class WHERE relname = 'adult'", "reltuples reveals table statistics"),
+    ("SELECT n_live_tup FROM pg_stat_user_tables", "pg_stat_user_tables reveals table statistics"),
+    ("SELECT pg_relation_size('adult')", "pg_relation_size reveals table statistics"),
+    ("SELECT pg_stat_get_live_tuples('adult'::regclass)", "pg_stat_get_live_tuples reveals table statistics"),
+    ("SELECT * FROM pg_stats WHERE tablename = 'x'", "pg_stats reveals table statistics"),
+    ("DO $$ BEGIN RAISE NOTICE 'x'; END $$", "DO is not allowed through dpproxy"),
+    ("CREATE OR REPLACE FUNCTION f() RETURNS int AS 'SELECT 1' LANGUAGE sql", "CREATE FUNCTION is not allowed"),
+])
+def test_refused_with_42501(sql: str, message: str) -> None:
+    with pytest.raises(DpproxyError) as raised:
+        ROUTER.route(sql)
+    assert raised.value.sqlstate == "42501"
+    assert message in str(raised.value)
+
+
+def test_refusal_points_at_the_table_in_the_whole_query_string() -> None:
+    sql = "SELECT 1; SELECT * FROM adult"
+    with pytest.raises(DpproxyError) as raised:
+        ROUTER.route(sql)
+    assert raised.value.position == sql.index("adult")
+
+
+def test_syntax_error_in_a_dp_query_keeps_its_position() -> None:
+    sql = "SELECT 1;\nSELECT COUNT(* FROM adult"
+    with pytest.raises(DpproxyError) as raised:
+        ROUTER.route(sql)
+    assert raised.value.sqlstate == "42601"
+
+
+def test_mixed_batch_keeps_order() -> None:
+    assert routes("SELECT 1; SELECT COUNT(*) FROM adult; SET dp.accuracy = 3; SELECT 2") == [
+        Route.PASSTHROUGH, Route.DP, Route.SETTING, Route.PASSTHROUGH
+    ]
+
+
+def test_split_statements_respects_quotes_comments_and_dollar_bodies() -> None:
+    sql = "SELECT ';'; /* ; */ SELECT $x$ ; $x$; SELECT \";\" -- ;\n;;"
+    assert [t.strip() for _, t in split_statements(sql)] == [
+        "SELECT ';'", "/* ; */ SELECT $x$ ; $x$", 'SELECT ";" -- ;',
+    ]
