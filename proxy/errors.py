@@ -19,6 +19,7 @@ __all__ = [
     "DatatypeMismatch",
     "InvalidParameterValue",
     "InsufficientPrivilege",
+    "UnknownSetting",
     "BudgetExhausted",
     "DomainViolation",
     "ProtocolViolation",
@@ -119,6 +120,12 @@ class InsufficientPrivilege(DpproxyError):
     """The statement would read protected rows other than through a DP aggregate."""
 
     sqlstate = "42501"  # insufficient_privilege
+
+
+class UnknownSetting(DpproxyError):
+    """SET/SHOW of a ``dp.*`` setting that does not exist."""
+
+    sqlstate = "42704"  # undefined_object
 
 
 class BudgetExhausted(DpproxyError):

@@ -1,0 +1,98 @@
+"""The session's ``dp.*`` settings: accuracy defaults for tools that cannot add a clause.
+
+``SET dp.accuracy = 10``, ``SET dp.confidence TO 0.9``, ``RESET dp.accuracy``, ``SHOW dp.accuracy``
+and the startup option ``-c dp.accuracy=10`` are handled by the proxy, never by PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from proxy.errors import InvalidParameterValue, UnknownSetting
+from sqlmap.accuracy import AccuracyDefaults
+
+__all__ = ["DpSettings", "SETTING_NAMES"]
+
+#: The settings a session may change, with what SHOW prints for them when unset.
+SETTING_NAMES = ("dp.accuracy", "dp.confidence")
+
+
+@dataclass(frozen=True, slots=True)
+class DpSettings:
+    """A session's own values; None means "use the config default".
+
+    >>> s = DpSettings().set("dp.accuracy", "10").set("dp.confidence", "0.9")
+    >>> s.defaults(AccuracyDefaults(None, 0.95))
+    AccuracyDefaults(accuracy=10.0, confidence=0.9)
+    """
+
+    accuracy: float | None = None
+    confidence: float | None = None
+
+    def set(self, name: str, value: str | None) -> DpSettings:
+        """A copy with ``name`` set to ``value`` (None: back to the default)."""
+        field = _field(name)
+        if value is None:
+            return replace(self, **{field: None})
+        text = value.strip().strip("'\"")
+        try:
+            number = float(text)
+        except ValueError:
+            raise InvalidParameterValue(f'invalid value for parameter "{name}": "{value}"') from None
+        if field == "accuracy" and not (math.isfinite(number) and number > 0):
+            raise InvalidParameterValue(f'invalid value for parameter "{name}": "{value}"', hint="dp.accuracy must be a positive number")
+        if field == "confidence" and not 0 < number < 1:
+            raise InvalidParameterValue(f'invalid value for parameter "{name}": "{value}"', hint="dp.confidence must lie strictly between 0 and 1")
+        return replace(self, **{field: number})
+
+    def show(self, name: str, defaults: AccuracyDefaults) -> str:
+        """What ``SHOW name`` prints: the session's value, else the default in force."""
+        effective = self.defaults(defaults)
+        value = effective.accuracy if _field(name) == "accuracy" else effective.confidence
+        return "" if value is None else f"{value:g}"
+
+    def defaults(self, base: AccuracyDefaults) -> AccuracyDefaults:
+        """``base`` (from config.yaml) overridden by this session's values."""
+        return AccuracyDefaults(
+            self.accuracy if self.accuracy is not None else base.accuracy,
+            self.confidence if self.confidence is not None else base.confidence,
+        )
+
+    @classmethod
+    def from_options(cls, args: list[str]) -> tuple[DpSettings, list[str]]:
+        """Take ``-c dp.x=v`` / ``--dp.x=v`` out of startup ``options`` arguments.
+
+        Returns the settings and the arguments left for PostgreSQL.
+
+        >>> DpSettings.from_options(["-c", "dp.accuracy=5", "-cgeqo=off"])
+        (DpSettings(accuracy=5.0, confidence=None), ['-cgeqo=off'])
+        """
+        settings, rest, i = cls(), [], 0
+        while i < len(args):
+            arg = args[i]
+            assignment: str | None = None
+            if arg == "-c" and i + 1 < len(args):
+                assignment, consumed = args[i + 1], 2
+            elif arg.startswith("-c"):
+                assignment, consumed = arg[2:], 1
+            elif arg.startswith("--"):
+                assignment, consumed = arg[2:], 1
+            else:
+                consumed = 1
+            name, _, value = (assignment or "").partition("=")
+            if name.strip().lower().startswith("dp."):
+                settings = settings.set(name.strip().lower(), value)
+            else:
+                rest.extend(args[i : i + consumed])
+            i += consumed
+        return settings, rest
+
+
+def _field(name: str) -> str:
+    if name not in SETTING_NAMES:
+        raise UnknownSetting(
+            f'unrecognized configuration parameter "{name}"',
+            hint=f"dpproxy's settings are {', '.join(SETTING_NAMES)}",
+        )
+    return name.removeprefix("dp.")
