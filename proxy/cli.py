@@ -12,7 +12,7 @@ from pathlib import Path
 from proxy.config import Config, load_config
 from proxy.errors import DpproxyError
 from sqlmap.canonical import COLUMN_TYPES_SQL, check_column_types
-from sqlmap.translate import AnswerSpec
+from sqlmap.translate import AnswerSpec, OutputKind
 
 __all__ = ["main"]
 
@@ -89,7 +89,7 @@ def describe(spec: AnswerSpec) -> str:
         lines.append("accuracy: none given (add WITH ACCURACY <eps> CONFIDENCE <c>)")
     else:
         lines.append(f"accuracy: +-{spec.accuracy.eps:g} at confidence {spec.accuracy.confidence:g}")
-    aggregates = [c for c in spec.columns if not c.is_group_key]
+    aggregates = [c for c in spec.columns if c.kind is OutputKind.AGGREGATE]
     lines.append(f"rows: {len(spec.rows)}" + (f" (GROUP BY {', '.join(spec.group_dims)})" if spec.group_dims else ""))
     for row in spec.rows:
         keys = ", ".join(k.label for k in row.keys)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 from fractions import Fraction
 
 import numpy as np
@@ -24,7 +25,7 @@ from sqlmap.cellwise import CellEvaluator, constant, position_of, refuse_divisio
 from sqlmap.cube import Bin, BinKind, CategoricalDimension, Cube, Dimension, Scalar
 from sqlmap.vector import LinearQuery
 
-__all__ = ["Translator", "AnswerSpec", "AnswerRow", "OutputColumn", "GroupValue"]
+__all__ = ["Translator", "AnswerSpec", "AnswerRow", "OutputColumn", "OutputKind", "GroupValue"]
 
 _DIALECT = DPPostgres()
 
@@ -82,18 +83,33 @@ class GroupValue:
         return "NULL" if self.kind is BinKind.NULL else "(other values)"
 
 
+class OutputKind(Enum):
+    """What a result column holds."""
+
+    GROUP_KEY = "group key"
+    AGGREGATE = "aggregate"
+    INTERVAL_LOW = "interval low"  # DP_INTERVAL_LOW(<aggregate>)
+    INTERVAL_HIGH = "interval high"  # DP_INTERVAL_HIGH(<aggregate>)
+
+
+#: The pseudo-functions that select an aggregate's interval, by their upper-case names.
+_INTERVAL_FUNCTIONS = {"DP_INTERVAL_LOW": OutputKind.INTERVAL_LOW, "DP_INTERVAL_HIGH": OutputKind.INTERVAL_HIGH}
+
+
 @dataclass(frozen=True, slots=True)
 class OutputColumn:
-    """A result column: a GROUP BY key (``dimension`` set) or a linear aggregate expression."""
+    """A result column.
+
+    ``dimension`` names a GROUP BY key's dimension; ``aggregate`` is, for an interval column,
+    the index (among the aggregate columns, i.e. into :attr:`AnswerRow.queries`) of the
+    aggregate whose interval it reports.
+    """
 
     name: str
     sql: str
+    kind: OutputKind = OutputKind.AGGREGATE
     dimension: str | None = None
-
-    @property
-    def is_group_key(self) -> bool:
-        """Whether the column reports a GROUP BY key rather than an aggregate."""
-        return self.dimension is not None
+    aggregate: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,14 +276,20 @@ class _Query:
         group_dims = self._group_dims()
         columns: list[OutputColumn] = []
         aggregates: list[tuple[Floats, float]] = []
+        aggregate_bodies: list[exp.Expr] = []
         for item in self.statement.expressions:
             name, body = _output_name(item), item.unalias() if isinstance(item, exp.Alias) else item
-            if _has_aggregate(body):
+            interval = _interval_kind(body)
+            if interval is not None:
+                columns.append(OutputColumn(name, body.sql("postgres"), interval))
+            elif _has_aggregate(body):
                 weights, offset = self._linear(body)
                 aggregates.append((np.broadcast_to(weights * rows_mask, self.cube.shape), float(offset)))
+                aggregate_bodies.append(body)
                 columns.append(OutputColumn(name, body.sql("postgres")))
             else:
                 columns.append(self._non_aggregate(item, name, body, group_dims))
+        columns = [self._link_interval(c, item, aggregate_bodies) for c, item in zip(columns, self.statement.expressions)]
         if not aggregates:
             raise UnsupportedQuery(
                 "a DP query must compute at least one aggregate",
@@ -278,13 +300,32 @@ class _Query:
         rows = self._rows(group_dims, aggregates)
         return AnswerSpec(self.cube, accuracy, tuple(columns), tuple(d.name for d in group_dims), rows)
 
+    @staticmethod
+    def _link_interval(column: OutputColumn, item: exp.Expr, aggregate_bodies: list[exp.Expr]) -> OutputColumn:
+        """Point an interval column at the aggregate column it reports on."""
+        if column.kind not in (OutputKind.INTERVAL_LOW, OutputKind.INTERVAL_HIGH):
+            return column
+        call = item.unalias() if isinstance(item, exp.Alias) else item
+        args = call.expressions
+        words = call.name.upper()
+        if len(args) != 1:
+            raise UnsupportedQuery(f"{words} takes one aggregate expression", position=position_of(call))
+        for index, body in enumerate(aggregate_bodies):
+            if body == args[0]:
+                return OutputColumn(column.name, column.sql, column.kind, aggregate=index)
+        raise UnsupportedQuery(
+            f"{words}({args[0].sql('postgres')}) needs that aggregate in the select list too",
+            hint=f"e.g. SELECT {args[0].sql('postgres')}, {words}({args[0].sql('postgres')}) FROM ...",
+            position=position_of(call),
+        )
+
     def _non_aggregate(
         self, item: exp.Expr, name: str, body: exp.Expr, group_dims: list[Dimension]
     ) -> OutputColumn:
         if isinstance(body, exp.Column):
             dim = self.resolve(body)
             if dim in group_dims:
-                return OutputColumn(name, body.sql("postgres"), dimension=dim.name)
+                return OutputColumn(name, body.sql("postgres"), OutputKind.GROUP_KEY, dimension=dim.name)
             raise UnsupportedQuery(
                 f"column {dim.name} must appear in the GROUP BY clause or be used in an aggregate",
                 position=position_of(item),
@@ -454,6 +495,12 @@ def _require_select(statement: exp.Expr) -> exp.Select:
         what = "subqueries" if isinstance(source.this, exp.Subquery) else f"FROM {source.this.sql('postgres')}"
         raise UnsupportedQuery(f"{what} are not supported in a DP query" if what == "subqueries" else f"{what} is not supported in a DP query", hint=SUPPORTED_FORMS, position=position_of(source))
     return statement
+
+
+def _interval_kind(node: exp.Expr) -> OutputKind | None:
+    if isinstance(node, exp.Anonymous):
+        return _INTERVAL_FUNCTIONS.get(node.name.upper())
+    return None
 
 
 def _has_aggregate(node: exp.Expr) -> bool:

@@ -13,7 +13,7 @@ from sqlglot import exp
 from sqlmap.accuracy import CLAUSE_KEY
 from sqlmap.cube import BinKind, CategoricalDimension, Cube
 from sqlmap.canonical import histogram_from_rows, histogram_sql
-from sqlmap.translate import AnswerSpec, GroupValue, Translator
+from sqlmap.translate import AnswerSpec, GroupValue, OutputKind, Translator
 
 
 def true_histogram(conn: psycopg.Connection, cube: Cube) -> npt.NDArray[np.int64]:
@@ -53,7 +53,7 @@ def group_of(dim: CategoricalDimension, value: object) -> GroupValue:
 def assert_exact(conn: psycopg.Connection, spec: AnswerSpec, sql: str, x: npt.NDArray[np.int64]) -> int:
     """Assert that q.x + c equals PostgreSQL's answer for every row and column; return #rows."""
     n_keys = len(spec.group_dims)
-    agg_positions = [n_keys + i for i, c in enumerate(spec.columns) if not c.is_group_key]
+    agg_positions = [n_keys + i for i, c in enumerate(spec.columns) if c.kind is OutputKind.AGGREGATE]
     dims = [spec.cube.dimension(d) for d in spec.group_dims]
     offsets = [q.offset for q in spec.rows[0].queries]
     # PostgreSQL's rows, mapped to dpproxy's groups; linear parts (answer - offset) add up

@@ -7,7 +7,7 @@ import pytest
 from proxy.errors import DpproxyError
 from sqlmap.accuracy import AccuracyDefaults, AccuracyRequest
 from sqlmap.cube import BinKind, CategoricalDimension, Cube, NumericDimension
-from sqlmap.translate import GroupValue, Translator
+from sqlmap.translate import GroupValue, OutputKind, Translator
 
 CUBE = Cube(
     "public",
@@ -127,3 +127,28 @@ def test_session_defaults_replace_the_translators() -> None:
     session = AccuracyDefaults(None, 0.99)
     assert with_defaults.translate("SELECT COUNT(*) FROM people", session).accuracy is None
     assert with_defaults.translate("SELECT COUNT(*) FROM people WITH ACCURACY 2", session).accuracy == AccuracyRequest(2, 0.99)
+
+
+def test_interval_columns_point_at_their_aggregate() -> None:
+    spec = T.translate(
+        "SELECT dp_interval_low(COUNT(*)) AS lo, sex, COUNT(*), SUM(rooms), "
+        "DP_INTERVAL_HIGH(SUM(rooms)) FROM people GROUP BY sex"
+    )
+    kinds = [(c.name, c.kind, c.aggregate) for c in spec.columns]
+    assert kinds == [
+        ("lo", OutputKind.INTERVAL_LOW, 0),
+        ("sex", OutputKind.GROUP_KEY, None),
+        ("count", OutputKind.AGGREGATE, None),
+        ("sum", OutputKind.AGGREGATE, None),
+        ("dp_interval_high", OutputKind.INTERVAL_HIGH, 1),
+    ]
+    assert all(len(r.queries) == 2 for r in spec.rows)  # intervals add no queries
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("SELECT DP_INTERVAL_LOW(COUNT(*)) FROM people", "needs that aggregate in the select list too"),
+    ("SELECT COUNT(*), DP_INTERVAL_LOW(COUNT(*), 1) FROM people", "DP_INTERVAL_LOW takes one aggregate expression"),
+])
+def test_bad_interval_columns(sql: str, message: str) -> None:
+    with pytest.raises(DpproxyError, match=message):
+        T.translate(sql)
