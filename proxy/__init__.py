@@ -1,0 +1,1 @@
+"""dpproxy: a PostgreSQL proxy that answers aggregate queries under differential privacy."""

@@ -10,7 +10,12 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
-from sqlmap.canonical import COLUMN_TYPES_SQL, check_column_types, histogram_from_rows, histogram_sql
+from sqlmap.canonical import (
+    COLUMN_TYPES_SQL,
+    check_column_types,
+    histogram_from_rows,
+    histogram_sql,
+)
 from sqlmap.cube import Cube
 
 __all__ = ["Reader"]

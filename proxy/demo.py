@@ -59,7 +59,9 @@ def load_adult(dsn: str, table: str = "adult", schema: str = "public") -> int:
         sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in ADULT_COLUMNS
     )
     with psycopg.connect(dsn) as conn:
-        exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name.as_string(conn),)).fetchone()
+        exists = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL", (name.as_string(conn),)
+        ).fetchone()
         if exists and exists[0]:
             count = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(name)).fetchone()
             if count and count[0] == ADULT_ROWS:

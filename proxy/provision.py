@@ -53,14 +53,27 @@ def provision_roles(admin_dsn: str, cubes: Iterable[Cube]) -> BackendRoles:
             exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
             if not exists:
                 conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-            conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(database), sql.Identifier(role)))
+            conn.execute(
+                sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(
+                    sql.Identifier(database), sql.Identifier(role)
+                )
+            )
         for cube in cubes:
             table = sql.Identifier(cube.schema, cube.table)
             schema = sql.Identifier(cube.schema)
             # nobody but the reader (and the owner) may read a protected table, whatever PUBLIC had
             conn.execute(sql.SQL("REVOKE ALL ON {} FROM PUBLIC").format(table))
-            conn.execute(sql.SQL("REVOKE ALL ON {} FROM {}").format(table, sql.Identifier(PASSTHROUGH_ROLE)))
-            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}, {}").format(
-                schema, sql.Identifier(READER_ROLE), sql.Identifier(PASSTHROUGH_ROLE)))
-            conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(table, sql.Identifier(READER_ROLE)))
-    return BackendRoles(dsn_for_role(admin_dsn, READER_ROLE), dsn_for_role(admin_dsn, PASSTHROUGH_ROLE))
+            conn.execute(
+                sql.SQL("REVOKE ALL ON {} FROM {}").format(table, sql.Identifier(PASSTHROUGH_ROLE))
+            )
+            conn.execute(
+                sql.SQL("GRANT USAGE ON SCHEMA {} TO {}, {}").format(
+                    schema, sql.Identifier(READER_ROLE), sql.Identifier(PASSTHROUGH_ROLE)
+                )
+            )
+            conn.execute(
+                sql.SQL("GRANT SELECT ON {} TO {}").format(table, sql.Identifier(READER_ROLE))
+            )
+    return BackendRoles(
+        dsn_for_role(admin_dsn, READER_ROLE), dsn_for_role(admin_dsn, PASSTHROUGH_ROLE)
+    )

@@ -39,11 +39,19 @@ class DpSettings:
         try:
             number = float(text)
         except ValueError:
-            raise InvalidParameterValue(f'invalid value for parameter "{name}": "{value}"') from None
+            raise InvalidParameterValue(
+                f'invalid value for parameter "{name}": "{value}"'
+            ) from None
         if field == "accuracy" and not (math.isfinite(number) and number > 0):
-            raise InvalidParameterValue(f'invalid value for parameter "{name}": "{value}"', hint="dp.accuracy must be a positive number")
+            raise InvalidParameterValue(
+                f'invalid value for parameter "{name}": "{value}"',
+                hint="dp.accuracy must be a positive number",
+            )
         if field == "confidence" and not 0 < number < 1:
-            raise InvalidParameterValue(f'invalid value for parameter "{name}": "{value}"', hint="dp.confidence must lie strictly between 0 and 1")
+            raise InvalidParameterValue(
+                f'invalid value for parameter "{name}": "{value}"',
+                hint="dp.confidence must lie strictly between 0 and 1",
+            )
         return replace(self, **{field: number})
 
     def show(self, name: str, defaults: AccuracyDefaults) -> str:

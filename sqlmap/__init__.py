@@ -1,0 +1,1 @@
+"""SQL to data cube: cube definitions, query-vector translation, canonical backend SQL."""

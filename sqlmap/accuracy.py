@@ -26,7 +26,7 @@ CLAUSE_KEY = "dp_accuracy"
 
 @dataclass(frozen=True, slots=True)
 class AccuracyRequest:
-    """"The true answer lies within +-eps of the returned one with probability ``confidence``."
+    """A requested accuracy: the truth is within +-eps of the answer with this confidence.
 
     >>> round(AccuracyRequest(25, 0.95).delta, 12)
     0.05
@@ -83,6 +83,7 @@ class DPPostgres(Postgres):
         """Lifts the accuracy clause off the tokens, parses the rest as PostgreSQL."""
 
         def parse(self, raw_tokens: list[Token], sql: str) -> list[exp.Expr | None]:
+            """Parse ``sql`` into statements, the last one carrying its accuracy clause."""
             tokens, clause = _split_clause(raw_tokens, sql)
             statements = super().parse(tokens, sql)
             if clause is not None:
@@ -178,7 +179,9 @@ class AccuracyDefaults:
         """The statement's clause completed by these defaults; None if neither gives accuracy."""
         clause = statement.args.get(CLAUSE_KEY) if statement is not None else None
         if clause is None:
-            return None if self.accuracy is None else AccuracyRequest(self.accuracy, self.confidence)
+            return (
+                None if self.accuracy is None else AccuracyRequest(self.accuracy, self.confidence)
+            )
         confidence = clause.args.get("confidence")
         return AccuracyRequest(
             float(clause.args["eps"].to_py()),

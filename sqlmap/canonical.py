@@ -101,7 +101,9 @@ def histogram_sql(cube: Cube) -> str:
     return f"SELECT {cell_index_sql(cube)} AS cell, count(*) AS n FROM {table} GROUP BY 1"
 
 
-def histogram_from_rows(cube: Cube, rows: Iterable[tuple[int | None, int]]) -> npt.NDArray[np.int64]:
+def histogram_from_rows(
+    cube: Cube, rows: Iterable[tuple[int | None, int]]
+) -> npt.NDArray[np.int64]:
     """The dense histogram x from the rows of :func:`histogram_sql`.
 
     Raises DomainViolation if some rows break a ``closed`` or ``nullable: false`` promise
@@ -111,8 +113,10 @@ def histogram_from_rows(cube: Cube, rows: Iterable[tuple[int | None, int]]) -> n
     for cell, n in rows:
         if cell is None:
             raise DomainViolation(
-                f"{n} row(s) of {cube.qualified_name} lie outside the domain that config.yaml declares",
-                detail="a dimension declared 'closed: true' or 'nullable: false' holds other values",
+                f"{n} row(s) of {cube.qualified_name} lie outside the domain that "
+                "config.yaml declares",
+                detail="a dimension declared 'closed: true' or 'nullable: false' holds other "
+                "values",
                 hint="fix the data or the dimension's declaration",
             )
         x[cell] = n

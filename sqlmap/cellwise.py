@@ -75,7 +75,9 @@ class Values:
     def const(value: float | None, ndim: int) -> Values:
         """A constant number, or (None) NULL."""
         shape = (1,) * ndim
-        return Values(np.full(shape, 0.0 if value is None else value), np.full(shape, value is None))
+        return Values(
+            np.full(shape, 0.0 if value is None else value), np.full(shape, value is None)
+        )
 
     def combine(self, other: Values, op: Callable[[Floats, Floats], Floats]) -> Values:
         """``op`` applied cellwise; NULL if either side is NULL, as in SQL arithmetic."""
@@ -88,7 +90,8 @@ def refuse_division(node: exp.Expr) -> None:
     if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)):
         raise UnsupportedQuery(
             f"division is not supported: {node.sql('postgres')}",
-            hint="multiply by a decimal constant instead (PostgreSQL divides integers with truncation)",
+            hint="multiply by a decimal constant instead "
+            "(PostgreSQL divides integers with truncation)",
             position=position_of(node),
         )
 
@@ -114,7 +117,9 @@ def constant(node: exp.Expr) -> Number | str | None:
             raise DatatypeMismatch("cannot negate a string", position=position_of(node))
         return None if inner is None else -inner
     ops: dict[type[exp.Expr], Callable[[Number, Number], Number]] = {
-        exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul
+        exp.Add: operator.add,
+        exp.Sub: operator.sub,
+        exp.Mul: operator.mul,
     }
     op = ops.get(type(node))
     if op is not None:
@@ -122,11 +127,27 @@ def constant(node: exp.Expr) -> Number | str | None:
         if isinstance(left, str) or isinstance(right, str):
             raise DatatypeMismatch("arithmetic on a string", position=position_of(node))
         return None if left is None or right is None else op(left, right)
-    raise UnsupportedQuery(f"expected a constant, got {node.sql('postgres')}", position=position_of(node))
+    raise UnsupportedQuery(
+        f"expected a constant, got {node.sql('postgres')}", position=position_of(node)
+    )
 
 
-_FLIP: dict[type[exp.Expr], type[exp.Expr]] = {exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
-_SYMBOL: dict[type[exp.Expr], str] = {exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=", exp.EQ: "=", exp.NEQ: "<>"}
+_FLIP: dict[type[exp.Expr], type[exp.Expr]] = {
+    exp.LT: exp.GT,
+    exp.LTE: exp.GTE,
+    exp.GT: exp.LT,
+    exp.GTE: exp.LTE,
+    exp.EQ: exp.EQ,
+    exp.NEQ: exp.NEQ,
+}
+_SYMBOL: dict[type[exp.Expr], str] = {
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.GT: ">",
+    exp.GTE: ">=",
+    exp.EQ: "=",
+    exp.NEQ: "<>",
+}
 
 
 class CellEvaluator:
@@ -217,15 +238,24 @@ class CellEvaluator:
         return Truth(true, false)
 
     def _constant_compare(
-        self, op: type[exp.Expr], left: Number | str | None, right: Number | str | None, node: exp.Expr
+        self,
+        op: type[exp.Expr],
+        left: Number | str | None,
+        right: Number | str | None,
+        node: exp.Expr,
     ) -> Truth:
         if left is None or right is None:
             return Truth.const(None, self.ndim)
         if isinstance(left, str) != isinstance(right, str):
-            raise DatatypeMismatch(f"cannot compare a string with a number: {node.sql('postgres')}", position=position_of(node))
+            raise DatatypeMismatch(
+                f"cannot compare a string with a number: {node.sql('postgres')}",
+                position=position_of(node),
+            )
         return Truth.const(bool(_OPS[op](left, right)), self.ndim)
 
-    def _per_bin(self, dim: Dimension, f: Callable[[Bin], Any], dtype: type = bool) -> npt.NDArray[Any]:
+    def _per_bin(
+        self, dim: Dimension, f: Callable[[Bin], Any], dtype: type = bool
+    ) -> npt.NDArray[Any]:
         """``f`` of each bin of ``dim``, as an array shaped to broadcast along its axis."""
         shape = [1] * self.ndim
         shape[self.cube.axis(dim.name)] = dim.size
@@ -240,12 +270,16 @@ class CellEvaluator:
         if isinstance(node, (exp.Literal, exp.Null, exp.Neg)) and not node.find(exp.Column):
             value = constant(node)
             if isinstance(value, str):
-                raise DatatypeMismatch(f"cannot sum the string {value!r}", position=position_of(node))
+                raise DatatypeMismatch(
+                    f"cannot sum the string {value!r}", position=position_of(node)
+                )
             return Values.const(None if value is None else float(value), self.ndim)
         if isinstance(node, exp.Neg):
             return Values.const(0.0, self.ndim).combine(self.values(node.this), np.subtract)
         arith: dict[type[exp.Expr], Callable[[Floats, Floats], Floats]] = {
-            exp.Add: np.add, exp.Sub: np.subtract, exp.Mul: np.multiply
+            exp.Add: np.add,
+            exp.Sub: np.subtract,
+            exp.Mul: np.multiply,
         }
         if type(node) in arith:
             return self.values(node.this).combine(self.values(node.expression), arith[type(node)])
@@ -270,14 +304,18 @@ class CellEvaluator:
                 position=position_of(node),
             )
         if not dim.numeric:
-            raise DatatypeMismatch(f"{dim.name} holds text, not numbers", position=position_of(node))
+            raise DatatypeMismatch(
+                f"{dim.name} holds text, not numbers", position=position_of(node)
+            )
         if not dim.closed:
             raise UnsupportedQuery(
                 f"the value of {dim.name} is unknown for rows outside its declared values",
                 hint=f"declare {dim.name} 'closed: true' if it only ever holds the listed values",
                 position=position_of(node),
             )
-        value = self._per_bin(dim, lambda b: float(b.value or 0) if b.kind is BinKind.VALUE else 0.0, np.float64)
+        value = self._per_bin(
+            dim, lambda b: float(b.value or 0) if b.kind is BinKind.VALUE else 0.0, np.float64
+        )
         null = self._per_bin(dim, lambda b: b.kind is BinKind.NULL)
         return Values(value, null)
 
@@ -363,7 +401,9 @@ def _numeric_rule(
     return rule
 
 
-def _range_outcome(op: type[exp.Expr], c: Number, lo: Number | None, hi: Number | None, integer: bool) -> bool | None:
+def _range_outcome(
+    op: type[exp.Expr], c: Number, lo: Number | None, hi: Number | None, integer: bool
+) -> bool | None:
     """``v op c`` for every v in the bin [lo, hi): True/False if the same for all, else None.
 
     ``None`` bounds are infinite. An integer column's bin holds only the integers lo .. hi-1,
@@ -377,12 +417,17 @@ def _range_outcome(op: type[exp.Expr], c: Number, lo: Number | None, hi: Number 
     if integer:
         low, high = lo, (None if hi is None else hi - 1)  # the bin is the closed range [low, high]
         if op in (exp.EQ, exp.NEQ):
-            if c.denominator != 1 or (low is not None and c < low) or (high is not None and c > high):
+            if (
+                c.denominator != 1
+                or (low is not None and c < low)
+                or (high is not None and c > high)
+            ):
                 return op is exp.NEQ
             return (op is exp.EQ) if low == high else None
         compare = _OPS[op]
         # a monotone test holds for the whole bin iff it holds at the end hardest to satisfy,
-        # and fails for the whole bin iff it fails at the easiest end; an infinite end decides nothing
+        # and fails for the whole bin iff it fails at the easiest end; an infinite end decides
+        # nothing
         hardest, easiest = (high, low) if op in (exp.LT, exp.LTE) else (low, high)
         if hardest is not None and compare(hardest, c):
             return True
@@ -390,25 +435,36 @@ def _range_outcome(op: type[exp.Expr], c: Number, lo: Number | None, hi: Number 
             return False
         return None
     if op in (exp.EQ, exp.NEQ):  # a real bin holds more than one value: only "outside" decides
-        return (op is exp.NEQ) if (lo is not None and c < lo) or (hi is not None and c >= hi) else None
+        return (
+            (op is exp.NEQ) if (lo is not None and c < lo) or (hi is not None and c >= hi) else None
+        )
     below_all = hi is not None and hi <= c  # every v < c
     if op in (exp.LT, exp.LTE):
-        return True if below_all else (False if lo is not None and (lo >= c if op is exp.LT else lo > c) else None)
+        return (
+            True
+            if below_all
+            else (False if lo is not None and (lo >= c if op is exp.LT else lo > c) else None)
+        )
     above_all = lo is not None and (lo > c if op is exp.GT else lo >= c)
     return True if above_all else (False if below_all else None)
 
 
-def _inside_bin(dim: NumericDimension, where: str, b: Bin, position: int | None) -> UnsupportedQuery:
+def _inside_bin(
+    dim: NumericDimension, where: str, b: Bin, position: int | None
+) -> UnsupportedQuery:
     edges = ", ".join(_fmt_edge(e) for e in dim.edges if math.isfinite(e))
     near = [e for e in (b.lo, b.hi) if math.isfinite(e)]
     if dim.integer:
-        near_text = " or ".join(f"{dim.name} < {_fmt_edge(e)} (= {dim.name} <= {_fmt_edge(e - 1)})" for e in near)
+        near_text = " or ".join(
+            f"{dim.name} < {_fmt_edge(e)} (= {dim.name} <= {_fmt_edge(e - 1)})" for e in near
+        )
     else:
         near_text = " or ".join(f"{dim.name} < {_fmt_edge(e)}" for e in near)
     return UnsupportedQuery(
         f"condition {where} splits the bin {b.label} of {dim.name}",
         detail="dpproxy only knows how many rows fall in each bin, not where inside it",
-        hint=f"{dim.name} is binned at {edges}; conditions must select whole bins, e.g. {near_text}",
+        hint=f"{dim.name} is binned at {edges}; conditions must select whole bins, "
+        f"e.g. {near_text}",
         position=position,
     )
 
@@ -418,7 +474,11 @@ def _fmt_edge(e: float) -> str:
 
 
 def _categorical_rule(
-    dim: CategoricalDimension, op: type[exp.Expr], value: Number | str, where: str, position: int | None
+    dim: CategoricalDimension,
+    op: type[exp.Expr],
+    value: Number | str,
+    where: str,
+    position: int | None,
 ) -> BinRule:
     if dim.numeric:
         c: Number | str = _as_number(dim, value, where, position)
@@ -459,7 +519,8 @@ def _undeclared(
     listed = ", ".join(repr(v) for v in dim.values)
     if op in (exp.EQ, exp.NEQ):
         return UnsupportedQuery(
-            f"{c if isinstance(c, str) else _fmt_edge(float(c))!r} is not a declared value of {dim.name}",
+            f"{c if isinstance(c, str) else _fmt_edge(float(c))!r} "
+            f"is not a declared value of {dim.name}",
             detail=f"{dim.name} declares: {listed}; other values share one bin",
             hint=f"compare {dim.name} with declared values only",
             position=position,

@@ -52,7 +52,7 @@ class BinKind(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Bin:
-    """One bin of a dimension. ``lo``/``hi`` bound numeric bins; ``value`` names a categorical one."""
+    """One bin of a dimension: ``lo``/``hi`` bound a range, ``value`` names a declared value."""
 
     kind: BinKind
     lo: float = -math.inf
@@ -252,7 +252,9 @@ def dimension_from_config(name: str, spec: object, where: str) -> Dimension:
         )
     has_bins, has_values = "bins" in spec, "values" in spec
     if has_bins == has_values:
-        raise ConfigError(f"{where}: give exactly one of 'bins' (numeric) or 'values' (categorical)")
+        raise ConfigError(
+            f"{where}: give exactly one of 'bins' (numeric) or 'values' (categorical)"
+        )
     flags = {k: _bool(spec, k, where) for k in ("nullable", "closed") if k in spec}
     try:
         if has_bins:
@@ -270,9 +272,7 @@ def dimension_from_config(name: str, spec: object, where: str) -> Dimension:
         raise ConfigError(f"{where}.{key}: {e}") from None
 
 
-def cube_from_config(
-    qualified_name: str, spec: object, where: str, default_budget: float
-) -> Cube:
+def cube_from_config(qualified_name: str, spec: object, where: str, default_budget: float) -> Cube:
     """Build a cube for the table named ``[schema.]table`` from its config mapping."""
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{where}: expected a mapping with 'dimensions'")
@@ -287,7 +287,9 @@ def cube_from_config(
         raise ConfigError(f"{where}: table name must be 'table' or 'schema.table'")
     dims_spec = spec.get("dimensions")
     if not isinstance(dims_spec, Mapping) or not dims_spec:
-        raise ConfigError(f"{where}.dimensions: expected a non-empty mapping of column -> bins/values")
+        raise ConfigError(
+            f"{where}.dimensions: expected a non-empty mapping of column -> bins/values"
+        )
     dims = tuple(
         dimension_from_config(str(col), dspec, f"{where}.dimensions.{col}")
         for col, dspec in dims_spec.items()

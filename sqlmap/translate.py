@@ -19,7 +19,13 @@ import numpy.typing as npt
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from proxy.errors import DatatypeMismatch, SqlSyntaxError, UndefinedColumn, UndefinedTable, UnsupportedQuery
+from proxy.errors import (
+    DatatypeMismatch,
+    SqlSyntaxError,
+    UndefinedColumn,
+    UndefinedTable,
+    UnsupportedQuery,
+)
 from sqlmap.accuracy import AccuracyDefaults, AccuracyRequest, DPPostgres
 from sqlmap.cellwise import CellEvaluator, constant, position_of, refuse_division
 from sqlmap.cube import Bin, BinKind, CategoricalDimension, Cube, Dimension, Scalar
@@ -93,7 +99,10 @@ class OutputKind(Enum):
 
 
 #: The pseudo-functions that select an aggregate's interval, by their upper-case names.
-_INTERVAL_FUNCTIONS = {"DP_INTERVAL_LOW": OutputKind.INTERVAL_LOW, "DP_INTERVAL_HIGH": OutputKind.INTERVAL_HIGH}
+_INTERVAL_FUNCTIONS = {
+    "DP_INTERVAL_LOW": OutputKind.INTERVAL_LOW,
+    "DP_INTERVAL_HIGH": OutputKind.INTERVAL_HIGH,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +123,10 @@ class OutputColumn:
 
 @dataclass(frozen=True, slots=True)
 class AnswerRow:
-    """One output row: its GROUP BY keys (one per grouped dimension, in GROUP BY order) and
-    one query per aggregate column, in column order."""
+    """One output row: its GROUP BY keys and one query per aggregate column.
+
+    Keys follow GROUP BY order (one per grouped dimension); queries follow column order.
+    """
 
     keys: tuple[GroupValue, ...]
     queries: tuple[LinearQuery, ...]
@@ -148,10 +159,10 @@ class Translator:
     def __init__(
         self,
         cubes: Iterable[Cube],
-        defaults: AccuracyDefaults = AccuracyDefaults(),
+        defaults: AccuracyDefaults | None = None,
     ) -> None:
         self.cubes = {(c.schema, c.table): c for c in cubes}
-        self.defaults = defaults
+        self.defaults = defaults or AccuracyDefaults()
 
     def translate(self, sql: str, defaults: AccuracyDefaults | None = None) -> AnswerSpec:
         """Translate one SQL query; raise a :class:`proxy.errors.DpproxyError` if it cannot be.
@@ -160,7 +171,9 @@ class Translator:
         """
         return self.translate_parsed(self.parse(sql), defaults)
 
-    def translate_parsed(self, statement: exp.Expr, defaults: AccuracyDefaults | None = None) -> AnswerSpec:
+    def translate_parsed(
+        self, statement: exp.Expr, defaults: AccuracyDefaults | None = None
+    ) -> AnswerSpec:
         """Translate a statement that :meth:`parse` returned."""
         accuracy = (defaults or self.defaults).resolve(statement)
         return _Query(self, statement).spec(accuracy)
@@ -232,7 +245,9 @@ class _Query:
         self.cube = translator.cube_for(table)
         alias = table.args.get("alias")
         if alias is not None and alias.args.get("columns"):
-            raise UnsupportedQuery("column aliases on the table are not supported", position=position_of(alias))
+            raise UnsupportedQuery(
+                "column aliases on the table are not supported", position=position_of(alias)
+            )
         self.qualifiers = {_ident(alias.this)} if alias is not None else {self.cube.table}
         self.evaluator = CellEvaluator(self.cube, self.resolve)
 
@@ -241,8 +256,14 @@ class _Query:
         if column.args.get("catalog") is not None or (
             column.args.get("db") is not None and _ident(column.args["db"]) != self.cube.schema
         ):
-            raise UndefinedColumn(f"{column.sql('postgres')} does not name a column of {self.cube.qualified_name}", position=position_of(column))
-        if column.args.get("table") is not None and _ident(column.args["table"]) not in self.qualifiers:
+            raise UndefinedColumn(
+                f"{column.sql('postgres')} does not name a column of {self.cube.qualified_name}",
+                position=position_of(column),
+            )
+        if (
+            column.args.get("table") is not None
+            and _ident(column.args["table"]) not in self.qualifiers
+        ):
             raise UndefinedColumn(
                 f"missing FROM-clause entry for table {column.args['table'].name}",
                 position=position_of(column),
@@ -284,12 +305,17 @@ class _Query:
                 columns.append(OutputColumn(name, body.sql("postgres"), interval))
             elif _has_aggregate(body):
                 weights, offset = self._linear(body)
-                aggregates.append((np.broadcast_to(weights * rows_mask, self.cube.shape), float(offset)))
+                aggregates.append(
+                    (np.broadcast_to(weights * rows_mask, self.cube.shape), float(offset))
+                )
                 aggregate_bodies.append(body)
                 columns.append(OutputColumn(name, body.sql("postgres")))
             else:
                 columns.append(self._non_aggregate(item, name, body, group_dims))
-        columns = [self._link_interval(c, item, aggregate_bodies) for c, item in zip(columns, self.statement.expressions)]
+        columns = [
+            self._link_interval(c, item, aggregate_bodies)
+            for c, item in zip(columns, self.statement.expressions)
+        ]
         if not aggregates:
             raise UnsupportedQuery(
                 "a DP query must compute at least one aggregate",
@@ -298,10 +324,14 @@ class _Query:
                 position=position_of(self.statement),
             )
         rows = self._rows(group_dims, aggregates)
-        return AnswerSpec(self.cube, accuracy, tuple(columns), tuple(d.name for d in group_dims), rows)
+        return AnswerSpec(
+            self.cube, accuracy, tuple(columns), tuple(d.name for d in group_dims), rows
+        )
 
     @staticmethod
-    def _link_interval(column: OutputColumn, item: exp.Expr, aggregate_bodies: list[exp.Expr]) -> OutputColumn:
+    def _link_interval(
+        column: OutputColumn, item: exp.Expr, aggregate_bodies: list[exp.Expr]
+    ) -> OutputColumn:
         """Point an interval column at the aggregate column it reports on."""
         if column.kind not in (OutputKind.INTERVAL_LOW, OutputKind.INTERVAL_HIGH):
             return column
@@ -309,13 +339,16 @@ class _Query:
         args = call.expressions
         words = call.name.upper()
         if len(args) != 1:
-            raise UnsupportedQuery(f"{words} takes one aggregate expression", position=position_of(call))
+            raise UnsupportedQuery(
+                f"{words} takes one aggregate expression", position=position_of(call)
+            )
         for index, body in enumerate(aggregate_bodies):
             if body == args[0]:
                 return OutputColumn(column.name, column.sql, column.kind, aggregate=index)
         raise UnsupportedQuery(
             f"{words}({args[0].sql('postgres')}) needs that aggregate in the select list too",
-            hint=f"e.g. SELECT {args[0].sql('postgres')}, {words}({args[0].sql('postgres')}) FROM ...",
+            hint=f"e.g. SELECT {args[0].sql('postgres')}, "
+            f"{words}({args[0].sql('postgres')}) FROM ...",
             position=position_of(call),
         )
 
@@ -325,16 +358,23 @@ class _Query:
         if isinstance(body, exp.Column):
             dim = self.resolve(body)
             if dim in group_dims:
-                return OutputColumn(name, body.sql("postgres"), OutputKind.GROUP_KEY, dimension=dim.name)
+                return OutputColumn(
+                    name, body.sql("postgres"), OutputKind.GROUP_KEY, dimension=dim.name
+                )
             raise UnsupportedQuery(
                 f"column {dim.name} must appear in the GROUP BY clause or be used in an aggregate",
                 position=position_of(item),
             )
         if isinstance(body, exp.Star):
-            raise UnsupportedQuery("SELECT * would return rows of the protected table", hint=SUPPORTED_FORMS, position=position_of(item))
+            raise UnsupportedQuery(
+                "SELECT * would return rows of the protected table",
+                hint=SUPPORTED_FORMS,
+                position=position_of(item),
+            )
         _refuse_row_level(body)
         raise UnsupportedQuery(
-            f"output column {body.sql('postgres')} is neither a GROUP BY dimension nor an aggregate",
+            f"output column {body.sql('postgres')} is neither a GROUP BY dimension "
+            "nor an aggregate",
             hint=SUPPORTED_FORMS,
             position=position_of(item),
         )
@@ -355,15 +395,24 @@ class _Query:
         if isinstance(key, exp.Literal) and not key.is_string:  # GROUP BY 1: an output column
             index = int(key.this)
             if not 1 <= index <= len(items):
-                raise UnsupportedQuery(f"GROUP BY position {index} is not in the select list", position=position_of(key))
+                raise UnsupportedQuery(
+                    f"GROUP BY position {index} is not in the select list",
+                    position=position_of(key),
+                )
             key = items[index - 1].unalias()
         elif isinstance(key, exp.Column) and key.args.get("table") is None:
             name = _ident(key.this)
-            aliased = [i.unalias() for i in items if isinstance(i, exp.Alias) and _ident(i.args["alias"]) == name]
+            aliased = [
+                i.unalias()
+                for i in items
+                if isinstance(i, exp.Alias) and _ident(i.args["alias"]) == name
+            ]
             if self.cube.dimension(name) is None and len(aliased) == 1:
                 key = aliased[0]
         if isinstance(key, (exp.Rollup, exp.Cube, exp.GroupingSets)):
-            words = {exp.Rollup: "ROLLUP", exp.Cube: "CUBE", exp.GroupingSets: "GROUPING SETS"}[type(key)]
+            words = {exp.Rollup: "ROLLUP", exp.Cube: "CUBE", exp.GroupingSets: "GROUPING SETS"}[
+                type(key)
+            ]
             raise UnsupportedQuery(f"GROUP BY {words} is not supported", position=position_of(key))
         if not isinstance(key, exp.Column):
             raise UnsupportedQuery(
@@ -408,7 +457,9 @@ class _Query:
             _refuse_row_level(node)
             value = constant(node)
             if not isinstance(value, Fraction):
-                raise UnsupportedQuery(f"expected a number, got {node.sql('postgres')}", position=position_of(node))
+                raise UnsupportedQuery(
+                    f"expected a number, got {node.sql('postgres')}", position=position_of(node)
+                )
             return zero, value
         if isinstance(node, (exp.Filter, exp.Count, exp.Sum)) or isinstance(node, exp.AggFunc):
             return self._aggregate(node), Fraction(0)
@@ -428,7 +479,10 @@ class _Query:
             factor_node, agg_node = (left, right) if _has_aggregate(right) else (right, left)
             factor = constant(factor_node)
             if not isinstance(factor, Fraction):
-                raise UnsupportedQuery(f"expected a numeric factor, got {factor_node.sql('postgres')}", position=position_of(factor_node))
+                raise UnsupportedQuery(
+                    f"expected a numeric factor, got {factor_node.sql('postgres')}",
+                    position=position_of(factor_node),
+                )
             weights, offset = self._linear(agg_node)
             return weights * float(factor), offset * factor
         refuse_division(node)
@@ -447,13 +501,23 @@ class _Query:
         if isinstance(node, exp.Count):
             arg = node.this
             if isinstance(arg, exp.Distinct) or node.args.get("distinct"):
-                raise UnsupportedQuery("COUNT(DISTINCT ...) is not supported", detail="distinct counts are not linear in the cell counts", position=position_of(node))
+                raise UnsupportedQuery(
+                    "COUNT(DISTINCT ...) is not supported",
+                    detail="distinct counts are not linear in the cell counts",
+                    position=position_of(node),
+                )
             _refuse_nested_aggregate(arg)
-            weights = np.ones((1,) * len(self.cube.shape)) if arg is None or isinstance(arg, exp.Star) else self.evaluator.not_null(arg).astype(np.float64)
+            weights = (
+                np.ones((1,) * len(self.cube.shape))
+                if arg is None or isinstance(arg, exp.Star)
+                else self.evaluator.not_null(arg).astype(np.float64)
+            )
         elif isinstance(node, exp.Sum):
             arg = node.this
             if isinstance(arg, exp.Distinct):
-                raise UnsupportedQuery("SUM(DISTINCT ...) is not supported", position=position_of(node))
+                raise UnsupportedQuery(
+                    "SUM(DISTINCT ...) is not supported", position=position_of(node)
+                )
             _refuse_nested_aggregate(arg)
             if isinstance(arg, exp.Null):
                 raise DatatypeMismatch("SUM(NULL) has no type to sum", position=position_of(node))
@@ -466,14 +530,20 @@ class _Query:
                 if isinstance(node, exp.Avg)
                 else "only COUNT and SUM are linear in the cell counts"
             )
-            raise UnsupportedQuery(f"aggregate {name} is not supported", hint=hint, position=position_of(node))
+            raise UnsupportedQuery(
+                f"aggregate {name} is not supported", hint=hint, position=position_of(node)
+            )
         return weights if mask is None else weights * mask
 
 
 def _require_select(statement: exp.Expr) -> exp.Select:
     if isinstance(statement, (exp.Union, exp.Intersect, exp.Except)):
         kind = type(statement).__name__.upper()
-        raise UnsupportedQuery(f"{kind} is not supported in a DP query", hint=SUPPORTED_FORMS, position=position_of(statement))
+        raise UnsupportedQuery(
+            f"{kind} is not supported in a DP query",
+            hint=SUPPORTED_FORMS,
+            position=position_of(statement),
+        )
     if not isinstance(statement, exp.Select):
         raise UnsupportedQuery(
             f"{statement.key.upper()} statements are not DP queries",
@@ -482,18 +552,40 @@ def _require_select(statement: exp.Expr) -> exp.Select:
         )
     for key, words in _REFUSED_CLAUSES.items():
         if statement.args.get(key):
-            raise UnsupportedQuery(f"{words} is not supported in a DP query", hint=SUPPORTED_FORMS, position=position_of(statement.args[key]))
+            raise UnsupportedQuery(
+                f"{words} is not supported in a DP query",
+                hint=SUPPORTED_FORMS,
+                position=position_of(statement.args[key]),
+            )
     for node in statement.walk():
         if node is not statement and isinstance(node, (exp.Select, exp.Subquery)):
-            raise UnsupportedQuery("subqueries are not supported in a DP query", hint=SUPPORTED_FORMS, position=position_of(node))
+            raise UnsupportedQuery(
+                "subqueries are not supported in a DP query",
+                hint=SUPPORTED_FORMS,
+                position=position_of(node),
+            )
         if isinstance(node, exp.Window):
-            raise UnsupportedQuery("window functions are not supported in a DP query", hint=SUPPORTED_FORMS, position=position_of(node))
+            raise UnsupportedQuery(
+                "window functions are not supported in a DP query",
+                hint=SUPPORTED_FORMS,
+                position=position_of(node),
+            )
     source = statement.args.get("from_")
     if source is None:
         raise UnsupportedQuery("a DP query needs FROM <protected table>", hint=SUPPORTED_FORMS)
     if not isinstance(source.this, exp.Table) or not isinstance(source.this.this, exp.Identifier):
-        what = "subqueries" if isinstance(source.this, exp.Subquery) else f"FROM {source.this.sql('postgres')}"
-        raise UnsupportedQuery(f"{what} are not supported in a DP query" if what == "subqueries" else f"{what} is not supported in a DP query", hint=SUPPORTED_FORMS, position=position_of(source))
+        what = (
+            "subqueries"
+            if isinstance(source.this, exp.Subquery)
+            else f"FROM {source.this.sql('postgres')}"
+        )
+        raise UnsupportedQuery(
+            f"{what} are not supported in a DP query"
+            if what == "subqueries"
+            else f"{what} is not supported in a DP query",
+            hint=SUPPORTED_FORMS,
+            position=position_of(source),
+        )
     return statement
 
 
@@ -509,7 +601,9 @@ def _has_aggregate(node: exp.Expr) -> bool:
 
 def _refuse_nested_aggregate(node: exp.Expr | None) -> None:
     if node is not None and _has_aggregate(node):
-        raise UnsupportedQuery("aggregate function calls cannot be nested", position=position_of(node))
+        raise UnsupportedQuery(
+            "aggregate function calls cannot be nested", position=position_of(node)
+        )
 
 
 def _refuse_row_level(node: exp.Expr) -> None:
@@ -517,7 +611,8 @@ def _refuse_row_level(node: exp.Expr) -> None:
     column = node.find(exp.Column)
     if column is not None:
         raise UnsupportedQuery(
-            f"{column.sql('postgres')} outside an aggregate must be a GROUP BY dimension on its own",
+            f"{column.sql('postgres')} outside an aggregate must be a GROUP BY dimension "
+            "on its own",
             hint=SUPPORTED_FORMS,
             position=position_of(column),
         )
@@ -538,4 +633,3 @@ def _output_name(item: exp.Expr) -> str:
         name = node.sql_name() if not isinstance(node, exp.Anonymous) else node.name
         return name.lower()
     return "?column?"
-

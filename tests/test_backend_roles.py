@@ -23,13 +23,16 @@ def roles(adult_dsn: str) -> BackendRoles:
     return provision_roles(adult_dsn, CUBES)  # idempotent
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT * FROM adult",
-    "SELECT count(*) FROM adult",
-    "SELECT age FROM public.adult LIMIT 1",
-    "COPY adult TO STDOUT",
-    "SELECT * FROM pg_stats WHERE tablename = 'adult'",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM adult",
+        "SELECT count(*) FROM adult",
+        "SELECT age FROM public.adult LIMIT 1",
+        "COPY adult TO STDOUT",
+        "SELECT * FROM pg_stats WHERE tablename = 'adult'",
+    ],
+)
 def test_passthrough_role_cannot_read_protected_rows(roles: BackendRoles, sql: str) -> None:
     with psycopg.connect(roles.passthrough_dsn, autocommit=True) as conn:
         if "pg_stats" in sql:  # filtered by privilege: no rows, not an error
@@ -42,7 +45,8 @@ def test_passthrough_role_cannot_read_protected_rows(roles: BackendRoles, sql: s
 def test_passthrough_role_can_browse_the_catalog(roles: BackendRoles) -> None:
     with psycopg.connect(roles.passthrough_dsn, autocommit=True) as conn:
         columns = conn.execute(
-            "SELECT attname FROM pg_attribute WHERE attrelid = 'public.adult'::regclass AND attnum > 0"
+            "SELECT attname FROM pg_attribute "
+            "WHERE attrelid = 'public.adult'::regclass AND attnum > 0"
         ).fetchall()
     assert ("age",) in columns
 

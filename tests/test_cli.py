@@ -14,8 +14,14 @@ ROOT = Path(__file__).parent.parent
 
 
 def test_translate_prints_groups_and_sensitivity(capsys: pytest.CaptureFixture[str]) -> None:
-    status = main(["--config", str(ROOT / "config.yaml"), "translate",
-                   "SELECT sex, 2 * COUNT(*) FROM adult GROUP BY sex WITH ACCURACY 20"])
+    status = main(
+        [
+            "--config",
+            str(ROOT / "config.yaml"),
+            "translate",
+            "SELECT sex, 2 * COUNT(*) FROM adult GROUP BY sex WITH ACCURACY 20",
+        ]
+    )
     out = capsys.readouterr().out
     assert status == 0
     assert "accuracy: +-20 at confidence 0.95" in out
@@ -26,7 +32,10 @@ def test_translate_prints_groups_and_sensitivity(capsys: pytest.CaptureFixture[s
 def test_refused_query_exits_non_zero_with_sqlstate(capsys: pytest.CaptureFixture[str]) -> None:
     status = main(["--config", str(ROOT / "config.yaml"), "translate", "SELECT * FROM adult"])
     assert status == 1
-    assert "dpproxy: 0A000: SELECT * would return rows of the protected table" in capsys.readouterr().err
+    assert (
+        "dpproxy: 0A000: SELECT * would return rows of the protected table"
+        in capsys.readouterr().err
+    )
 
 
 def test_bad_config_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -43,8 +52,15 @@ def test_check_against_backend(adult_dsn: str, capsys: pytest.CaptureFixture[str
 
 def test_console_script_is_installed() -> None:
     result = subprocess.run(
-        [str(Path(sys.executable).parent / "dpproxy"), "--config", str(ROOT / "config.yaml"), "check"],
-        capture_output=True, text=True, check=False,
+        [
+            str(Path(sys.executable).parent / "dpproxy"),
+            "--config",
+            str(ROOT / "config.yaml"),
+            "check",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert "public.adult" in result.stdout

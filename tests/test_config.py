@@ -57,8 +57,16 @@ def test_valid_config_values() -> None:
     (cube,) = config.cubes
     age, sex = cube.dimensions
     assert isinstance(age, NumericDimension) and age.integer
-    assert [b.kind for b in age.bins] == [BinKind.RANGE, BinKind.RANGE, BinKind.BELOW, BinKind.ABOVE, BinKind.NULL]
-    assert isinstance(sex, CategoricalDimension) and [b.kind for b in sex.bins] == [BinKind.VALUE] * 2
+    assert [b.kind for b in age.bins] == [
+        BinKind.RANGE,
+        BinKind.RANGE,
+        BinKind.BELOW,
+        BinKind.ABOVE,
+        BinKind.NULL,
+    ]
+    assert (
+        isinstance(sex, CategoricalDimension) and [b.kind for b in sex.bins] == [BinKind.VALUE] * 2
+    )
     assert cube.n_cells == 5 * 2
     assert cube.total_budget == 2.0
     assert config.privacy.defaults == AccuracyDefaults(10, 0.9)
@@ -67,22 +75,70 @@ def test_valid_config_values() -> None:
 @pytest.mark.parametrize(
     ("path", "value", "message"),
     [
-        ("tables.adult.dimensions.age.bins", [17, 35, 25], "tables.adult.dimensions.age.bins: edges must be strictly increasing (25 after 35)"),
+        (
+            "tables.adult.dimensions.age.bins",
+            [17, 35, 25],
+            "tables.adult.dimensions.age.bins: edges must be strictly increasing (25 after 35)",
+        ),
         ("tables.adult.dimensions.age.bins", [17, 17], "edges must be strictly increasing"),
         ("tables.adult.dimensions.age.bins", [17], "needs at least two edges"),
         ("tables.adult.dimensions.age.bins", [17, "x"], "edges must be numbers"),
-        ("tables.adult.dimensions.age.bins", "17, 25", "tables.adult.dimensions.age.bins: expected a list"),
-        ("tables.adult.dimensions.age.bins", [17, 25.5], "an integer dimension needs integer edges"),
-        ("tables.adult.dimensions.age.bins", [0, float("inf"), 5], "edges must be strictly increasing (5 after inf)"),
-        ("tables.adult.dimensions.sex.values", ["Male", "Male"], "tables.adult.dimensions.sex.values: duplicate value 'Male'"),
-        ("tables.adult.dimensions.sex.values", [], "tables.adult.dimensions.sex.values: values must not be empty"),
-        ("tables.adult.dimensions.sex.values", ["Male", 1], "values must be all strings or all numbers"),
+        (
+            "tables.adult.dimensions.age.bins",
+            "17, 25",
+            "tables.adult.dimensions.age.bins: expected a list",
+        ),
+        (
+            "tables.adult.dimensions.age.bins",
+            [17, 25.5],
+            "an integer dimension needs integer edges",
+        ),
+        (
+            "tables.adult.dimensions.age.bins",
+            [0, float("inf"), 5],
+            "edges must be strictly increasing (5 after inf)",
+        ),
+        (
+            "tables.adult.dimensions.sex.values",
+            ["Male", "Male"],
+            "tables.adult.dimensions.sex.values: duplicate value 'Male'",
+        ),
+        (
+            "tables.adult.dimensions.sex.values",
+            [],
+            "tables.adult.dimensions.sex.values: values must not be empty",
+        ),
+        (
+            "tables.adult.dimensions.sex.values",
+            ["Male", 1],
+            "values must be all strings or all numbers",
+        ),
         ("tables.adult.dimensions.sex.values", [True], "is neither a string nor a number"),
-        ("tables.adult.dimensions.sex.closed", "yes", "tables.adult.dimensions.sex.closed: expected true or false"),
-        ("tables.adult.dimensions.sex.integer", True, "only numeric ('bins') dimensions take 'integer'"),
-        ("tables.adult.dimensions.sex.bins", [1, 2], "give exactly one of 'bins' (numeric) or 'values' (categorical)"),
-        ("tables.adult.dimensions.sex.colour", 1, "tables.adult.dimensions.sex: unknown key 'colour'"),
-        ("tables.adult.dimensions.age", [17, 25], "tables.adult.dimensions.age: expected a mapping"),
+        (
+            "tables.adult.dimensions.sex.closed",
+            "yes",
+            "tables.adult.dimensions.sex.closed: expected true or false",
+        ),
+        (
+            "tables.adult.dimensions.sex.integer",
+            True,
+            "only numeric ('bins') dimensions take 'integer'",
+        ),
+        (
+            "tables.adult.dimensions.sex.bins",
+            [1, 2],
+            "give exactly one of 'bins' (numeric) or 'values' (categorical)",
+        ),
+        (
+            "tables.adult.dimensions.sex.colour",
+            1,
+            "tables.adult.dimensions.sex: unknown key 'colour'",
+        ),
+        (
+            "tables.adult.dimensions.age",
+            [17, 25],
+            "tables.adult.dimensions.age: expected a mapping",
+        ),
         ("tables.adult.dimensions", {}, "tables.adult.dimensions: expected a non-empty mapping"),
         ("tables.adult.total_budget", -1, "tables.adult.total_budget: must be a positive number"),
         ("tables.adult.owner", "x", "tables.adult: unknown key 'owner'"),
@@ -90,7 +146,11 @@ def test_valid_config_values() -> None:
         ("tables", ..., "tables: declare at least one protected table"),
         ("privacy.total_budget", 0, "privacy.total_budget: must be a positive number"),
         ("privacy.total_budget", "lots", "privacy.total_budget: expected a number"),
-        ("privacy.default_confidence", 1, "privacy.default_confidence: must lie strictly between 0 and 1"),
+        (
+            "privacy.default_confidence",
+            1,
+            "privacy.default_confidence: must lie strictly between 0 and 1",
+        ),
         ("privacy.default_accuracy", -3, "privacy.default_accuracy: must be a positive number"),
         ("privacy.epsilon", 1, "privacy.epsilon: unknown key"),
         ("listen_port", 1, "listen_port: unknown key"),

@@ -21,12 +21,15 @@ def test_set_show_reset() -> None:
     assert DpSettings().show("dp.accuracy", AccuracyDefaults(None, 0.9)) == ""
 
 
-@pytest.mark.parametrize(("name", "value", "sqlstate", "message"), [
-    ("dp.accuracy", "0", "22023", 'invalid value for parameter "dp.accuracy": "0"'),
-    ("dp.accuracy", "ten", "22023", 'invalid value for parameter "dp.accuracy": "ten"'),
-    ("dp.confidence", "1", "22023", "dp.confidence must lie strictly between 0 and 1"),
-    ("dp.epsilon", "1", "42704", 'unrecognized configuration parameter "dp.epsilon"'),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "sqlstate", "message"),
+    [
+        ("dp.accuracy", "0", "22023", 'invalid value for parameter "dp.accuracy": "0"'),
+        ("dp.accuracy", "ten", "22023", 'invalid value for parameter "dp.accuracy": "ten"'),
+        ("dp.confidence", "1", "22023", "dp.confidence must lie strictly between 0 and 1"),
+        ("dp.epsilon", "1", "42704", 'unrecognized configuration parameter "dp.epsilon"'),
+    ],
+)
 def test_bad_settings(name: str, value: str, sqlstate: str, message: str) -> None:
     with pytest.raises(DpproxyError) as raised:
         DpSettings().set(name, value)
@@ -34,6 +37,8 @@ def test_bad_settings(name: str, value: str, sqlstate: str, message: str) -> Non
 
 
 def test_startup_options_keep_other_arguments() -> None:
-    settings, rest = DpSettings.from_options(["-c", "dp.confidence=0.8", "--dp.accuracy=3", "-c", "search_path=x"])
+    settings, rest = DpSettings.from_options(
+        ["-c", "dp.confidence=0.8", "--dp.accuracy=3", "-c", "search_path=x"]
+    )
     assert settings == DpSettings(3.0, 0.8)
     assert rest == ["-c", "search_path=x"]

@@ -10,6 +10,10 @@ from pathlib import Path
 def test_mypy_strict() -> None:
     root = Path(__file__).parent.parent
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--no-incremental"], cwd=root, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "mypy", "--no-incremental"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -44,8 +44,6 @@ def read_corpus(name: str) -> list[Case]:
         if block:
             expect = _EXPECT.match(block[0])
             sql = "\n".join(block[1:] if expect else block)
-            cases.append(
-                Case(name, start, sql, *(expect.groups() if expect else (None, None)))
-            )
+            cases.append(Case(name, start, sql, *(expect.groups() if expect else (None, None))))
             block = []
     return cases

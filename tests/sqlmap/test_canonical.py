@@ -8,7 +8,12 @@ import psycopg
 import pytest
 
 from proxy.errors import ConfigError, DomainViolation
-from sqlmap.canonical import COLUMN_TYPES_SQL, check_column_types, histogram_from_rows, histogram_sql
+from sqlmap.canonical import (
+    COLUMN_TYPES_SQL,
+    check_column_types,
+    histogram_from_rows,
+    histogram_sql,
+)
 from sqlmap.cube import CategoricalDimension, Cube, NumericDimension
 
 from .test_exact import DEMO_CUBE
@@ -36,13 +41,19 @@ def test_numeric_edges_below_above_null_and_nan(conn: psycopg.Connection) -> Non
 def test_open_ended_edges(conn: psycopg.Connection) -> None:
     conn.execute("CREATE TEMP TABLE m (v int)")
     conn.execute("INSERT INTO m VALUES (-100), (39), (40), (41), (1000), (NULL)")
-    cube = Cube("pg_temp", "m", (NumericDimension("v", (float("-inf"), 40, 41, float("inf")), integer=True),))
+    cube = Cube(
+        "pg_temp",
+        "m",
+        (NumericDimension("v", (float("-inf"), 40, 41, float("inf")), integer=True),),
+    )
     assert histogram(conn, cube) == [2, 1, 2, 1]
 
 
 def test_quoting_of_identifiers_and_values(conn: psycopg.Connection) -> None:
     conn.execute('CREATE TEMP TABLE "we""ird" ("Sex ""x""" text)')
-    conn.execute("""INSERT INTO "we""ird" VALUES ('it''s'), ('a\\b'), ('it''s'), ('other'), (NULL)""")
+    conn.execute(
+        """INSERT INTO "we""ird" VALUES ('it''s'), ('a\\b'), ('it''s'), ('other'), (NULL)"""
+    )
     cube = Cube("pg_temp", 'we"ird', (CategoricalDimension('Sex "x"', ("it's", "a\\b")),))
     assert histogram(conn, cube) == [2, 1, 1, 1]
 
@@ -50,18 +61,27 @@ def test_quoting_of_identifiers_and_values(conn: psycopg.Connection) -> None:
 def test_cells_are_row_major(conn: psycopg.Connection) -> None:
     conn.execute("CREATE TEMP TABLE g (a text, b int)")
     conn.execute("INSERT INTO g VALUES ('x', 1), ('y', 2), ('y', 2), ('y', 3)")
-    cube = Cube("pg_temp", "g", (
-        CategoricalDimension("a", ("x", "y"), closed=True, nullable=False),
-        CategoricalDimension("b", (1, 2, 3), closed=True, nullable=False),
-    ))
+    cube = Cube(
+        "pg_temp",
+        "g",
+        (
+            CategoricalDimension("a", ("x", "y"), closed=True, nullable=False),
+            CategoricalDimension("b", (1, 2, 3), closed=True, nullable=False),
+        ),
+    )
     assert histogram(conn, cube) == [1, 0, 0, 0, 2, 1]
 
 
-@pytest.mark.parametrize(("value", "dimension"), [
-    ("'z'", CategoricalDimension("a", ("x", "y"), closed=True)),
-    ("NULL", CategoricalDimension("a", ("x", "y"), nullable=False)),
-])
-def test_broken_domain_promise_is_refused(conn: psycopg.Connection, value: str, dimension: CategoricalDimension) -> None:
+@pytest.mark.parametrize(
+    ("value", "dimension"),
+    [
+        ("'z'", CategoricalDimension("a", ("x", "y"), closed=True)),
+        ("NULL", CategoricalDimension("a", ("x", "y"), nullable=False)),
+    ],
+)
+def test_broken_domain_promise_is_refused(
+    conn: psycopg.Connection, value: str, dimension: CategoricalDimension
+) -> None:
     conn.execute("CREATE TEMP TABLE c (a text)")
     conn.execute(f"INSERT INTO c VALUES ('x'), ({value})")
     with pytest.raises(DomainViolation, match="1 row\\(s\\) of pg_temp.c lie outside the domain"):
@@ -69,7 +89,9 @@ def test_broken_domain_promise_is_refused(conn: psycopg.Connection, value: str, 
 
 
 def column_types(conn: psycopg.Connection, schema: str, table: str) -> dict[str, str]:
-    rows = conn.execute(COLUMN_TYPES_SQL.replace("$1", "%s").replace("$2", "%s"), (schema, table)).fetchall()
+    rows = conn.execute(
+        COLUMN_TYPES_SQL.replace("$1", "%s").replace("$2", "%s"), (schema, table)
+    ).fetchall()
     return dict(rows)
 
 
@@ -78,16 +100,26 @@ def test_demo_cube_matches_adult_columns(adult_dsn: str) -> None:
         check_column_types(DEMO_CUBE, column_types(c, "public", "adult"))
 
 
-@pytest.mark.parametrize(("dimension", "message"), [
-    (NumericDimension("nope", (0, 1)), "the table has no column 'nope'"),
-    (NumericDimension("f", (0, 1), integer=True), "'integer: true' on a column of type double precision"),
-    (NumericDimension("t", (0, 1)), "numeric dimension on a column of type text"),
-    (CategoricalDimension("i", ("a",)), "text values declared on a column of type integer"),
-])
-def test_column_type_mismatch(conn: psycopg.Connection, dimension: NumericDimension, message: str) -> None:
+@pytest.mark.parametrize(
+    ("dimension", "message"),
+    [
+        (NumericDimension("nope", (0, 1)), "the table has no column 'nope'"),
+        (
+            NumericDimension("f", (0, 1), integer=True),
+            "'integer: true' on a column of type double precision",
+        ),
+        (NumericDimension("t", (0, 1)), "numeric dimension on a column of type text"),
+        (CategoricalDimension("i", ("a",)), "text values declared on a column of type integer"),
+    ],
+)
+def test_column_type_mismatch(
+    conn: psycopg.Connection, dimension: NumericDimension, message: str
+) -> None:
     conn.execute("CREATE TABLE typed (f float8, t text, i int)")
     with pytest.raises(ConfigError, match=message):
-        check_column_types(Cube("public", "typed", (dimension,)), column_types(conn, "public", "typed"))
+        check_column_types(
+            Cube("public", "typed", (dimension,)), column_types(conn, "public", "typed")
+        )
 
 
 def test_missing_table(conn: psycopg.Connection) -> None:

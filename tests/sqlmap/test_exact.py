@@ -32,7 +32,9 @@ OPEN_CUBE = Cube(
     "adult",
     (
         NumericDimension("age", (20, 30, 40, 50, 60)),  # real-valued bins, open at both ends
-        CategoricalDimension("workclass", ("Private", "Self-emp-not-inc", "Local-gov", "State-gov")),
+        CategoricalDimension(
+            "workclass", ("Private", "Self-emp-not-inc", "Local-gov", "State-gov")
+        ),
         CategoricalDimension("education_num", tuple(range(1, 17)), closed=True, nullable=False),
         CategoricalDimension("race", ("White", "Black")),
         NumericDimension("hours_per_week", (float("-inf"), 40, 41, float("inf")), integer=True),
@@ -81,25 +83,51 @@ def _quoted(values: tuple[object, ...]) -> str:
 
 
 atoms = st.one_of(
-    st.sampled_from(["age < 20", "age >= 30", "age < 60", "50 <= age", "40 > age", "age IS NULL", "age >= 60"]),
-    st.builds(lambda op, v: f"workclass {op} '{v}'", st.sampled_from(["=", "<>"]), st.sampled_from(WORKCLASS)),
+    st.sampled_from(
+        ["age < 20", "age >= 30", "age < 60", "50 <= age", "40 > age", "age IS NULL", "age >= 60"]
+    ),
+    st.builds(
+        lambda op, v: f"workclass {op} '{v}'",
+        st.sampled_from(["=", "<>"]),
+        st.sampled_from(WORKCLASS),
+    ),
     st.builds(
         lambda neg, vs: f"workclass {'NOT ' if neg else ''}IN ({_quoted(tuple(vs))})",
         st.booleans(),
         st.lists(st.sampled_from(WORKCLASS), min_size=1, max_size=3),
     ),
-    st.sampled_from(["workclass IS NULL", "workclass IS NOT NULL", "race = 'Black'", "race <> 'White'", "race IS NULL"]),
+    st.sampled_from(
+        [
+            "workclass IS NULL",
+            "workclass IS NOT NULL",
+            "race = 'Black'",
+            "race <> 'White'",
+            "race IS NULL",
+        ]
+    ),
     st.builds(
         lambda op, v: f"education_num {op} {v}",
         st.sampled_from(["=", "<>", "<", "<=", ">", ">="]),
         st.integers(0, 17),
     ),
-    st.builds(lambda a, b: f"education_num BETWEEN {min(a, b)} AND {max(a, b)}", st.integers(1, 16), st.integers(1, 16)),
+    st.builds(
+        lambda a, b: f"education_num BETWEEN {min(a, b)} AND {max(a, b)}",
+        st.integers(1, 16),
+        st.integers(1, 16),
+    ),
     st.sampled_from(  # integer bins (-inf, 39], [40, 40], [41, inf): constants at their edges
-        [f"hours_per_week {op} {v}" for op, vs in {
-            "<": (40, 41, 40.5), "<=": (39, 40, 40.5), ">": (39, 40, 40.5), ">=": (40, 41, 40.5),
-            "=": (40, 40.5), "<>": (40, 40.5),
-        }.items() for v in vs]
+        [
+            f"hours_per_week {op} {v}"
+            for op, vs in {
+                "<": (40, 41, 40.5),
+                "<=": (39, 40, 40.5),
+                ">": (39, 40, 40.5),
+                ">=": (40, 41, 40.5),
+                "=": (40, 40.5),
+                "<>": (40, 40.5),
+            }.items()
+            for v in vs
+        ]
     ),
 )
 
@@ -122,21 +150,31 @@ aggregates = st.one_of(
     st.builds(lambda p: f"COUNT(*) FILTER (WHERE {p})", predicates),
     st.builds(lambda w, p: f"SUM({w}) FILTER (WHERE {p})", weights, predicates),
     st.builds(
-        lambda p1, w1, p2, w2, w0: f"SUM(CASE WHEN {p1} THEN {w1} WHEN {p2} THEN {w2} ELSE {w0} END)",
-        predicates, branch_weights, predicates, branch_weights, weights,
+        lambda p1, w1, p2, w2, w0: (
+            f"SUM(CASE WHEN {p1} THEN {w1} WHEN {p2} THEN {w2} ELSE {w0} END)"
+        ),
+        predicates,
+        branch_weights,
+        predicates,
+        branch_weights,
+        weights,
     ),
 )
 linear = st.builds(
     lambda k1, a1, k2, a2, c: f"{k1} * {a1} + {k2} * {a2} - {c}",
-    st.sampled_from(["1", "3", "-2", "0.25"]), aggregates,
-    st.sampled_from(["1", "-1", "1000"]), aggregates,
+    st.sampled_from(["1", "3", "-2", "0.25"]),
+    aggregates,
+    st.sampled_from(["1", "-1", "1000"]),
+    aggregates,
     st.integers(0, 50000),
 )
 
 
 @st.composite
 def queries(draw: st.DrawFn) -> str:
-    group = draw(st.lists(st.sampled_from(["workclass", "race", "education_num"]), max_size=2, unique=True))
+    group = draw(
+        st.lists(st.sampled_from(["workclass", "race", "education_num"]), max_size=2, unique=True)
+    )
     items = draw(st.lists(st.one_of(aggregates, linear), min_size=1, max_size=3))
     where = draw(st.one_of(st.none(), predicates))
     select = ", ".join(group + items)
@@ -148,7 +186,12 @@ def queries(draw: st.DrawFn) -> str:
     return sql
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(sql=queries())
 def test_generated_query_is_exact(
     conn: psycopg.Connection, histograms: dict[str, npt.NDArray[np.int64]], sql: str

@@ -8,7 +8,6 @@ import pytest
 
 from proxy.config import load_config
 from proxy.errors import DpproxyError
-from sqlmap.translate import Translator
 
 from .corpus import Case, read_corpus
 

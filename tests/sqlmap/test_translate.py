@@ -51,7 +51,8 @@ def test_groups_are_disjoint_and_cover_the_ungrouped_query() -> None:
 
 def test_sensitivity_is_max_abs_weight_and_ignores_constants() -> None:
     spec = T.translate(
-        "SELECT 100 + SUM(CASE WHEN age < 18 THEN 2 WHEN sex = 'M' THEN -2.5 ELSE 1 END) FROM people"
+        "SELECT 100 + SUM(CASE WHEN age < 18 THEN 2 WHEN sex = 'M' THEN -2.5 ELSE 1 END) "
+        "FROM people"
     )
     (q,) = spec.rows[0].queries
     assert q.sensitivity == 2.5 and q.offset == 100.0
@@ -59,7 +60,8 @@ def test_sensitivity_is_max_abs_weight_and_ignores_constants() -> None:
 
 def test_linear_combination_adds_weights() -> None:
     spec = T.translate(
-        "SELECT 1000 * COUNT(*) FILTER (WHERE age >= 65) + 2000 * COUNT(*) FILTER (WHERE age >= 18) - 50000 FROM people"
+        "SELECT 1000 * COUNT(*) FILTER (WHERE age >= 65) "
+        "+ 2000 * COUNT(*) FILTER (WHERE age >= 18) - 50000 FROM people"
     )
     (q,) = spec.rows[0].queries
     assert set(q.weights.tolist()) == {3000.0, 2000.0}
@@ -76,9 +78,15 @@ def test_accuracy_clause_and_defaults() -> None:
     spec = T.translate("SELECT COUNT(*) FROM people WITH ACCURACY 25 CONFIDENCE 0.95")
     assert spec.accuracy == AccuracyRequest(25, 0.95)
     with_defaults = Translator([CUBE], AccuracyDefaults(10, 0.8))
-    assert with_defaults.translate("SELECT COUNT(*) FROM people").accuracy == AccuracyRequest(10, 0.8)
-    assert with_defaults.translate("SELECT COUNT(*) FROM people WITH ACCURACY 3").accuracy == AccuracyRequest(3, 0.8)
-    assert T.translate("SELECT COUNT(*) FROM people with accuracy .5 confidence .99;").accuracy == AccuracyRequest(0.5, 0.99)
+    assert with_defaults.translate("SELECT COUNT(*) FROM people").accuracy == AccuracyRequest(
+        10, 0.8
+    )
+    assert with_defaults.translate(
+        "SELECT COUNT(*) FROM people WITH ACCURACY 3"
+    ).accuracy == AccuracyRequest(3, 0.8)
+    assert T.translate(
+        "SELECT COUNT(*) FROM people with accuracy .5 confidence .99;"
+    ).accuracy == AccuracyRequest(0.5, 0.99)
 
 
 def test_clause_words_inside_strings_and_comments_are_not_the_clause() -> None:
@@ -92,14 +100,46 @@ def test_clause_words_inside_strings_and_comments_are_not_the_clause() -> None:
 @pytest.mark.parametrize(
     ("sql", "sqlstate", "message"),
     [
-        ("SELECT COUNT(*) FROM people WHERE sex = 'X'", "0A000", "'X' is not a declared value of sex"),
-        ("SELECT COUNT(*) FROM people WHERE sex IN ('M', 'X')", "0A000", "'X' is not a declared value of sex"),
-        ("SELECT COUNT(*) FROM people WHERE kids < 2", "0A000", "kids < 2 is undetermined for values of kids outside its declared list"),
-        ("SELECT COUNT(*) FROM people WHERE kids = 7", "0A000", "'7' is not a declared value of kids"),
-        ("SELECT SUM(kids) FROM people", "0A000", "the value of kids is unknown for rows outside its declared values"),
-        ("SELECT kids, COUNT(*) FROM people GROUP BY kids, age", "0A000", "GROUP BY age: a binned dimension has no single value per group"),
-        ("SELECT COUNT(*) FROM people WHERE age = 20", "0A000", "condition age = 20 splits the bin [18, 65) of age"),
-        ("SELECT COUNT(*) FROM people WHERE age < 150", "0A000", "condition age < 150 splits the bin >= 120 of age"),
+        (
+            "SELECT COUNT(*) FROM people WHERE sex = 'X'",
+            "0A000",
+            "'X' is not a declared value of sex",
+        ),
+        (
+            "SELECT COUNT(*) FROM people WHERE sex IN ('M', 'X')",
+            "0A000",
+            "'X' is not a declared value of sex",
+        ),
+        (
+            "SELECT COUNT(*) FROM people WHERE kids < 2",
+            "0A000",
+            "kids < 2 is undetermined for values of kids outside its declared list",
+        ),
+        (
+            "SELECT COUNT(*) FROM people WHERE kids = 7",
+            "0A000",
+            "'7' is not a declared value of kids",
+        ),
+        (
+            "SELECT SUM(kids) FROM people",
+            "0A000",
+            "the value of kids is unknown for rows outside its declared values",
+        ),
+        (
+            "SELECT kids, COUNT(*) FROM people GROUP BY kids, age",
+            "0A000",
+            "GROUP BY age: a binned dimension has no single value per group",
+        ),
+        (
+            "SELECT COUNT(*) FROM people WHERE age = 20",
+            "0A000",
+            "condition age = 20 splits the bin [18, 65) of age",
+        ),
+        (
+            "SELECT COUNT(*) FROM people WHERE age < 150",
+            "0A000",
+            "condition age < 150 splits the bin >= 120 of age",
+        ),
     ],
 )
 def test_open_domain_refusals(sql: str, sqlstate: str, message: str) -> None:
@@ -126,7 +166,9 @@ def test_session_defaults_replace_the_translators() -> None:
     with_defaults = Translator([CUBE], AccuracyDefaults(10, 0.8))
     session = AccuracyDefaults(None, 0.99)
     assert with_defaults.translate("SELECT COUNT(*) FROM people", session).accuracy is None
-    assert with_defaults.translate("SELECT COUNT(*) FROM people WITH ACCURACY 2", session).accuracy == AccuracyRequest(2, 0.99)
+    assert with_defaults.translate(
+        "SELECT COUNT(*) FROM people WITH ACCURACY 2", session
+    ).accuracy == AccuracyRequest(2, 0.99)
 
 
 def test_interval_columns_point_at_their_aggregate() -> None:
@@ -145,10 +187,19 @@ def test_interval_columns_point_at_their_aggregate() -> None:
     assert all(len(r.queries) == 2 for r in spec.rows)  # intervals add no queries
 
 
-@pytest.mark.parametrize(("sql", "message"), [
-    ("SELECT DP_INTERVAL_LOW(COUNT(*)) FROM people", "needs that aggregate in the select list too"),
-    ("SELECT COUNT(*), DP_INTERVAL_LOW(COUNT(*), 1) FROM people", "DP_INTERVAL_LOW takes one aggregate expression"),
-])
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        (
+            "SELECT DP_INTERVAL_LOW(COUNT(*)) FROM people",
+            "needs that aggregate in the select list too",
+        ),
+        (
+            "SELECT COUNT(*), DP_INTERVAL_LOW(COUNT(*), 1) FROM people",
+            "DP_INTERVAL_LOW takes one aggregate expression",
+        ),
+    ],
+)
 def test_bad_interval_columns(sql: str, message: str) -> None:
     with pytest.raises(DpproxyError, match=message):
         T.translate(sql)
