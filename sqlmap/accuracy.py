@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
@@ -39,6 +40,10 @@ class AccuracyRequest:
     eps: float
     confidence: float
 
+    #: The smallest miss probability accepted: the engine computes error tails to about 1e-13,
+    #: so a smaller delta could not be told apart from that error.
+    MIN_DELTA: ClassVar[float] = 1e-9
+
     def __post_init__(self) -> None:
         if not (isinstance(self.eps, (int, float)) and math.isfinite(self.eps) and self.eps > 0):
             raise InvalidParameterValue(f"accuracy must be a positive number, got {self.eps!r}")
@@ -50,6 +55,11 @@ class AccuracyRequest:
             raise InvalidParameterValue(
                 f"confidence must lie strictly between 0 and 1, got {self.confidence!r}"
             )
+        if self.confidence > 1 - self.MIN_DELTA:
+            raise InvalidParameterValue(
+                f"confidence above {1 - self.MIN_DELTA} cannot be guaranteed, "
+                f"got {self.confidence!r}"
+            )
         object.__setattr__(self, "eps", float(self.eps))
         object.__setattr__(self, "confidence", float(self.confidence))
 
@@ -57,6 +67,9 @@ class AccuracyRequest:
     def delta(self) -> float:
         """The allowed failure probability, 1 - confidence."""
         return 1.0 - self.confidence
+
+    def __str__(self) -> str:
+        return f"±{self.eps:g} at {self.confidence:.6g} confidence"
 
 
 class AccuracyClause(exp.Expression):

@@ -18,6 +18,8 @@ a row that breaks the promise rather than misplace it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -209,6 +211,24 @@ class Cube:
             raise ValueError(f"duplicate dimension {sorted(dupes)[0]!r}")
         if not (math.isfinite(self.total_budget) and self.total_budget > 0):
             raise ValueError("total_budget must be a positive number")
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of everything that decides which cell a row falls in (not the budget).
+
+        History vectors are only meaningful over the cube they were computed on, so the ledger
+        keys its entries by this.
+        """
+        layout = [
+            {
+                "name": d.name,
+                "bins": [[b.kind.value, b.lo, b.hi, b.value] for b in d.bins],
+                "integer": getattr(d, "integer", None),
+            }
+            for d in self.dimensions
+        ]
+        text = json.dumps([self.schema, self.table, layout], sort_keys=True, allow_nan=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @property
     def qualified_name(self) -> str:

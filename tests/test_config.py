@@ -191,3 +191,16 @@ def test_round_trip_through_yaml(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(VALID))
     assert load_config(path).cubes == parse_config(VALID).cubes
+
+
+def test_fingerprint_changes_with_the_cells_only() -> None:
+    base = parse_config(VALID).cubes[0]
+    assert parse_config(VALID).cubes[0].fingerprint == base.fingerprint
+    assert parse_config(with_change("tables.adult.total_budget", 5)).cubes[0].fingerprint == base.fingerprint
+    for path, value in [
+        ("tables.adult.dimensions.age.bins", [17, 25, 36]),
+        ("tables.adult.dimensions.age.integer", False),
+        ("tables.adult.dimensions.sex.values", ["Female", "Male"]),
+        ("tables.adult.dimensions.sex.closed", False),
+    ]:
+        assert parse_config(with_change(path, value)).cubes[0].fingerprint != base.fingerprint, path

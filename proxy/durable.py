@@ -1,0 +1,342 @@
+"""The durable ledger: every released measurement, every answer, and the budget, in PostgreSQL.
+
+Layout, in a schema of its own (``dpproxy`` by default) that analysts cannot reach:
+
+* ``tables``: one row per protected table: the fingerprint of its cube (history vectors are
+  only meaningful over the cube they were computed on), its data version, and the budget each
+  cell has spent (rounded up to float8, for inspection; the exact ledger is recomputed from the
+  measurements on load).
+* ``measurements``: one row per released noisy measurement, the papers' (H_i, alpha_i, y_i), with
+  the request it served; noise is drawn once per entry and stored, keyed by an id drawn before
+  the write, so a retried write never creates a second, independently noised entry.
+* ``answers``: one row per answer given or refused (history, fresh, combined, refused).
+
+A fresh measurement is written inside :meth:`DurableLedger.spending`, which holds a transaction
+and an advisory lock on the table, so processes sharing the ledger spend one after another;
+answers from history never take that lock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from fractions import Fraction
+
+import asyncpg
+import numpy as np
+
+from proxy.engine.history import HistoryEntry
+from proxy.errors import ConfigError
+from sqlmap.canonical import quote_ident
+from sqlmap.cube import Cube
+from sqlmap.vector import LinearQuery
+
+__all__ = [
+    "DurableLedger",
+    "Spend",
+    "StoredEntry",
+    "NewMeasurement",
+    "AnswerRecord",
+    "LEDGER_LOCK_NAMESPACE",
+]
+
+#: First key of the two-key advisory locks dpproxy takes (the second is the table's id).
+LEDGER_LOCK_NAMESPACE = 0x6470  # "dp"
+
+_DDL = """
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.tables (
+    id serial PRIMARY KEY,
+    name text NOT NULL UNIQUE,
+    fingerprint text NOT NULL,
+    n_cells integer NOT NULL,
+    data_version integer NOT NULL DEFAULT 1,
+    spent float8[] NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS {schema}.measurements (
+    id bigserial PRIMARY KEY,
+    entry_key uuid NOT NULL UNIQUE,
+    table_id integer NOT NULL REFERENCES {schema}.tables (id),
+    fingerprint text NOT NULL,
+    data_version integer NOT NULL,
+    cells integer[] NOT NULL,
+    weights float8[] NOT NULL,
+    sensitivity float8 NOT NULL,
+    budget text NOT NULL,
+    step text NOT NULL,
+    noisy_answer float8 NOT NULL,
+    requested_eps float8,
+    requested_confidence float8,
+    user_name text,
+    sql_text text,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS {schema}.answers (
+    id bigserial PRIMARY KEY,
+    table_id integer NOT NULL REFERENCES {schema}.tables (id),
+    source text NOT NULL CHECK (source IN ('history', 'fresh', 'combined', 'refused')),
+    budget text NOT NULL,
+    estimate float8,
+    low float8,
+    high float8,
+    confidence float8,
+    requested_eps float8,
+    requested_confidence float8,
+    user_name text,
+    sql_text text,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """A history entry as stored: its row id, its entry key, and the entry."""
+
+    id: int
+    key: uuid.UUID
+    entry: HistoryEntry
+
+
+@dataclass(frozen=True, slots=True)
+class NewMeasurement:
+    """A measurement to write, with the request it served.
+
+    ``key`` is drawn once, before the first attempt to write it.
+    """
+
+    key: uuid.UUID
+    entry: HistoryEntry
+    requested_eps: float
+    requested_confidence: float
+    user: str | None
+    sql: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerRecord:
+    """One answer (or refusal) for the audit log."""
+
+    source: str
+    budget: Fraction
+    estimate: float | None
+    low: float | None
+    high: float | None
+    confidence: float | None
+    requested_eps: float | None
+    requested_confidence: float | None
+    user: str | None
+    sql: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    id: int
+    cube: Cube
+    data_version: int
+
+
+class DurableLedger:
+    """The ledger of every protected table, in PostgreSQL."""
+
+    def __init__(self, pool: asyncpg.Pool, schema: str, tables: dict[str, _Table]) -> None:
+        self._pool = pool
+        self._schema = quote_ident(schema)
+        self._tables = tables
+
+    @classmethod
+    async def open(cls, dsn: str, cubes: Iterable[Cube], schema: str = "dpproxy") -> DurableLedger:
+        """Connect, create the schema if needed, and register every cube.
+
+        Raises:
+            ConfigError: a table's cube differs from the one its ledger was written for.
+        """
+        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=4)
+        try:
+            tables = await _register(pool, quote_ident(schema), list(cubes))
+        except BaseException:
+            await pool.close()
+            raise
+        return cls(pool, schema, tables)
+
+    async def close(self) -> None:
+        """Close every connection."""
+        await self._pool.close()
+
+    def data_version(self, cube: Cube) -> int:
+        """The table's data version as of :meth:`open` (bumped by ``mark-changed``)."""
+        return self._tables[cube.qualified_name].data_version
+
+    async def load(self, cube: Cube, after_id: int = 0) -> list[StoredEntry]:
+        """The table's reusable entries (current data version), in order, after ``after_id``."""
+        async with self._pool.acquire() as conn:
+            return await _entries(conn, self._schema, self._tables[cube.qualified_name], after_id)
+
+    @asynccontextmanager
+    async def spending(self, cube: Cube) -> AsyncIterator[Spend]:
+        """A transaction holding the table's spending lock; commits when the block ends."""
+        table = self._tables[cube.qualified_name]
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock($1, $2)", LEDGER_LOCK_NAMESPACE, table.id
+            )
+            yield Spend(conn, self._schema, table)
+
+    async def record_answers(self, cube: Cube, records: Sequence[AnswerRecord]) -> None:
+        """Append answers (history answers and refusals; fresh ones go through ``spending``)."""
+        async with self._pool.acquire() as conn:
+            await _insert_answers(conn, self._schema, self._tables[cube.qualified_name], records)
+
+
+class Spend:
+    """What may be done while holding a table's spending lock."""
+
+    def __init__(self, conn: asyncpg.Connection, schema: str, table: _Table) -> None:
+        self._conn = conn
+        self._schema = schema
+        self._table = table
+
+    async def since(self, after_id: int) -> list[StoredEntry]:
+        """Entries other processes appended after ``after_id``."""
+        return await _entries(self._conn, self._schema, self._table, after_id)
+
+    async def append(
+        self,
+        measurements: Sequence[NewMeasurement],
+        records: Sequence[AnswerRecord],
+        charges: np.ndarray,
+    ) -> list[int]:
+        """Write measurements, their answers and the per-cell charges; returns the row ids.
+
+        ``charges`` is the float8 upper bound of what each cell is charged. An entry whose key
+        is already stored (a retried write) is not written again.
+        """
+        s, table = self._schema, self._table
+        ids = []
+        for m in measurements:
+            entry = m.entry
+            row = await self._conn.fetchrow(
+                f"INSERT INTO {s}.measurements (entry_key, table_id, fingerprint, data_version, "
+                "cells, weights, sensitivity, budget, step, noisy_answer, requested_eps, "
+                "requested_confidence, user_name, sql_text) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) "
+                "ON CONFLICT (entry_key) DO NOTHING RETURNING id",
+                m.key,
+                table.id,
+                table.cube.fingerprint,
+                table.data_version,
+                entry.query.cells.tolist(),
+                entry.query.weights.tolist(),
+                entry.query.sensitivity,
+                str(entry.budget),
+                str(entry.step),
+                entry.noisy_answer,
+                m.requested_eps,
+                m.requested_confidence,
+                m.user,
+                m.sql,
+            )
+            if row is not None:
+                ids.append(int(row[0]))
+        if ids:
+            await self._conn.execute(
+                f"UPDATE {s}.tables SET spent = (SELECT array_agg(a + b ORDER BY i) FROM "
+                "unnest(spent, $2::float8[]) WITH ORDINALITY AS u(a, b, i)) WHERE id = $1",
+                table.id,
+                np.asarray(charges, dtype=np.float64).tolist(),
+            )
+        await _insert_answers(self._conn, s, table, records)
+        return ids
+
+
+async def _register(pool: asyncpg.Pool, schema: str, cubes: list[Cube]) -> dict[str, _Table]:
+    tables = {}
+    async with pool.acquire() as conn, conn.transaction():
+        # one creator at a time: concurrent CREATE ... IF NOT EXISTS can still collide
+        await conn.execute("SELECT pg_advisory_xact_lock($1, 0)", LEDGER_LOCK_NAMESPACE)
+        await conn.execute(_DDL.format(schema=schema))
+        for cube in cubes:
+            row = await conn.fetchrow(
+                f"SELECT id, fingerprint, n_cells, data_version FROM {schema}.tables "
+                "WHERE name = $1",
+                cube.qualified_name,
+            )
+            if row is None:
+                row = await conn.fetchrow(
+                    f"INSERT INTO {schema}.tables (name, fingerprint, n_cells, spent) "
+                    "VALUES ($1, $2, $3, array_fill(0::float8, ARRAY[$3::int])) "
+                    "RETURNING id, fingerprint, n_cells, data_version",
+                    cube.qualified_name,
+                    cube.fingerprint,
+                    cube.n_cells,
+                )
+            if row["fingerprint"] != cube.fingerprint:
+                raise ConfigError(
+                    f"tables.{cube.qualified_name}: the cube differs from the one its ledger "
+                    f"was written for (fingerprint {row['fingerprint']}, now {cube.fingerprint})",
+                    detail="history vectors over the old cells cannot be reused over new ones",
+                    hint="restore the old dimensions, or run 'dpproxy ledger rekey' to start a new "
+                    "history for this table (spent budget is carried over)",
+                )
+            tables[cube.qualified_name] = _Table(int(row["id"]), cube, int(row["data_version"]))
+    return tables
+
+
+async def _entries(
+    conn: asyncpg.Connection, schema: str, table: _Table, after_id: int
+) -> list[StoredEntry]:
+    rows = await conn.fetch(
+        "SELECT id, entry_key, cells, weights, budget, step, noisy_answer "
+        f"FROM {schema}.measurements WHERE table_id = $1 AND fingerprint = $2 "
+        "AND data_version = $3 AND id > $4 ORDER BY id",
+        table.id,
+        table.cube.fingerprint,
+        table.data_version,
+        after_id,
+    )
+    n = table.cube.n_cells
+    return [
+        StoredEntry(
+            int(r["id"]),
+            r["entry_key"],
+            HistoryEntry(
+                table.cube.qualified_name,
+                LinearQuery(n, np.array(r["cells"], dtype=np.int64), np.array(r["weights"])),
+                Fraction(r["budget"]),
+                Fraction(r["step"]),
+                float(r["noisy_answer"]),
+            ),
+        )
+        for r in rows
+    ]
+
+
+async def _insert_answers(
+    conn: asyncpg.Connection, schema: str, table: _Table, records: Sequence[AnswerRecord]
+) -> None:
+    if not records:
+        return
+    await conn.executemany(
+        f"INSERT INTO {schema}.answers (table_id, source, budget, estimate, low, high, confidence, "
+        "requested_eps, requested_confidence, user_name, sql_text) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        [
+            (
+                table.id,
+                r.source,
+                str(r.budget),
+                r.estimate,
+                r.low,
+                r.high,
+                r.confidence,
+                r.requested_eps,
+                r.requested_confidence,
+                r.user,
+                r.sql,
+            )
+            for r in records
+        ],
+    )

@@ -1,0 +1,28 @@
+"""The privacy engine: history, BLUE estimates, exact error tails, minimal budget, ledger, noise.
+
+The proxy talks to :class:`PrivacyEngine` (one per protected table); the submodules hold one
+concern each and are importable on their own for tests and benchmarks.
+"""
+
+from proxy.engine.decision import Decision, Source
+from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply, StalePlanError
+from proxy.engine.history import HistoryEntry, HistoryStore, InMemoryHistoryStore
+from proxy.engine.noise import RandomSource, SeededRandomSource, SystemRandomSource
+from sqlmap.accuracy import AccuracyRequest
+
+__all__ = [
+    "AccuracyRequest",
+    "Decision",
+    "HistoryEntry",
+    "HistoryStore",
+    "InMemoryHistoryStore",
+    "Plan",
+    "PrivacyEngine",
+    "QueryRequest",
+    "RandomSource",
+    "Reply",
+    "SeededRandomSource",
+    "Source",
+    "StalePlanError",
+    "SystemRandomSource",
+]

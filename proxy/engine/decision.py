@@ -1,0 +1,240 @@
+"""The spend decision: answer from history for free, or buy the least fresh budget that suffices.
+
+This is the papers' Algorithm 1 with two improvements: the history estimate's error is judged by
+its exact distribution rather than a simulation, and when it falls short, the fresh measurement
+is combined with it (inverse-variance weights, i.e. the BLUE over history plus the new row), so
+the budget bought is the least that makes the *combination* meet the requirement, never more
+than answering from scratch. Inputs are public only: the query vector, the history's BLUE
+(weights and scales, from ``H`` and the budgets) and the accuracy asked for. True answers never
+reach this module.
+
+Every bound accounts for the noise actually added. A single lattice noise (a fresh answer, or a
+history estimate resting on one earlier measurement) has an exactly computed discrete tail; a
+sum of them uses the coupling ``P(|sum t_k Z_k| > x) <= P(|sum t_k L_k| > x - sum |t_k| g_k)``
+with continuous ``L_k`` (each lattice Laplace is within one step ``g_k`` of its continuous twin).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+import numpy as np
+from scipy import optimize
+
+from proxy.engine.estimator import Solution
+from proxy.engine.noise import noise_step, public_fraction
+from proxy.engine.tails import EXACT, TailMethod, discrete_laplace_tail, quantile
+from sqlmap.accuracy import AccuracyRequest
+from sqlmap.vector import LinearQuery
+
+__all__ = [
+    "Source",
+    "Decision",
+    "fresh_budget",
+    "round_up",
+    "decide",
+]
+
+Source = Literal["history", "fresh", "combined"]
+
+# Budgets are rounded up to this many significant digits: readable, and never below the need.
+_BUDGET_DIGITS = 12
+# Added to every computed miss probability: the exact tail's error budget (2e-13) with margin.
+_TAIL_SLACK = 1e-12
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """How one query will be answered; everything here is public.
+
+    The reply will be ``(1 - fresh_weight) * history.estimate(y) + fresh_weight * y_new`` plus
+    the query's constant, with interval ``+- half_width`` at ``confidence``.
+
+    Attributes:
+        source: ``history`` (no budget), ``fresh`` (new measurement only) or ``combined``.
+        budget: ``alpha`` of the new measurement (0 if none).
+        step: lattice step of the new measurement's noise (0 if none).
+        history: the history BLUE used (``None`` when the answer is fresh only).
+        fresh_weight: weight of the new measurement in the reply.
+        half_width: half-width of the interval the reply will carry.
+        confidence: a lower bound on the probability that the interval holds the true answer.
+    """
+
+    source: Source
+    budget: Fraction
+    step: Fraction
+    history: Solution | None
+    fresh_weight: float
+    half_width: float
+    confidence: float
+
+    def __post_init__(self) -> None:
+        measures = self.source != "history"
+        if measures != (self.budget > 0) or measures != (self.step > 0):
+            raise ValueError("a fresh or combined answer has a budget and step; history has none")
+        if (self.history is None) != (self.source == "fresh"):
+            raise ValueError("only a fresh answer lacks a history estimate")
+        if not 0 <= self.fresh_weight <= 1 or (self.source == "history") != (
+            self.fresh_weight == 0
+        ):
+            raise ValueError("fresh_weight must be in [0, 1] and zero exactly for history")
+        if not (self.half_width >= 0 and 0 < self.confidence <= 1):
+            raise ValueError("half_width must be >= 0 and confidence in (0, 1]")
+
+
+def round_up(value: float) -> Fraction:
+    """``value`` rounded up to 12 significant decimal digits, as a ``Fraction``.
+
+    >>> round_up(0.125)
+    Fraction(1, 8)
+    >>> round_up(1 / 3)
+    Fraction(166666666667, 500000000000)
+    """
+    unit = Fraction(10) ** (math.floor(math.log10(value)) - _BUDGET_DIGITS + 1)
+    return math.ceil(Fraction(value) / unit) * unit
+
+
+def _discrete_k(accuracy: AccuracyRequest, step: Fraction) -> int:
+    """Lattice noise misses ``+-eps`` iff it is at least ``k`` steps: ``k = floor(eps/g) + 1``."""
+    return math.floor(public_fraction(accuracy.eps) / step) + 1
+
+
+def fresh_budget(sensitivity: float, step: Fraction, accuracy: AccuracyRequest) -> Fraction:
+    """The least budget for which lattice Laplace noise alone meets ``accuracy``.
+
+    With ``rho = g alpha / S`` the noise misses with probability
+    ``2 e^{-k rho} / (1 + e^{-rho})``; solve for ``alpha`` and round up. By the choice of ``g``
+    (:func:`~proxy.engine.noise.noise_step`) this never exceeds the continuous
+    ``S ln(1/delta) / eps`` (the papers' Thm 3.7).
+
+    >>> accuracy = AccuracyRequest(15.0, 0.8)
+    >>> alpha = fresh_budget(1.0, Fraction(15, 1024), accuracy)
+    >>> 0.99 * math.log(5) / 15 < alpha < math.log(5) / 15
+    True
+    """
+    k = _discrete_k(accuracy, step)
+    log_delta = math.log(accuracy.delta)
+
+    def excess(rho: float) -> float:  # log P(miss) - log delta, decreasing in rho
+        return math.log(2.0) - k * rho - math.log1p(math.exp(-rho)) - log_delta
+
+    rho = float(optimize.brentq(excess, 0.0, (math.log(2.0) - log_delta) / k, rtol=1e-14))
+    budget = round_up(rho * sensitivity / float(step))
+    while _fresh_miss(sensitivity, step, budget, k) > accuracy.delta:
+        budget = round_up(float(budget) * (1 + 1e-11))
+    return budget
+
+
+def _fresh_miss(sensitivity: float, step: Fraction, budget: Fraction, k: int) -> float:
+    return discrete_laplace_tail(float(step) * float(budget) / sensitivity, k)
+
+
+def _lattice_interval(rho: float, unit: float, delta: float) -> tuple[float, float]:
+    """Narrowest half-width for an error ``unit * Z``, ``Z`` discrete Laplace of decay ``rho``.
+
+    Returns ``((k - 1) * unit, P(|Z| >= k))`` for the least ``k`` with ``P(|Z| >= k) <= delta``.
+    """
+    k = max(1, math.ceil((math.log(2.0 / delta) - math.log1p(math.exp(-rho))) / rho))
+    while k > 1 and discrete_laplace_tail(rho, k - 1) <= delta:
+        k -= 1
+    while discrete_laplace_tail(rho, k) > delta:
+        k += 1
+    return (k - 1) * unit, discrete_laplace_tail(rho, k)
+
+
+def decide(
+    query: LinearQuery,
+    accuracy: AccuracyRequest,
+    history: Solution | None,
+    tail: TailMethod = EXACT,
+) -> Decision:
+    """Decide how to answer ``query`` to ``accuracy`` given its history BLUE (``None``: none).
+
+    >>> q = LinearQuery.from_dense([1.0, 1.0])
+    >>> d = decide(q, AccuracyRequest(10.0, 0.95), None)
+    >>> d.source, float(d.budget) < math.log(20) / 10
+    ('fresh', True)
+    """
+    if history is not None:
+        width, confidence = _history_interval(history, accuracy, tail)
+        # Relative slack for rounding in t: a repeated query's weight is 1 only to ~1e-16.
+        if width <= accuracy.eps * (1 + 1e-12):
+            return Decision("history", Fraction(0), Fraction(0), history, 0.0, width, confidence)
+    step = noise_step(query, accuracy.eps)
+    sensitivity = query.sensitivity
+    alone = fresh_budget(sensitivity, step, accuracy)
+    if history is not None:
+        combined = _combined(history, sensitivity, step, accuracy, alone, tail)
+        if combined is not None:
+            return combined
+    rho = float(step) * float(alone) / sensitivity
+    width, miss = _lattice_interval(rho, float(step), accuracy.delta)
+    return Decision("fresh", alone, step, None, 1.0, width, 1.0 - miss)
+
+
+def _history_interval(
+    history: Solution, accuracy: AccuracyRequest, tail: TailMethod
+) -> tuple[float, float]:
+    """The narrowest interval the history estimate achieves at the requested confidence.
+
+    A single term is one lattice noise scaled by ``t``: its error is exactly ``|t| g Z``, so
+    its tail is exact (a repeated query then gets its earlier answer, at the same width).
+    Otherwise the coupling bound applies.
+    """
+    if history.scales.size == 0:
+        return 0.0, 1.0
+    if history.scales.size == 1:
+        unit = history.shift  # |t| g
+        width, miss = _lattice_interval(unit / float(history.scales[0]), unit, accuracy.delta)
+        return width, 1.0 - miss
+    width = history.shift + quantile(tail, history.scales, accuracy.delta - _TAIL_SLACK)
+    return width, accuracy.confidence
+
+
+def _combined(
+    history: Solution,
+    sensitivity: float,
+    step: Fraction,
+    accuracy: AccuracyRequest,
+    ceiling: Fraction,
+    tail: TailMethod,
+) -> Decision | None:
+    """The least budget at which history plus one new measurement meets ``accuracy``.
+
+    Returns ``None`` if that is no cheaper than ``ceiling`` (the fresh-only budget).
+    """
+    history_var = float(np.square(history.scales).sum())
+
+    def miss(budget: float) -> tuple[float, float]:
+        """(bound on P(miss), weight of the new measurement) at ``budget``."""
+        fresh_scale = sensitivity / budget
+        weight = history_var / (history_var + fresh_scale**2)
+        scales = np.append((1.0 - weight) * history.scales, weight * fresh_scale)
+        shift = (1.0 - weight) * history.shift + weight * float(step)
+        return tail.tail(scales, accuracy.eps - shift) + _TAIL_SLACK, weight
+
+    if miss(float(ceiling))[0] > accuracy.delta:
+        return None  # the coupling allowance outweighs the history's help
+    low = float(ceiling) / 2
+    for _ in range(60):  # as the budget -> 0 the combination -> the history estimate, which missed
+        if miss(low)[0] > accuracy.delta:
+            break
+        low /= 2
+    else:
+        return None  # not reached (the slack keeps the two bounds consistent); fresh is safe
+    log_budget = optimize.brentq(
+        lambda b: miss(math.exp(b))[0] - accuracy.delta,
+        math.log(low),
+        math.log(float(ceiling)),
+        xtol=1e-10,
+    )
+    budget = round_up(math.exp(log_budget))
+    while budget < ceiling and miss(float(budget))[0] > accuracy.delta:
+        budget = round_up(float(budget) * (1 + 1e-9))
+    if budget >= ceiling:
+        return None
+    bound, weight = miss(float(budget))
+    return Decision("combined", budget, step, history, weight, accuracy.eps, 1.0 - bound)

@@ -1,0 +1,325 @@
+"""The privacy engine of one protected table: plan a batch, measure what it needs, reply.
+
+Answering is two steps so that cost stays apart from data:
+
+1. :meth:`PrivacyEngine.plan` (public inputs only) decides every query of a batch: from history,
+   fresh, or combined, and what it costs. The batch is refused as a whole
+   (:class:`~proxy.errors.BudgetExhausted`) if any cell would overspend; nothing is charged then.
+2. The caller computes the true answers of exactly ``plan.measurements`` (offset-free vectors;
+   ``m.evaluate(histogram)`` or the equivalent SQL) and passes them to
+   :meth:`PrivacyEngine.execute`, which draws the noise, appends the new history entries to the
+   store *before* anything is released, charges the ledger and builds the replies.
+
+Queries of one batch are planned in order, each seeing the measurements planned before it, so a
+GROUP BY whose groups together with the history determine one another pays only for what is new.
+Callers must not interleave plan and execute of two batches on one engine (hold a per-table
+lock across the database round trip); :meth:`execute` refuses a plan made before another batch
+changed the history.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from proxy.engine.decision import Decision, Source, decide
+from proxy.engine.estimator import FloatArray, HistoryIndex
+from proxy.engine.history import HistoryEntry, HistoryStore
+from proxy.engine.ledger import Ledger, cell_charges
+from proxy.engine.noise import (
+    RandomSource,
+    SystemRandomSource,
+    granularity,
+    noisy_value,
+    public_fraction,
+)
+from proxy.engine.tails import EXACT, TailMethod
+from proxy.errors import InvalidParameterValue
+from sqlmap.accuracy import AccuracyRequest
+from sqlmap.vector import LinearQuery
+
+__all__ = ["QueryRequest", "Reply", "Plan", "StalePlanError", "PrivacyEngine"]
+
+TrueAnswer = float | int | Fraction
+
+
+class StalePlanError(RuntimeError):
+    """A plan was executed after another batch changed the history (a caller bug: re-plan)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueryRequest:
+    """One linear query with the accuracy the analyst asks of it."""
+
+    query: LinearQuery
+    accuracy: AccuracyRequest
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.query, LinearQuery) or not isinstance(
+            self.accuracy, AccuracyRequest
+        ):
+            raise TypeError("a QueryRequest pairs a LinearQuery with an AccuracyRequest")
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The answer to one query.
+
+    Attributes:
+        estimate: the point estimate (includes the query's constant part).
+        low: lower end of the interval.
+        high: upper end of the interval.
+        confidence: a lower bound on ``P(low <= true answer <= high)``.
+        source: ``history`` (free), ``fresh`` or ``combined``.
+        budget_charged: ``alpha`` of the fresh measurement made for this query (0 if none).
+        budget_remaining: the table's total minus its spent budget, after this batch.
+    """
+
+    estimate: float
+    low: float
+    high: float
+    confidence: float
+    source: Source
+    budget_charged: Fraction
+    budget_remaining: Fraction
+
+    def __post_init__(self) -> None:
+        if not all(math.isfinite(v) for v in (self.estimate, self.low, self.high)):
+            raise ValueError("estimate and interval must be finite")
+        if not self.low <= self.estimate <= self.high:
+            raise ValueError("the interval must contain the estimate")
+        if not 0 < self.confidence <= 1:
+            raise ValueError("confidence must lie in (0, 1]")
+        if self.source not in ("history", "fresh", "combined"):
+            raise ValueError(f"unknown source {self.source!r}")
+        if self.budget_charged < 0 or self.budget_remaining < 0:
+            raise ValueError("budgets cannot be negative")
+
+    def __repr__(self) -> str:
+        return (
+            f"Reply({self.estimate:.6g} in [{self.low:.6g}, {self.high:.6g}] "
+            f"at {self.confidence:.6g}, {self.source}, charged {float(self.budget_charged):.6g}, "
+            f"remaining {float(self.budget_remaining):.6g})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A batch's public decisions. Pass true answers of ``measurements`` to ``execute``.
+
+    Attributes:
+        requests: the batch, in order.
+        decisions: one per request.
+        measurements: the offset-free query vectors whose true answers ``execute`` needs.
+        measured_by: for each measurement, the index of the request it serves.
+        history_size: rows in the history when planned (guards against stale plans).
+    """
+
+    requests: tuple[QueryRequest, ...]
+    decisions: tuple[Decision, ...]
+    measurements: tuple[LinearQuery, ...]
+    measured_by: tuple[int, ...]
+    history_size: int
+
+    def __post_init__(self) -> None:
+        if len(self.requests) != len(self.decisions):
+            raise ValueError("one decision per request")
+        if len(self.measurements) != len(self.measured_by):
+            raise ValueError("one request per measurement")
+
+
+class PrivacyEngine:
+    """Answers linear queries on one protected table within the DBA's total budget.
+
+    Args:
+        table: the protected table's name (the store's key).
+        n_cells: the number of cells of its cube.
+        total_budget: the DBA's total privacy budget for the table.
+        store: where history entries are kept; read once here, appended to by ``execute``.
+        rng: noise source; the OS CSPRNG unless a test passes a seeded one.
+        nonnegative: intersect intervals with the range counts allow (a post-processing of the
+            reply only; it never influences what is spent).
+        tail: how error tails are computed (the exact method; others are for benchmarks).
+    """
+
+    def __init__(
+        self,
+        table: str,
+        n_cells: int,
+        *,
+        total_budget: Fraction,
+        store: HistoryStore,
+        rng: RandomSource | None = None,
+        nonnegative: bool = False,
+        tail: TailMethod = EXACT,
+    ) -> None:
+        self.table = table
+        self.n_cells = n_cells
+        self._store = store
+        self._rng: RandomSource = rng if rng is not None else SystemRandomSource()
+        self._nonnegative = nonnegative
+        self._tail = tail
+        self._index = HistoryIndex(n_cells)
+        self._ledger = Ledger(table, total=total_budget)
+        self._answers = np.zeros(16)
+        for entry in store.entries(table):
+            self._record(entry)
+
+    @property
+    def ledger(self) -> Ledger:
+        """The per-cell ledger (read it; only the engine charges it)."""
+        return self._ledger
+
+    @property
+    def history_size(self) -> int:
+        """The number of released measurements."""
+        return self._index.size
+
+    def _record(self, entry: HistoryEntry) -> None:
+        if entry.query.n_cells != self.n_cells:
+            raise ValueError(
+                f"history entry over {entry.query.n_cells} cells, table has {self.n_cells}"
+            )
+        row = self._index.append(entry.query, alpha=float(entry.budget), step=float(entry.step))
+        if row >= self._answers.size:
+            self._answers = np.concatenate([self._answers, np.zeros(self._answers.size)])
+        self._answers[row] = entry.noisy_answer
+        self._ledger.commit(cell_charges(entry.query, entry.budget))
+
+    def plan(self, requests: Sequence[QueryRequest]) -> Plan:
+        """Decide a batch from public inputs; refuse it whole if it does not fit the budget.
+
+        Raises:
+            InvalidParameterValue: a query is over a different cube.
+            BudgetExhausted: the fresh measurements would overspend some cell.
+        """
+        index = self._index
+        decisions: list[Decision] = []
+        measurements: list[LinearQuery] = []
+        measured_by: list[int] = []
+        charges: dict[int, Fraction] = {}
+        for i, request in enumerate(requests):
+            vector = self._vector(request.query)
+            decision = decide(vector, request.accuracy, index.solve(vector), self._tail)
+            decisions.append(decision)
+            if decision.budget == 0:
+                continue
+            measurements.append(vector)
+            measured_by.append(i)
+            for cell, charge in cell_charges(vector, decision.budget).items():
+                charges[cell] = charges.get(cell, Fraction(0)) + charge
+            if i + 1 < len(requests):  # later queries of the batch may lean on this one
+                if index is self._index:
+                    index = index.copy()
+                index.append(vector, alpha=float(decision.budget), step=float(decision.step))
+        self._ledger.check(charges, request=_describe(requests))
+        return Plan(
+            tuple(requests),
+            tuple(decisions),
+            tuple(measurements),
+            tuple(measured_by),
+            self._index.size,
+        )
+
+    def _vector(self, query: LinearQuery) -> LinearQuery:
+        if query.n_cells != self.n_cells:
+            raise InvalidParameterValue(
+                f"query is over {query.n_cells} cells but table {self.table} has {self.n_cells}"
+            )
+        return LinearQuery(query.n_cells, query.cells, query.weights)
+
+    def execute(self, plan: Plan, true_answers: Sequence[TrueAnswer]) -> tuple[Reply, ...]:
+        """Measure, record, then reply.
+
+        Args:
+            plan: from :meth:`plan`, with no other batch executed since.
+            true_answers: ``plan.measurements[i].evaluate(histogram)`` for each ``i``.
+
+        Raises:
+            StalePlanError: the history changed since the plan was made.
+        """
+        if plan.history_size != self._index.size:
+            raise StalePlanError("the history changed since this batch was planned; plan again")
+        if len(true_answers) != len(plan.measurements):
+            raise ValueError(f"need {len(plan.measurements)} true answers, got {len(true_answers)}")
+        entries = []
+        for vector, i, truth in zip(plan.measurements, plan.measured_by, true_answers):
+            decision = plan.decisions[i]
+            value = noisy_value(
+                truth,
+                sensitivity=public_fraction(vector.sensitivity),
+                budget=decision.budget,
+                lattice=granularity(vector),
+                step=decision.step,
+                rng=self._rng,
+            )
+            entries.append(
+                HistoryEntry(self.table, vector, decision.budget, decision.step, float(value))
+            )
+        self._store.append(entries)  # durable before anything is released
+        fresh_rows = {}
+        for i, entry in zip(plan.measured_by, entries):
+            fresh_rows[i] = self._index.size
+            self._record(entry)
+        answers = self._answers[: self._index.size]
+        return tuple(
+            self._reply(request, decision, answers, fresh_rows.get(i))
+            for i, (request, decision) in enumerate(zip(plan.requests, plan.decisions))
+        )
+
+    def answer(
+        self,
+        requests: Sequence[QueryRequest],
+        measure: Callable[[Sequence[LinearQuery]], Sequence[TrueAnswer]],
+    ) -> tuple[Reply, ...]:
+        """``plan``, then ``execute`` with ``measure(plan.measurements)`` (skipped if empty)."""
+        plan = self.plan(requests)
+        truths = measure(plan.measurements) if plan.measurements else ()
+        return self.execute(plan, truths)
+
+    def _reply(
+        self, request: QueryRequest, decision: Decision, answers: FloatArray, fresh_row: int | None
+    ) -> Reply:
+        estimate = request.query.offset
+        if decision.history is not None:
+            estimate += (1.0 - decision.fresh_weight) * decision.history.estimate(answers)
+        if fresh_row is not None:
+            estimate += decision.fresh_weight * float(answers[fresh_row])
+        low, high = estimate - decision.half_width, estimate + decision.half_width
+        if self._nonnegative:
+            estimate, low, high = _feasible(request.query, estimate, low, high)
+        return Reply(
+            estimate,
+            low,
+            high,
+            decision.confidence,
+            decision.source,
+            decision.budget,
+            self._ledger.remaining,
+        )
+
+
+def _feasible(
+    query: LinearQuery, estimate: float, low: float, high: float
+) -> tuple[float, float, float]:
+    """Intersect the interval with the values ``q . x + offset`` can take for counts ``x >= 0``.
+
+    The true answer lies in that range, so the intersection contains it whenever the interval
+    did: coverage is kept. An interval wholly outside collapses onto the nearest feasible end.
+    """
+    floor = query.offset if np.all(query.weights >= 0) else -math.inf
+    ceiling = query.offset if np.all(query.weights <= 0) else math.inf
+    low, high = min(max(low, floor), ceiling), max(min(high, ceiling), floor)
+    return min(max(estimate, low), high), low, high
+
+
+def _describe(requests: Sequence[QueryRequest]) -> str:
+    accuracies = {str(r.accuracy) for r in requests}
+    within = f" to {accuracies.pop()}" if len(accuracies) == 1 else ""
+    if len(requests) == 1:
+        return f"this query{within}"
+    return f"this batch of {len(requests)} queries{within}"

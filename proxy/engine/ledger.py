@@ -1,0 +1,121 @@
+"""The per-cell privacy ledger: what each cell has spent, and refusals when a charge won't fit.
+
+A measurement of ``H_i`` with budget ``alpha_i`` costs cell ``j`` exactly ``alpha_i |H_ij| / S_i``
+(a record in cell ``j`` moves the answer by at most ``|H_ij|``); costs add up per cell, and the
+table has spent ``max_j B_j`` (the papers' Thm 3.8). Everything is kept in ``Fraction``s, so the
+ledger equals a recomputation from the history exactly, and a charge fits only if no cell
+would go past the DBA's total.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from fractions import Fraction
+
+from proxy.engine.noise import public_fraction
+from proxy.errors import BudgetExhausted
+from sqlmap.vector import LinearQuery
+
+__all__ = ["Ledger", "cell_charges", "format_budget"]
+
+
+def cell_charges(query: LinearQuery, budget: Fraction) -> dict[int, Fraction]:
+    """What measuring ``query`` with ``budget`` costs each cell it touches.
+
+    >>> cell_charges(LinearQuery.from_dense([2.0, 1.0, 0.0]), Fraction(1, 20))
+    {0: Fraction(1, 20), 1: Fraction(1, 40)}
+    """
+    sensitivity = public_fraction(query.sensitivity)
+    ratio: dict[float, Fraction] = {}  # one Fraction per distinct weight, not per cell
+    charges = {}
+    for cell, weight in zip(query.cells.tolist(), query.weights.tolist()):
+        if weight not in ratio:
+            ratio[weight] = budget * abs(public_fraction(weight)) / sensitivity
+        charges[cell] = ratio[weight]
+    return charges
+
+
+def format_budget(value: Fraction, *, up: bool) -> str:
+    """A budget to 6 significant digits, rounded against the analyst (costs up, funds down).
+
+    >>> format_budget(Fraction(1, 3), up=True), format_budget(Fraction(1, 3), up=False)
+    ('0.333334', '0.333333')
+    """
+    if value == 0:
+        return "0"
+    unit = Fraction(10) ** (math.floor(math.log10(abs(value))) - 5)
+    scaled = value / unit
+    digits = math.ceil(scaled) if up else math.floor(scaled)
+    return f"{float(digits * unit):.6g}"
+
+
+class Ledger:
+    """Per-cell spending ``B_j`` for one table against the DBA's ``total``.
+
+    >>> ledger = Ledger("t", total=Fraction(1))
+    >>> ledger.commit(cell_charges(LinearQuery.from_dense([1.0, 2.0]), Fraction(1, 2)))
+    >>> ledger.spent, ledger.remaining, ledger.spent_on(0)
+    (Fraction(1, 2), Fraction(1, 2), Fraction(1, 4))
+    """
+
+    def __init__(self, table: str, *, total: Fraction) -> None:
+        if not isinstance(total, Fraction) or total <= 0:
+            raise ValueError("total budget must be a positive Fraction")
+        self.table = table
+        self.total = total
+        self._spent: dict[int, Fraction] = {}
+        self._max = Fraction(0)
+
+    @property
+    def spent(self) -> Fraction:
+        """The table's privacy loss so far, ``max_j B_j``."""
+        return self._max
+
+    @property
+    def remaining(self) -> Fraction:
+        """``total - max_j B_j``."""
+        return self.total - self._max
+
+    def spent_on(self, cell: int) -> Fraction:
+        """``B_j``."""
+        return self._spent.get(cell, Fraction(0))
+
+    def per_cell(self) -> dict[int, Fraction]:
+        """A copy of every non-zero ``B_j``."""
+        return dict(self._spent)
+
+    def check(self, charges: Mapping[int, Fraction], *, request: str) -> None:
+        """Raise :class:`BudgetExhausted` unless every cell can pay its charge.
+
+        Args:
+            charges: cost per cell of everything about to be measured (one batch).
+            request: what was asked, for the error message.
+        """
+        worst_cell, worst_total = -1, Fraction(0)
+        for cell, charge in charges.items():
+            after = self.spent_on(cell) + charge
+            if after > worst_total:
+                worst_cell, worst_total = cell, after
+        if worst_total <= self.total:
+            return
+        need = charges[worst_cell]
+        left = self.total - self.spent_on(worst_cell)
+        raise BudgetExhausted(
+            f'privacy budget of table "{self.table}" exhausted',
+            detail=(
+                f"Answering {request} needs a fresh measurement costing "
+                f"{format_budget(need, up=True)} on cell {worst_cell}, which has "
+                f"{format_budget(left, up=False)} of its {format_budget(self.total, up=False)} "
+                f"left (the table has spent {format_budget(self._max, up=True)})."
+            ),
+            hint="Ask for a wider interval or a lower confidence, or a query that earlier "
+            "answers already determine.",
+        )
+
+    def commit(self, charges: Mapping[int, Fraction]) -> None:
+        """Add ``charges`` to the cells (call :meth:`check` first)."""
+        for cell, charge in charges.items():
+            spent = self._spent.get(cell, Fraction(0)) + charge
+            self._spent[cell] = spent
+            self._max = max(self._max, spent)

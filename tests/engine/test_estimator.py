@@ -1,0 +1,153 @@
+"""The BLUE from history: the papers' worked example, and agreement with dense GLS."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.engine.estimator import HistoryIndex
+from sqlmap.vector import LinearQuery
+
+# "Bayesian inference under DP", eqs. (11)-(14): H, alpha and the noisy answers y.
+PAPER_H = np.array(
+    [
+        [1, 1, 0, 0],
+        [0, 0, 1, 1],
+        [0, 0, 0, 1],
+        [0, 0, 1, 0],
+        [0, 1, 0, 1],
+        [2, 1, 0, 0],
+        [0, 0, 2, -1],
+        [0, -1, 0, 1],
+    ],
+    dtype=float,
+)
+PAPER_ALPHA = [0.05, 0.1, 0.05, 0.1, 0.1, 0.05, 0.05, 0.1]
+PAPER_Y = np.array([30.8, 30.3, 46.9, 20.2, 30.4, 68.9, 38.9, 9.5])
+
+
+def _index(h: np.ndarray, alpha: list[float]) -> HistoryIndex:
+    index = HistoryIndex(h.shape[1])
+    for row, a in zip(h, alpha):
+        index.append(LinearQuery.from_dense(row), alpha=a, step=1e-3)
+    return index
+
+
+def _dense_blue(h: np.ndarray, alpha: np.ndarray, q: np.ndarray) -> np.ndarray | None:
+    """t = argmin sum (t_i S_i/alpha_i)^2 subject to t H = q, by a dense pseudo-inverse."""
+    d = alpha / np.abs(h).max(axis=1)
+    a = (d[:, None] * h).T
+    u = np.linalg.pinv(a) @ q
+    if np.linalg.norm(a @ u - q) > 1e-9 * np.linalg.norm(q):
+        return None
+    return u * d
+
+
+def test_papers_eight_by_four_example() -> None:
+    index = _index(PAPER_H, PAPER_ALPHA)
+    estimates = []
+    for j in range(4):
+        solution = index.solve(LinearQuery.from_dense(np.eye(4)[j]))
+        assert solution is not None
+        estimates.append(solution.estimate(PAPER_Y))
+    assert np.round(estimates, 2).tolist() == [24.99, 10.18, 17.02, 19.50]
+
+    solution = index.solve(LinearQuery.from_dense([1.0, 0.0, 1.0, 0.0]))
+    assert solution is not None
+    assert round(solution.estimate(PAPER_Y), 1) == 42.0
+    weights = np.zeros(8)
+    weights[solution.rows] = solution.weights
+    # eq. (26); the paper rounds 0.477, 0.364, -0.033, 0.495, 0.262, 0.238 to two places
+    assert np.round(weights, 2).tolist() == pytest.approx(
+        [0.48, 0.36, -0.03, 0.50, -0.50, 0.26, 0.07, 0.24], abs=0.011
+    )
+    # b_k = |t_k| S_k / alpha_k, and eq. (17): Var = 2 sum b_k^2 = 2 Q (H^T W H)^-1 Q^T
+    s = np.abs(PAPER_H).max(axis=1)
+    assert solution.scales == pytest.approx(np.abs(weights) * s / PAPER_ALPHA)
+    w = np.diag((np.array(PAPER_ALPHA) / s) ** 2)
+    q = np.array([1.0, 0.0, 1.0, 0.0])
+    assert solution.variance == pytest.approx(2 * q @ np.linalg.inv(PAPER_H.T @ w @ PAPER_H) @ q)
+
+
+def test_running_example_query_is_estimable_but_a_lone_cell_is_not() -> None:
+    # "Online query answering", eq. (10): x5 + x6 has linear representations (eqs. 20-27).
+    h = np.array(
+        [
+            [0, 1, 0, 0, 1, 0, 0, 0, 0],
+            [0, 0, 0, 0, 0, 0, 0, 1, 1],
+            [0, 0, 0, 0, 4, 2, 0, 0, 0],
+            [0, 0, 0, 0, 2, 0, 0, 0, 0],
+            [0, 0, 0, 0, 1, 1, 0, -1, -1],
+            [0, 1, 0, 0, 0, 0, 0, 0, 0],
+            [0, 0, 0, 0, 0, 2, 0, 0, 0],
+        ],
+        dtype=float,
+    )
+    index = _index(h, [0.05, 0.1, 0.05, 0.1, 0.1, 0.05, 0.05])
+    q = np.zeros(9)
+    q[[4, 5]] = 1
+    solution = index.solve(LinearQuery.from_dense(q))
+    assert solution is not None
+    weights = np.zeros(7)
+    weights[solution.rows] = solution.weights
+    assert weights @ h == pytest.approx(q, abs=1e-12)
+    assert index.solve(LinearQuery.from_dense(np.eye(9)[0])) is None  # cell 1: never touched
+    assert index.solve(LinearQuery.from_dense(np.eye(9)[7])) is None  # covered, not estimable
+
+
+def test_zero_query_is_exact_and_free() -> None:
+    solution = HistoryIndex(3).solve(LinearQuery.from_dense([0.0, 0.0, 0.0], offset=4.0))
+    assert solution is not None and solution.rows.size == 0 and solution.variance == 0
+
+
+@st.composite
+def _histories(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    n = draw(st.integers(2, 7))
+    m = draw(st.integers(1, 45))  # crosses the factorization/bordering switch-over points
+    values = st.sampled_from([-2.0, -1.0, 1.0, 1.0, 1.0, 2.0, 0.5])
+    rows = []
+    for _ in range(m):
+        cells = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3, unique=True))
+        row = np.zeros(n)
+        row[cells] = [draw(values) for _ in cells]
+        rows.append(row)
+    alpha = np.array([draw(st.sampled_from([0.01, 0.1, 0.3, 1.0])) for _ in range(m)])
+    queries = [np.array([draw(st.sampled_from([0.0, 0.0, 1.0, -1.0, 3.0])) for _ in range(n)])]
+    queries.append(rows[draw(st.integers(0, m - 1))] + rows[draw(st.integers(0, m - 1))])
+    return np.array(rows), alpha, queries
+
+
+@settings(max_examples=80, deadline=None)
+@given(history=_histories(), solve_every=st.integers(1, 9))
+def test_blue_matches_dense_gls(
+    history: tuple[np.ndarray, np.ndarray, list[np.ndarray]], solve_every: int
+) -> None:
+    h, alpha, queries = history
+    index = HistoryIndex(h.shape[1])
+    for i, (row, a) in enumerate(zip(h, alpha)):
+        index.append(LinearQuery.from_dense(row), alpha=float(a), step=1e-3)
+        if i % solve_every == 0:  # solving mid-way factorizes, later rows then border it
+            index.solve(LinearQuery.from_dense(row))
+    for q in queries:
+        if not q.any():
+            continue
+        expected = _dense_blue(h, alpha, q)
+        solution = index.solve(LinearQuery.from_dense(q))
+        assert (solution is None) == (expected is None)
+        if solution is not None and expected is not None:
+            weights = np.zeros(len(h))
+            weights[solution.rows] = solution.weights
+            assert weights == pytest.approx(expected, abs=1e-9 * np.abs(expected).max())
+
+
+def test_copy_is_independent() -> None:
+    index = _index(PAPER_H[:2], PAPER_ALPHA[:2])
+    q = LinearQuery.from_dense([1.0, 1.0, 1.0, 1.0])
+    assert index.solve(q) is not None
+    scratch = index.copy()
+    scratch.append(LinearQuery.from_dense([1.0, 0.0, 0.0, 0.0]), alpha=0.5, step=1e-3)
+    assert scratch.solve(LinearQuery.from_dense([1.0, 0.0, 0.0, 0.0])) is not None
+    assert index.solve(LinearQuery.from_dense([1.0, 0.0, 0.0, 0.0])) is None
+    assert index.size == 2 and scratch.size == 3

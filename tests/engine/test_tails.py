@@ -1,0 +1,165 @@
+"""Error tails against high-precision mpmath references, and the papers' MC/PC methods."""
+
+from __future__ import annotations
+
+import math
+
+import mpmath as mp
+import numpy as np
+import pytest
+
+from proxy.engine.tails import (
+    EXACT,
+    ConvolutionTail,
+    MonteCarloTail,
+    discrete_laplace_tail,
+    laplace_sum_tail,
+    quantile,
+)
+
+
+def _equal_scales_tail(n: int, b: float, x: float) -> mp.mpf:
+    """P(|sum of n iid Lap(b)| > x): the density is e^-|z| times a polynomial (no cancellation)."""
+    z = mp.mpf(x) / b
+    total = mp.mpf(0)
+    for j in range(n):
+        weight = mp.factorial(2 * n - 2 - j) / (mp.factorial(j) * mp.factorial(n - 1 - j))
+        total += weight * 2**j * mp.gammainc(j + 1, z)
+    return 2 * total / (2 ** (2 * n - 1) * mp.factorial(n - 1))
+
+
+def _distinct_scales_tail(scales: list[float], x: float) -> mp.mpf:
+    """Partial fractions, exact for distinct scales; 60 digits absorb the cancellation."""
+    with mp.workdps(60):
+        b = [mp.mpf(v) for v in scales]
+        total = mp.mpf(0)
+        for k, bk in enumerate(b):
+            weight = mp.fprod(bk**2 / (bk**2 - bj**2) for j, bj in enumerate(b) if j != k)
+            total += weight * mp.exp(-mp.mpf(x) / bk)
+        return +total
+
+
+def _inversion_tail(scales: dict[float, int], x: float) -> mp.mpf:
+    """1 - (2/pi) int_0^inf sin(sx)/s phi(s) ds at 40 digits, for scale -> multiplicity."""
+    with mp.workdps(40):
+        factors = [(mp.mpf(b) ** 2, count) for b, count in scales.items()]
+        xm = mp.mpf(x)
+
+        def phi(s: mp.mpf) -> mp.mpf:
+            return mp.fprod((1 + b2 * s * s) ** -count for b2, count in factors)
+
+        end = 1 / mp.sqrt(max(b2 for b2, _ in factors))
+        while phi(end) > mp.mpf("1e-45"):
+            end *= 2
+        pieces = mp.linspace(0, end, max(8, int(end * xm / mp.pi) + 1) + 1)
+        inside = mp.quad(lambda s: xm * phi(s) if s == 0 else mp.sin(s * xm) / s * phi(s), pieces)
+        return 1 - 2 / mp.pi * inside
+
+
+def _assert_close(value: float, reference: mp.mpf) -> None:
+    # ~1e-12 absolute is the method's budget; relative 1e-5 matters only for tails ~1e-9.
+    assert abs(value - float(reference)) <= max(2e-12, 1e-5 * float(reference)), (
+        value,
+        float(reference),
+    )
+
+
+@pytest.mark.parametrize("b", [0.01, 1.0, 37.5])
+@pytest.mark.parametrize("tail", [0.5, 1e-3, 1e-9])
+def test_single_term_is_exponential(b: float, tail: float) -> None:
+    x = -b * math.log(tail)
+    _assert_close(laplace_sum_tail([b], x), mp.exp(-mp.mpf(x) / b))
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 40])
+@pytest.mark.parametrize("quantile_of", [0.3, 1e-4, 1e-9])
+def test_equal_scales(n: int, quantile_of: float) -> None:
+    x = quantile(EXACT, [2.0] * n, quantile_of)
+    _assert_close(laplace_sum_tail([2.0] * n, x), _equal_scales_tail(n, 2.0, x))
+    assert float(_equal_scales_tail(n, 2.0, x)) == pytest.approx(quantile_of, rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "scales",
+    [
+        [1.0, 1.0 + 1e-9],
+        [1.0, 1.0 + 1e-5],
+        [1.0, 1.0 + 1e-9, 1.0 + 2e-9],
+        [3.0, 3.0 * (1 + 1e-7), 0.5, 0.5 * (1 + 1e-7)],
+        [5.0, 0.01, 0.02],  # one dominant term: slowly decaying characteristic function
+    ],
+)
+@pytest.mark.parametrize("quantile_of", [0.2, 1e-9])
+def test_near_equal_and_lopsided_scales(scales: list[float], quantile_of: float) -> None:
+    x = quantile(EXACT, scales, quantile_of)
+    _assert_close(laplace_sum_tail(scales, x), _distinct_scales_tail(scales, x))
+
+
+def test_thousand_equal_terms() -> None:
+    for x in (60.0, 250.0):  # tails ~0.16 and ~1.7e-8
+        _assert_close(laplace_sum_tail([1.0] * 1000, x), _equal_scales_tail(1000, 1.0, x))
+
+
+def test_mixed_terms_against_inversion_at_forty_digits() -> None:
+    scales = list(np.random.default_rng(5).uniform(0.1, 3.0, 25))
+    sd = math.sqrt(2 * sum(b * b for b in scales))
+    x = 5.5 * sd  # a tail of ~1e-8
+    _assert_close(laplace_sum_tail(scales, x), _inversion_tail(dict.fromkeys(scales, 1), x))
+
+
+@pytest.mark.slow
+def test_thousand_mixed_terms_against_inversion_at_forty_digits() -> None:
+    scales = list(np.random.default_rng(6).uniform(0.01, 2.0, 1000))
+    sd = math.sqrt(2 * sum(b * b for b in scales))
+    for x in (2.0 * sd, 6.0 * sd):  # down to ~1e-9
+        _assert_close(laplace_sum_tail(scales, x), _inversion_tail(dict.fromkeys(scales, 1), x))
+
+
+def test_thousands_of_tiny_terms_beside_large_ones() -> None:
+    # 5000 small terms go through the power-series path; the reference keeps them all.
+    scales = {4.0: 1, 2.5: 1, 1.0: 1, 1e-3: 2000, 2e-2: 3000}
+    flat = [b for b, count in scales.items() for _ in range(count)]
+    for x in (6.0, 40.0):
+        _assert_close(laplace_sum_tail(flat, x), _inversion_tail(scales, x))
+
+
+def test_quantile_inverts_the_tail() -> None:
+    scales = np.array([3.0, 1.0, 0.5, 0.25])
+    for delta in (0.5, 0.05, 1e-6):
+        w = quantile(EXACT, scales, delta)
+        # One node set serves the whole root search, so a fresh evaluation may differ by the
+        # method's ~1e-13 error.
+        assert EXACT.tail(scales, w) <= delta + 1e-12
+        assert EXACT.tail(scales, w * (1 - 1e-9)) > delta - 1e-12
+
+
+def test_no_terms_means_no_error() -> None:
+    assert laplace_sum_tail([], 0.0) == 0.0
+    assert quantile(EXACT, [], 0.05) == 0.0
+    assert laplace_sum_tail([1.0, 2.0, 3.0], -1.0) == 1.0
+
+
+def test_discrete_laplace_tail_matches_the_mass_function() -> None:
+    r = 0.8
+    mass = {z: (1 - r) / (1 + r) * r ** abs(z) for z in range(-400, 401)}
+    for k in (0, 1, 5, 30):
+        direct = sum(p for z, p in mass.items() if abs(z) >= k)
+        assert discrete_laplace_tail(-math.log(r), k) == pytest.approx(direct, abs=1e-12)
+    # a fine lattice: the continuous limit exp(-x/b), to the lattice's first order
+    b, step = 3.0, 1e-7
+    assert discrete_laplace_tail(step / b, round(6.0 / step)) == pytest.approx(
+        math.exp(-2.0), rel=1e-6
+    )
+
+
+def test_papers_methods_approximate_the_exact_tail() -> None:
+    scales = np.array([4.0, 3.0, 2.0, 1.0])
+    x = quantile(EXACT, scales, 0.05)
+    mc = MonteCarloTail(np.random.default_rng(0), samples=200_000)
+    # 4 binomial standard errors at 200k samples.
+    assert mc.tail(scales, x) == pytest.approx(0.05, abs=4 * math.sqrt(0.05 * 0.95 / 200_000))
+    # The paper's settings (unit bins, gamma = 0.01 of mass dropped) are off by a few percent;
+    # finer bins and negligible truncation make PC converge.
+    assert ConvolutionTail().tail(scales, x) == pytest.approx(0.05, rel=0.1)
+    assert ConvolutionTail(gamma=1e-9, step=0.02).tail(scales, x) == pytest.approx(0.05, rel=5e-3)
+    assert mc.quantile(scales, 0.05) == pytest.approx(x, rel=0.02)

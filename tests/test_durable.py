@@ -1,0 +1,109 @@
+"""The durable ledger in PostgreSQL: entries survive, cubes are pinned, writes are idempotent."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from fractions import Fraction
+
+import numpy as np
+import psycopg
+import pytest
+
+from proxy.durable import AnswerRecord, DurableLedger, NewMeasurement
+from proxy.engine.history import HistoryEntry
+from proxy.errors import ConfigError
+from sqlmap.cube import CategoricalDimension, Cube, NumericDimension
+from sqlmap.vector import LinearQuery
+
+CUBE = Cube(
+    "public",
+    "people",
+    (CategoricalDimension("sex", ("M", "F")), NumericDimension("age", (0, 50, 100))),
+)
+
+
+@pytest.fixture()
+def schema(pg_dsn: str) -> Iterator[str]:
+    name = f"ledger_{uuid.uuid4().hex[:8]}"
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def measurement(weights: list[float], budget: Fraction, answer: float) -> NewMeasurement:
+    dense = np.zeros(CUBE.n_cells)
+    dense[: len(weights)] = weights
+    entry = HistoryEntry(
+        CUBE.qualified_name, LinearQuery.from_dense(dense), budget, Fraction(1), answer
+    )
+    return NewMeasurement(uuid.uuid4(), entry, 10.0, 0.95, "analyst", "SELECT ...")
+
+
+def record(source: str, budget: Fraction) -> AnswerRecord:
+    return AnswerRecord(source, budget, 1.0, 0.0, 2.0, 0.95, 1.0, 0.95, "analyst", "SELECT ...")
+
+
+def test_entries_survive_reopening(pg_dsn: str, schema: str) -> None:
+    async def run() -> None:
+        ledger = await DurableLedger.open(pg_dsn, [CUBE], schema)
+        first = measurement([1, 1], Fraction(1, 10), 41.5)
+        async with ledger.spending(CUBE) as spend:
+            assert await spend.since(0) == []
+            ids = await spend.append(
+                [first], [record("fresh", Fraction(1, 10))], np.full(CUBE.n_cells, 0.1)
+            )
+            # a retried write of the same entry does not create a second one
+            assert await spend.append([first], [], np.zeros(CUBE.n_cells)) == []
+        await ledger.record_answers(CUBE, [record("history", Fraction(0))])
+        await ledger.close()
+
+        reopened = await DurableLedger.open(pg_dsn, [CUBE], schema)
+        (stored,) = await reopened.load(CUBE)
+        assert stored.id == ids[0] and stored.key == first.key
+        assert stored.entry.budget == Fraction(1, 10) and stored.entry.noisy_answer == 41.5
+        assert stored.entry.query == first.entry.query
+        assert await reopened.load(CUBE, after_id=stored.id) == []
+        await reopened.close()
+
+    asyncio.run(run())
+    with psycopg.connect(pg_dsn) as conn:
+        spent = conn.execute(f'SELECT spent FROM "{schema}".tables').fetchone()
+        sources = conn.execute(f'SELECT source FROM "{schema}".answers ORDER BY id').fetchall()
+    assert spent is not None and max(spent[0]) == pytest.approx(0.1)
+    assert sources == [("fresh",), ("history",)]
+
+
+def test_changed_cube_is_refused(pg_dsn: str, schema: str) -> None:
+    other = Cube("public", "people", (CategoricalDimension("sex", ("M", "F", "X")),))
+
+    async def run() -> None:
+        await (await DurableLedger.open(pg_dsn, [CUBE], schema)).close()
+        with pytest.raises(
+            ConfigError, match="the cube differs from the one its ledger was written for"
+        ):
+            await DurableLedger.open(pg_dsn, [other], schema)
+
+    asyncio.run(run())
+
+
+def test_spending_lock_serializes_writers(pg_dsn: str, schema: str) -> None:
+    async def run() -> list[str]:
+        a = await DurableLedger.open(pg_dsn, [CUBE], schema)
+        b = await DurableLedger.open(pg_dsn, [CUBE], schema)
+        events: list[str] = []
+
+        async def hold(ledger: DurableLedger, name: str) -> None:
+            async with ledger.spending(CUBE):
+                events.append(f"{name} in")
+                await asyncio.sleep(0.2)
+                events.append(f"{name} out")
+
+        await asyncio.gather(hold(a, "a"), hold(b, "b"))
+        await a.close()
+        await b.close()
+        return events
+
+    events = asyncio.run(run())
+    assert events in (["a in", "a out", "b in", "b out"], ["b in", "b out", "a in", "a out"])
