@@ -9,6 +9,7 @@ inputs only, and only then, if a fresh measurement is needed, does the privilege
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -17,11 +18,12 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from proxy.engine.engine import PrivacyEngine, QueryRequest, Reply
-from proxy.engine.history import HistoryStore
-from proxy.engine.ledger import format_budget
+from proxy.durable import AnswerRecord, DurableLedger, NewMeasurement
+from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply
+from proxy.engine.history import HistoryEntry, HistoryStore, InMemoryHistoryStore
+from proxy.engine.ledger import cell_charges, format_budget
 from proxy.engine.noise import RandomSource
-from proxy.errors import InvalidParameterValue
+from proxy.errors import BudgetExhausted, InvalidParameterValue
 from sqlmap.cube import CategoricalDimension, Cube
 from sqlmap.translate import AnswerSpec, OutputKind
 
@@ -66,13 +68,20 @@ class HistogramSource(Protocol):
 
 
 class DpService:
-    """One engine per protected table, and the lock that keeps plan and execute together.
+    """One engine per protected table; spends through the durable ledger when there is one.
+
+    Free answers (from history) need no lock: planning and executing them is synchronous and
+    changes nothing. A fresh measurement holds this process's lock on the table and, with a
+    durable ledger, the ledger's lock shared by every process; it absorbs what other processes
+    wrote, plans again, measures, writes, and only once the write has committed records the
+    entries and releases the answer.
 
     Args:
         cubes: the protected tables.
-        store: the history store (in memory, or the durable ledger).
+        store: the starting history (an in-memory store; see :meth:`open_durable`).
         source: computes true histograms, only after the engine decided to measure.
         rng: the noise source; the OS CSPRNG unless a test passes a seeded one.
+        ledger: the durable ledger, if any; ``last_ids`` then says what was loaded from it.
     """
 
     def __init__(
@@ -81,8 +90,12 @@ class DpService:
         store: HistoryStore,
         source: HistogramSource,
         rng: RandomSource | None = None,
+        ledger: DurableLedger | None = None,
+        last_ids: dict[str, int] | None = None,
     ) -> None:
         self._source = source
+        self._ledger = ledger
+        self._last_ids = dict(last_ids or {})
         self._engines = {
             c.qualified_name: PrivacyEngine(
                 c.qualified_name,
@@ -96,34 +109,145 @@ class DpService:
         }
         self._locks = {name: asyncio.Lock() for name in self._engines}
 
+    @classmethod
+    async def open_durable(
+        cls,
+        cubes: Iterable[Cube],
+        source: HistogramSource,
+        ledger: DurableLedger,
+        rng: RandomSource | None = None,
+    ) -> DpService:
+        """A service whose engines start from, and spend through, the durable ledger."""
+        cubes = list(cubes)
+        store = InMemoryHistoryStore()
+        last_ids = {}
+        for cube in cubes:
+            stored = await ledger.load(cube)
+            store.append([s.entry for s in stored])
+            last_ids[cube.qualified_name] = stored[-1].id if stored else 0
+        return cls(cubes, store, source, rng, ledger, last_ids)
+
     def engine(self, cube: Cube) -> PrivacyEngine:
         """The engine of a protected table."""
         return self._engines[cube.qualified_name]
 
-    async def answer(self, spec: AnswerSpec) -> DpResult:
+    async def answer(
+        self, spec: AnswerSpec, user: str | None = None, sql: str | None = None
+    ) -> DpResult:
         """Answer every value of ``spec`` as one atomic batch.
 
         Raises:
             InvalidParameterValue: the query states no accuracy and no default applies.
             BudgetExhausted: the fresh measurements would overspend some cell (nothing is spent).
         """
-        if spec.accuracy is None:
+        accuracy = spec.accuracy
+        if accuracy is None:
             raise InvalidParameterValue(
                 "no accuracy requested",
                 hint="append WITH ACCURACY <eps> [CONFIDENCE <c>], or SET dp.accuracy = <eps>",
             )
         cube = spec.cube
         engine = self.engine(cube)
-        requests = [QueryRequest(q, spec.accuracy) for q in spec.queries]
-        # plan and execute must not interleave with another batch on the same table
-        async with self._locks[cube.qualified_name]:
+        requests = [QueryRequest(q, accuracy) for q in spec.queries]
+        try:
             plan = engine.plan(requests)
-            truths: list[float] = []
             if plan.measurements:
-                x = await self._source.histogram(cube)
-                truths = [m.evaluate(x) for m in plan.measurements]
-            replies = engine.execute(plan, truths)
+                async with self._locks[cube.qualified_name]:
+                    replies = await self._spend(cube, engine, requests, user, sql)
+            else:
+                replies = engine.execute(plan, ())
+        except BudgetExhausted:
+            await self._log(cube, spec, None, user, sql)
+            raise
+        await self._log(cube, spec, replies, user, sql)
         return _result(spec, replies)
+
+    async def _spend(
+        self,
+        cube: Cube,
+        engine: PrivacyEngine,
+        requests: list[QueryRequest],
+        user: str | None,
+        sql: str | None,
+    ) -> tuple[Reply, ...]:
+        if self._ledger is None:
+            plan = engine.plan(requests)  # again: the history may have grown while we waited
+            truths = await self._measure(cube, plan)
+            return engine.execute(plan, truths)
+        name = cube.qualified_name
+        async with self._ledger.spending(cube) as spend:
+            others = await spend.since(self._last_ids.get(name, 0))
+            if others:
+                engine.absorb([s.entry for s in others])
+                self._last_ids[name] = others[-1].id
+            plan = engine.plan(requests)
+            entries = engine.measure(plan, await self._measure(cube, plan))
+            accuracy = requests[0].accuracy
+            ids = await spend.append(
+                [
+                    NewMeasurement(uuid.uuid4(), e, accuracy.eps, accuracy.confidence, user, sql)
+                    for e in entries
+                ],
+                [],
+                _charges(cube, entries),
+            )
+        # committed: only now may the entries shape answers
+        if ids:
+            self._last_ids[name] = max(ids)
+        return engine.record(plan, entries)
+
+    async def _measure(self, cube: Cube, plan: Plan) -> list[float]:
+        if not plan.measurements:
+            return []
+        x = await self._source.histogram(cube)
+        return [m.evaluate(x) for m in plan.measurements]
+
+    async def _log(
+        self,
+        cube: Cube,
+        spec: AnswerSpec,
+        replies: tuple[Reply, ...] | None,
+        user: str | None,
+        sql: str | None,
+    ) -> None:
+        """Append the answers (or the refusal) to the ledger's audit log, if there is a ledger."""
+        if self._ledger is None:
+            return
+        accuracy = spec.accuracy
+        eps = accuracy.eps if accuracy else None
+        confidence = accuracy.confidence if accuracy else None
+        if replies is None:
+            records = [
+                AnswerRecord(
+                    "refused", Fraction(0), None, None, None, None, eps, confidence, user, sql
+                )
+            ]
+        else:
+            records = [
+                AnswerRecord(
+                    r.source,
+                    r.budget_charged,
+                    r.estimate,
+                    r.low,
+                    r.high,
+                    r.confidence,
+                    eps,
+                    confidence,
+                    user,
+                    sql,
+                )
+                for r in replies
+            ]
+        await self._ledger.record_answers(cube, records)
+
+
+def _charges(cube: Cube, entries: Iterable[HistoryEntry]) -> npt.NDArray[np.float64]:
+    """What the entries cost each cell, as float8 (for the ledger's inspection column)."""
+    charges = np.zeros(cube.n_cells)
+    for entry in entries:
+        for cell, charge in cell_charges(entry.query, entry.budget).items():
+            charges[cell] += float(charge)
+    return charges
 
 
 def _result(spec: AnswerSpec, replies: tuple[Reply, ...]) -> DpResult:

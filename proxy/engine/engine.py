@@ -233,7 +233,7 @@ class PrivacyEngine:
         return LinearQuery(query.n_cells, query.cells, query.weights)
 
     def execute(self, plan: Plan, true_answers: Sequence[TrueAnswer]) -> tuple[Reply, ...]:
-        """Measure, record, then reply.
+        """Measure, record in the store, then reply: :meth:`measure` and :meth:`record`.
 
         Args:
             plan: from :meth:`plan`, with no other batch executed since.
@@ -242,8 +242,20 @@ class PrivacyEngine:
         Raises:
             StalePlanError: the history changed since the plan was made.
         """
-        if plan.history_size != self._index.size:
-            raise StalePlanError("the history changed since this batch was planned; plan again")
+        entries = self.measure(plan, true_answers)
+        self._store.append(entries)  # durable before anything is released
+        return self.record(plan, entries)
+
+    def measure(self, plan: Plan, true_answers: Sequence[TrueAnswer]) -> tuple[HistoryEntry, ...]:
+        """Draw the noise of every measurement of ``plan``: the entries to store.
+
+        Nothing changes in the engine: a caller with a store of its own (the durable ledger)
+        writes the entries, and only once they are durable passes them to :meth:`record`.
+
+        Raises:
+            StalePlanError: the history changed since the plan was made.
+        """
+        self._check_fresh(plan)
         if len(true_answers) != len(plan.measurements):
             raise ValueError(f"need {len(plan.measurements)} true answers, got {len(true_answers)}")
         entries = []
@@ -260,7 +272,17 @@ class PrivacyEngine:
             entries.append(
                 HistoryEntry(self.table, vector, decision.budget, decision.step, float(value))
             )
-        self._store.append(entries)  # durable before anything is released
+        return tuple(entries)
+
+    def record(self, plan: Plan, entries: Sequence[HistoryEntry]) -> tuple[Reply, ...]:
+        """Add the (now durable) entries of ``plan`` to the history and ledger; build replies.
+
+        Raises:
+            StalePlanError: the history changed since the plan was made.
+        """
+        self._check_fresh(plan)
+        if len(entries) != len(plan.measurements):
+            raise ValueError(f"need {len(plan.measurements)} entries, got {len(entries)}")
         fresh_rows = {}
         for i, entry in zip(plan.measured_by, entries):
             fresh_rows[i] = self._index.size
@@ -270,6 +292,15 @@ class PrivacyEngine:
             self._reply(request, decision, answers, fresh_rows.get(i))
             for i, (request, decision) in enumerate(zip(plan.requests, plan.decisions))
         )
+
+    def absorb(self, entries: Sequence[HistoryEntry]) -> None:
+        """Add entries that another process released (read back from a shared ledger)."""
+        for entry in entries:
+            self._record(entry)
+
+    def _check_fresh(self, plan: Plan) -> None:
+        if plan.history_size != self._index.size:
+            raise StalePlanError("the history changed since this batch was planned; plan again")
 
     def answer(
         self,

@@ -230,3 +230,32 @@ def test_execute_needs_one_true_answer_per_measurement() -> None:
     )
     with pytest.raises(ValueError):
         engine.execute(plan, [])
+
+
+def test_measure_changes_nothing_until_record() -> None:
+    engine = _engine()
+    request = QueryRequest(
+        LinearQuery.from_dense([1, 1, 1, 0, 0, 0, 0, 0, 0]), AccuracyRequest(5.0, 0.9)
+    )
+    plan = engine.plan([request])
+    entries = engine.measure(plan, _measure(plan.measurements))
+    assert len(entries) == 1 and engine.history_size == 0 and engine.ledger.spent == 0
+    (reply,) = engine.record(plan, entries)
+    assert reply.source == "fresh" and engine.history_size == 1
+    assert engine.ledger.spent == entries[0].budget
+    with pytest.raises(StalePlanError):
+        engine.record(plan, entries)  # recording twice would double the history
+
+
+def test_absorbed_entries_make_queries_free_and_are_charged() -> None:
+    writer, reader = _engine(), _engine(seed=2)
+    request = QueryRequest(
+        LinearQuery.from_dense([0, 0, 0, 1, 1, 0, 0, 0, 0]), AccuracyRequest(5.0, 0.9)
+    )
+    plan = writer.plan([request])
+    entries = writer.measure(plan, _measure(plan.measurements))
+    writer.record(plan, entries)
+    reader.absorb(entries)
+    assert reader.ledger.per_cell() == writer.ledger.per_cell()
+    (free,) = reader.answer([request], _measure)
+    assert free.source == "history" and free.budget_charged == 0

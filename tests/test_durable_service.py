@@ -1,0 +1,135 @@
+"""DP answers through the durable ledger: restart keeps history, sharing never overspends."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from proxy.answering import DpService
+from proxy.backend import Reader
+from proxy.config import load_config
+from proxy.durable import DurableLedger
+from proxy.engine.ledger import Ledger, cell_charges
+from proxy.errors import BudgetExhausted
+from proxy.provision import BackendRoles, provision_roles
+from sqlmap.cube import Cube
+from sqlmap.vector import LinearQuery
+
+CONFIG = load_config(Path(__file__).parent.parent / "config.yaml")
+TRANSLATOR = CONFIG.translator()
+(CUBE,) = CONFIG.cubes
+
+
+@pytest.fixture(scope="module")
+def roles(adult_dsn: str) -> BackendRoles:
+    return provision_roles(adult_dsn, CONFIG.cubes)
+
+
+@pytest.fixture()
+def schema(pg_dsn: str) -> Iterator[str]:
+    name = f"ledger_{uuid.uuid4().hex[:8]}"
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+async def open_service(
+    dsn: str, roles: BackendRoles, schema: str, cube: Cube = CUBE
+) -> tuple[DpService, DurableLedger, Reader]:
+    ledger = await DurableLedger.open(dsn, [cube], schema)
+    reader = await Reader.connect(roles.reader_dsn)
+    return await DpService.open_durable([cube], reader, ledger), ledger, reader
+
+
+def test_restart_keeps_answers_free(pg_dsn: str, roles: BackendRoles, schema: str) -> None:
+    sql = "SELECT sex, COUNT(*) FROM adult GROUP BY sex WITH ACCURACY 30"
+
+    async def run() -> None:
+        service, ledger, reader = await open_service(pg_dsn, roles, schema)
+        first = await service.answer(TRANSLATOR.translate(sql), user="analyst", sql=sql)
+        assert {r.source for r in first.replies} == {"fresh"}
+        spent = service.engine(CUBE).ledger.spent
+        await ledger.close()
+        await reader.close()
+
+        service, ledger, reader = await open_service(pg_dsn, roles, schema)
+        assert service.engine(CUBE).ledger.spent == spent  # recomputed exactly from the ledger
+        again = await service.answer(TRANSLATOR.translate(sql), user="analyst", sql=sql)
+        assert {r.source for r in again.replies} == {"history"}
+        assert [r.estimate for r in again.replies] == pytest.approx(
+            [r.estimate for r in first.replies], rel=1e-9
+        )
+        await ledger.close()
+        await reader.close()
+
+    asyncio.run(run())
+    with psycopg.connect(pg_dsn) as conn:
+        counts = dict(
+            conn.execute(f'SELECT source, count(*) FROM "{schema}".answers GROUP BY 1').fetchall()
+        )
+    assert counts == {"fresh": 2, "history": 2}
+
+
+def test_two_services_sharing_a_ledger_never_overspend(
+    pg_dsn: str, roles: BackendRoles, schema: str
+) -> None:
+    tight = Cube(CUBE.schema, CUBE.table, CUBE.dimensions, total_budget=0.05)
+    conditions = [
+        "sex = 'Male'",
+        "race = 'White'",
+        "age < 45",
+        "income = '>50K'",
+        "education = 'HS-grad'",
+        "hours_per_week >= 41",
+        "capital_gain >= 1",
+        "age >= 25",
+        "race <> 'Black'",
+        "sex = 'Female'",
+    ]
+    # overlapping queries: each costs ln(10)/150 = 0.0154 on its cells, so a cell fits three
+    queries = [
+        f"SELECT COUNT(*) FROM adult WHERE {c} WITH ACCURACY 150 CONFIDENCE 0.9" for c in conditions
+    ] * 2
+    translator = type(TRANSLATOR)([tight], CONFIG.privacy.defaults)
+
+    async def run() -> tuple[int, int]:
+        a = await open_service(pg_dsn, roles, schema, tight)
+        b = await open_service(pg_dsn, roles, schema, tight)
+        outcomes = {"ok": 0, "refused": 0}
+
+        async def client(service: DpService, sqls: list[str]) -> None:
+            for sql in sqls:
+                try:
+                    await service.answer(translator.translate(sql))
+                    outcomes["ok"] += 1
+                except BudgetExhausted:
+                    outcomes["refused"] += 1
+
+        await asyncio.wait_for(
+            asyncio.gather(*(client(s[0], queries[i::4]) for i, s in enumerate([a, b, a, b]))),
+            timeout=120,
+        )
+        for _service, ledger, reader in (a, b):
+            await ledger.close()
+            await reader.close()
+        return outcomes["ok"], outcomes["refused"]
+
+    ok, refused = asyncio.run(run())
+    assert ok + refused == len(queries) and refused > 0 and ok > 0
+    # independent recomputation of every cell's spend from the stored measurements
+    recomputed = Ledger("check", total=Fraction(10**9))
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute(
+            f'SELECT cells, weights, budget FROM "{schema}".measurements'
+        ).fetchall()
+    for cells, weights, budget in rows:
+        recomputed.commit(
+            cell_charges(LinearQuery(tight.n_cells, cells, weights), Fraction(budget))
+        )
+    assert 0 < recomputed.spent <= Fraction(tight.total_budget)
