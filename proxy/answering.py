@@ -82,6 +82,7 @@ class DpService:
         source: computes true histograms, only after the engine decided to measure.
         rng: the noise source; the OS CSPRNG unless a test passes a seeded one.
         ledger: the durable ledger, if any; ``last_ids`` then says what was loaded from it.
+        carried: per table, budget spent before its cube was redefined (from the ledger).
     """
 
     def __init__(
@@ -92,6 +93,7 @@ class DpService:
         rng: RandomSource | None = None,
         ledger: DurableLedger | None = None,
         last_ids: dict[str, int] | None = None,
+        carried: dict[str, Fraction] | None = None,
     ) -> None:
         self._source = source
         self._ledger = ledger
@@ -104,6 +106,7 @@ class DpService:
                 store=store,
                 rng=rng,
                 nonnegative=False,
+                carried=(carried or {}).get(c.qualified_name, Fraction(0)),
             )
             for c in cubes
         }
@@ -125,7 +128,18 @@ class DpService:
             stored = await ledger.load(cube)
             store.append([s.entry for s in stored])
             last_ids[cube.qualified_name] = stored[-1].id if stored else 0
-        return cls(cubes, store, source, rng, ledger, last_ids)
+        service = cls(
+            cubes,
+            store,
+            source,
+            rng,
+            ledger,
+            last_ids,
+            carried={c.qualified_name: ledger.carried(c) for c in cubes},
+        )
+        for cube in cubes:  # measurements of data that has since changed: charged, not reused
+            service.engine(cube).charge_only([s.entry for s in await ledger.load_outdated(cube)])
+        return service
 
     def engine(self, cube: Cube) -> PrivacyEngine:
         """The engine of a protected table."""

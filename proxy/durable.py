@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS {schema}.tables (
     fingerprint text NOT NULL,
     n_cells integer NOT NULL,
     data_version integer NOT NULL DEFAULT 1,
+    carried text NOT NULL DEFAULT '0',
     spent float8[] NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now()
 );
@@ -137,6 +138,7 @@ class _Table:
     id: int
     cube: Cube
     data_version: int
+    carried: Fraction
 
 
 class DurableLedger:
@@ -170,10 +172,20 @@ class DurableLedger:
         """The table's data version as of :meth:`open` (bumped by ``mark-changed``)."""
         return self._tables[cube.qualified_name].data_version
 
+    def carried(self, cube: Cube) -> Fraction:
+        """Budget spent per cell before the table's cube was redefined (``rekey``)."""
+        return self._tables[cube.qualified_name].carried
+
     async def load(self, cube: Cube, after_id: int = 0) -> list[StoredEntry]:
         """The table's reusable entries (current data version), in order, after ``after_id``."""
         async with self._pool.acquire() as conn:
             return await _entries(conn, self._schema, self._tables[cube.qualified_name], after_id)
+
+    async def load_outdated(self, cube: Cube) -> list[StoredEntry]:
+        """Entries that measured an older version of the data: still charged, never reused."""
+        table = self._tables[cube.qualified_name]
+        async with self._pool.acquire() as conn:
+            return await _entries(conn, self._schema, table, 0, outdated=True)
 
     @asynccontextmanager
     async def spending(self, cube: Cube) -> AsyncIterator[Spend]:
@@ -260,7 +272,7 @@ async def _register(pool: asyncpg.Pool, schema: str, cubes: list[Cube]) -> dict[
         await conn.execute(_DDL.format(schema=schema))
         for cube in cubes:
             row = await conn.fetchrow(
-                f"SELECT id, fingerprint, n_cells, data_version FROM {schema}.tables "
+                f"SELECT id, fingerprint, n_cells, data_version, carried FROM {schema}.tables "
                 "WHERE name = $1",
                 cube.qualified_name,
             )
@@ -268,7 +280,7 @@ async def _register(pool: asyncpg.Pool, schema: str, cubes: list[Cube]) -> dict[
                 row = await conn.fetchrow(
                     f"INSERT INTO {schema}.tables (name, fingerprint, n_cells, spent) "
                     "VALUES ($1, $2, $3, array_fill(0::float8, ARRAY[$3::int])) "
-                    "RETURNING id, fingerprint, n_cells, data_version",
+                    "RETURNING id, fingerprint, n_cells, data_version, carried",
                     cube.qualified_name,
                     cube.fingerprint,
                     cube.n_cells,
@@ -281,17 +293,20 @@ async def _register(pool: asyncpg.Pool, schema: str, cubes: list[Cube]) -> dict[
                     hint="restore the old dimensions, or run 'dpproxy ledger rekey' to start a new "
                     "history for this table (spent budget is carried over)",
                 )
-            tables[cube.qualified_name] = _Table(int(row["id"]), cube, int(row["data_version"]))
+            tables[cube.qualified_name] = _Table(
+                int(row["id"]), cube, int(row["data_version"]), Fraction(row["carried"])
+            )
     return tables
 
 
 async def _entries(
-    conn: asyncpg.Connection, schema: str, table: _Table, after_id: int
+    conn: asyncpg.Connection, schema: str, table: _Table, after_id: int, outdated: bool = False
 ) -> list[StoredEntry]:
+    version = "data_version < $3" if outdated else "data_version = $3"
     rows = await conn.fetch(
         "SELECT id, entry_key, cells, weights, budget, step, noisy_answer "
         f"FROM {schema}.measurements WHERE table_id = $1 AND fingerprint = $2 "
-        "AND data_version = $3 AND id > $4 ORDER BY id",
+        f"AND {version} AND id > $4 ORDER BY id",
         table.id,
         table.cube.fingerprint,
         table.data_version,

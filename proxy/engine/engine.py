@@ -144,6 +144,7 @@ class PrivacyEngine:
         nonnegative: intersect intervals with the range counts allow (a post-processing of the
             reply only; it never influences what is spent).
         tail: how error tails are computed (the exact method; others are for benchmarks).
+        carried: budget spent on every cell before the table's cube was last redefined.
     """
 
     def __init__(
@@ -156,6 +157,7 @@ class PrivacyEngine:
         rng: RandomSource | None = None,
         nonnegative: bool = False,
         tail: TailMethod = EXACT,
+        carried: Fraction = Fraction(0),
     ) -> None:
         self.table = table
         self.n_cells = n_cells
@@ -164,7 +166,7 @@ class PrivacyEngine:
         self._nonnegative = nonnegative
         self._tail = tail
         self._index = HistoryIndex(n_cells)
-        self._ledger = Ledger(table, total=total_budget)
+        self._ledger = Ledger(table, total=total_budget, carried=carried)
         self._answers = np.zeros(16)
         for entry in store.entries(table):
             self._record(entry)
@@ -297,6 +299,15 @@ class PrivacyEngine:
         """Add entries that another process released (read back from a shared ledger)."""
         for entry in entries:
             self._record(entry)
+
+    def charge_only(self, entries: Sequence[HistoryEntry]) -> None:
+        """Charge entries that may no longer be reused: they measured data that has changed.
+
+        Their budget stays spent; their answers no longer describe the table, so they never
+        enter an estimate.
+        """
+        for entry in entries:
+            self._ledger.commit(cell_charges(entry.query, entry.budget))
 
     def _check_fresh(self, plan: Plan) -> None:
         if plan.history_size != self._index.size:

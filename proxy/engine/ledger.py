@@ -59,13 +59,18 @@ class Ledger:
     (Fraction(1, 2), Fraction(1, 2), Fraction(1, 4))
     """
 
-    def __init__(self, table: str, *, total: Fraction) -> None:
+    def __init__(self, table: str, *, total: Fraction, carried: Fraction = Fraction(0)) -> None:
         if not isinstance(total, Fraction) or total <= 0:
             raise ValueError("total budget must be a positive Fraction")
+        if carried < 0:
+            raise ValueError("carried budget cannot be negative")
         self.table = table
         self.total = total
+        # spent before the table's cube was redefined: charged to every cell, since the old
+        # cells cannot be mapped onto the new ones
+        self.carried = carried
         self._spent: dict[int, Fraction] = {}
-        self._max = Fraction(0)
+        self._max = carried
 
     @property
     def spent(self) -> Fraction:
@@ -79,10 +84,10 @@ class Ledger:
 
     def spent_on(self, cell: int) -> Fraction:
         """``B_j``."""
-        return self._spent.get(cell, Fraction(0))
+        return self.carried + self._spent.get(cell, Fraction(0))
 
     def per_cell(self) -> dict[int, Fraction]:
-        """A copy of every non-zero ``B_j``."""
+        """A copy of every ``B_j`` charged since the cube was last defined (without ``carried``)."""
         return dict(self._spent)
 
     def check(self, charges: Mapping[int, Fraction], *, request: str) -> None:
@@ -118,4 +123,4 @@ class Ledger:
         for cell, charge in charges.items():
             spent = self._spent.get(cell, Fraction(0)) + charge
             self._spent[cell] = spent
-            self._max = max(self._max, spent)
+            self._max = max(self._max, self.carried + spent)

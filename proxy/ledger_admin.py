@@ -1,0 +1,208 @@
+"""The DBA's ledger commands: status, history, export, mark-changed, rekey.
+
+They work on the ledger database directly, with or without a running proxy. ``mark-changed`` and
+``rekey`` take the same lock as spending, so they never interleave with a fresh answer; a
+running proxy picks the change up when it restarts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+
+import asyncpg
+
+from proxy.durable import LEDGER_LOCK_NAMESPACE
+from proxy.engine.ledger import Ledger, cell_charges
+from proxy.errors import ConfigError
+from sqlmap.canonical import quote_ident
+from sqlmap.cube import Cube
+from sqlmap.vector import LinearQuery
+
+__all__ = ["TableStatus", "status", "mark_changed", "rekey", "history", "export"]
+
+
+@dataclass(frozen=True, slots=True)
+class TableStatus:
+    """One table's budget, recomputed exactly from its measurements."""
+
+    table: str
+    fingerprint: str
+    data_version: int
+    total: Fraction
+    spent: Fraction
+    fresh: int
+    history: int
+    combined: int
+    refused: int
+
+    @property
+    def remaining(self) -> Fraction:
+        """Budget left (never negative)."""
+        return max(self.total - self.spent, Fraction(0))
+
+
+async def _spent(
+    conn: asyncpg.Connection,
+    schema: str,
+    table_id: int,
+    fingerprint: str,
+    n_cells: int,
+    carried: Fraction,
+) -> Fraction:
+    """max_j B_j over every measurement of the cube, any data version, plus what was carried."""
+    ledger = Ledger("status", total=Fraction(10**12), carried=carried)
+    rows = await conn.fetch(
+        f"SELECT cells, weights, budget FROM {schema}.measurements "
+        "WHERE table_id = $1 AND fingerprint = $2",
+        table_id,
+        fingerprint,
+    )
+    for r in rows:
+        ledger.commit(
+            cell_charges(LinearQuery(n_cells, r["cells"], r["weights"]), Fraction(r["budget"]))
+        )
+    return ledger.spent
+
+
+async def status(dsn: str, cubes: Iterable[Cube], schema: str = "dpproxy") -> list[TableStatus]:
+    """The budget and answer counts of every protected table the ledger knows."""
+    s = quote_ident(schema)
+    totals = {c.qualified_name: Fraction(c.total_budget) for c in cubes}
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT id, name, fingerprint, n_cells, data_version, carried "
+            f"FROM {s}.tables ORDER BY name"
+        )
+        result = []
+        for r in rows:
+            counts = dict(
+                await conn.fetch(
+                    f"SELECT source, count(*) FROM {s}.answers WHERE table_id = $1 GROUP BY 1",
+                    r["id"],
+                )
+            )
+            spent = await _spent(
+                conn, s, r["id"], r["fingerprint"], r["n_cells"], Fraction(r["carried"])
+            )
+            result.append(
+                TableStatus(
+                    r["name"],
+                    r["fingerprint"],
+                    r["data_version"],
+                    totals.get(r["name"], Fraction(0)),
+                    spent,
+                    counts.get("fresh", 0),
+                    counts.get("history", 0),
+                    counts.get("combined", 0),
+                    counts.get("refused", 0),
+                )
+            )
+        return result
+    finally:
+        await conn.close()
+
+
+async def _table(conn: asyncpg.Connection, schema: str, name: str) -> asyncpg.Record:
+    row = await conn.fetchrow(
+        f"SELECT id, fingerprint, n_cells, carried FROM {schema}.tables WHERE name = $1 FOR UPDATE",
+        name,
+    )
+    if row is None:
+        raise ConfigError(f"the ledger has no table {name!r}")
+    await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", LEDGER_LOCK_NAMESPACE, row["id"])
+    return row
+
+
+async def mark_changed(dsn: str, table: str, schema: str = "dpproxy") -> int:
+    """Mark a table's data as changed: earlier answers stop being reused; their budget stays spent.
+
+    Returns the new data version.
+    """
+    s = quote_ident(schema)
+    conn = await asyncpg.connect(dsn)
+    try:
+        async with conn.transaction():
+            row = await _table(conn, s, table)
+            return int(
+                await conn.fetchval(
+                    f"UPDATE {s}.tables SET data_version = data_version + 1 "
+                    "WHERE id = $1 RETURNING data_version",
+                    row["id"],
+                )
+            )
+    finally:
+        await conn.close()
+
+
+async def rekey(dsn: str, cube: Cube, schema: str = "dpproxy") -> Fraction:
+    """Start a new history for a table whose cube changed, carrying its spent budget over.
+
+    The old cells cannot be mapped onto the new ones, so every new cell starts with the most any
+    old cell had spent (``max_j B_j``). Returns that carried budget.
+    """
+    s = quote_ident(schema)
+    conn = await asyncpg.connect(dsn)
+    try:
+        async with conn.transaction():
+            row = await _table(conn, s, cube.qualified_name)
+            if row["fingerprint"] == cube.fingerprint:
+                raise ConfigError(
+                    f"tables.{cube.qualified_name}: the cube has not changed; nothing to rekey"
+                )
+            carried = await _spent(
+                conn, s, row["id"], row["fingerprint"], row["n_cells"], Fraction(row["carried"])
+            )
+            await conn.execute(
+                f"UPDATE {s}.tables SET fingerprint = $2, n_cells = $3, carried = $4, "
+                "data_version = data_version + 1, spent = array_fill(0::float8, ARRAY[$3::int]) "
+                "WHERE id = $1",
+                row["id"],
+                cube.fingerprint,
+                cube.n_cells,
+                str(carried),
+            )
+            return carried
+    finally:
+        await conn.close()
+
+
+async def history(dsn: str, schema: str = "dpproxy", limit: int = 50) -> list[dict[str, object]]:
+    """The most recent answers, newest first."""
+    s = quote_ident(schema)
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT a.id, t.name AS table, a.source, a.budget, a.estimate, a.low, a.high, "
+            "a.confidence, a.user_name, a.sql_text, a.created_at "
+            f"FROM {s}.answers a JOIN {s}.tables t ON t.id = a.table_id "
+            "ORDER BY a.id DESC LIMIT $1",
+            limit,
+        )
+        return [dict(r) for r in rows]
+    finally:
+        await conn.close()
+
+
+async def export(dsn: str, schema: str = "dpproxy") -> AsyncIterator[str]:
+    """Every table, measurement and answer as JSON lines (one object per line, with its kind)."""
+    s = quote_ident(schema)
+    conn = await asyncpg.connect(dsn)
+    try:
+        for kind, sql in (
+            (
+                "table",
+                "SELECT id, name, fingerprint, n_cells, data_version, carried, created_at "
+                f"FROM {s}.tables ORDER BY id",
+            ),
+            ("measurement", f"SELECT * FROM {s}.measurements ORDER BY id"),
+            ("answer", f"SELECT * FROM {s}.answers ORDER BY id"),
+        ):
+            async with conn.transaction():
+                async for r in conn.cursor(sql):
+                    yield json.dumps({"kind": kind, **dict(r)}, default=str, sort_keys=True)
+    finally:
+        await conn.close()

@@ -1,0 +1,108 @@
+"""The DBA's ledger commands against a real ledger: status, mark-changed, rekey, history, export."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from proxy import ledger_admin
+from proxy.answering import DpService
+from proxy.backend import Reader
+from proxy.config import load_config
+from proxy.durable import DurableLedger
+from proxy.errors import ConfigError
+from proxy.provision import BackendRoles, provision_roles
+from sqlmap.cube import CategoricalDimension, Cube
+from sqlmap.translate import Translator
+
+CONFIG = load_config(Path(__file__).parent.parent / "config.yaml")
+(CUBE,) = CONFIG.cubes
+SQL = "SELECT COUNT(*) FROM adult WHERE sex = 'Female' WITH ACCURACY 40"
+
+
+@pytest.fixture(scope="module")
+def roles(adult_dsn: str) -> BackendRoles:
+    return provision_roles(adult_dsn, CONFIG.cubes)
+
+
+@pytest.fixture()
+def schema(pg_dsn: str) -> Iterator[str]:
+    name = f"ledger_{uuid.uuid4().hex[:8]}"
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+async def ask(
+    dsn: str, roles: BackendRoles, schema: str, cube: Cube, sql: str
+) -> tuple[str, DpService]:
+    ledger = await DurableLedger.open(dsn, [cube], schema)
+    reader = await Reader.connect(roles.reader_dsn)
+    try:
+        service = await DpService.open_durable([cube], reader, ledger)
+        result = await service.answer(
+            Translator([cube], CONFIG.privacy.defaults).translate(sql), "analyst", sql
+        )
+        return result.replies[0].source, service
+    finally:
+        await ledger.close()
+        await reader.close()
+
+
+def test_status_mark_changed_history_export(pg_dsn: str, roles: BackendRoles, schema: str) -> None:
+    async def run() -> None:
+        source, service = await ask(pg_dsn, roles, schema, CUBE, SQL)
+        assert source == "fresh"
+        spent = service.engine(CUBE).ledger.spent
+        assert (await ask(pg_dsn, roles, schema, CUBE, SQL))[0] == "history"
+
+        (before,) = await ledger_admin.status(pg_dsn, [CUBE], schema)
+        assert (before.spent, before.fresh, before.history, before.data_version) == (spent, 1, 1, 1)
+        assert before.remaining == before.total - spent
+
+        assert await ledger_admin.mark_changed(pg_dsn, CUBE.qualified_name, schema) == 2
+        source, service = await ask(pg_dsn, roles, schema, CUBE, SQL)
+        assert source == "fresh"  # the old answer describes old data: not reused
+        assert service.engine(CUBE).ledger.spent == 2 * spent  # but its budget stays spent
+
+        rows = await ledger_admin.history(pg_dsn, schema, limit=10)
+        assert [r["source"] for r in rows] == ["fresh", "history", "fresh"]
+        assert rows[0]["user_name"] == "analyst" and rows[0]["sql_text"] == SQL
+        lines = [json.loads(line) async for line in ledger_admin.export(pg_dsn, schema)]
+        assert [line["kind"] for line in lines].count("measurement") == 2
+        assert [line["kind"] for line in lines].count("answer") == 3
+
+    asyncio.run(run())
+
+
+def test_rekey_carries_the_spent_budget(pg_dsn: str, roles: BackendRoles, schema: str) -> None:
+    narrower = Cube(
+        CUBE.schema,
+        CUBE.table,
+        (CategoricalDimension("sex", ("Male", "Female"), closed=True, nullable=False),),
+        1.0,
+    )
+
+    async def run() -> None:
+        _, service = await ask(pg_dsn, roles, schema, CUBE, SQL)
+        spent = service.engine(CUBE).ledger.spent
+        with pytest.raises(
+            ConfigError, match="the cube differs from the one its ledger was written for"
+        ):
+            await DurableLedger.open(pg_dsn, [narrower], schema)
+        assert await ledger_admin.rekey(pg_dsn, narrower, schema) == spent
+        with pytest.raises(ConfigError, match="nothing to rekey"):
+            await ledger_admin.rekey(pg_dsn, narrower, schema)
+        source, service = await ask(pg_dsn, roles, schema, narrower, SQL)
+        assert source == "fresh"
+        assert service.engine(narrower).ledger.spent > spent  # carried, plus the new answer
+        (state,) = await ledger_admin.status(pg_dsn, [narrower], schema)
+        assert state.spent == service.engine(narrower).ledger.spent
+
+    asyncio.run(run())
