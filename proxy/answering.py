@@ -27,7 +27,15 @@ from proxy.errors import BudgetExhausted, InvalidParameterValue
 from sqlmap.cube import CategoricalDimension, Cube
 from sqlmap.translate import AnswerSpec, OutputKind
 
-__all__ = ["ColumnType", "ResultColumn", "DpResult", "HistogramSource", "DpService", "notice_text"]
+__all__ = [
+    "ColumnType",
+    "ResultColumn",
+    "DpResult",
+    "HistogramSource",
+    "DpService",
+    "notice_text",
+    "result_columns",
+]
 
 
 class ColumnType:
@@ -264,14 +272,23 @@ def _charges(cube: Cube, entries: Iterable[HistoryEntry]) -> npt.NDArray[np.floa
     return charges
 
 
-def _result(spec: AnswerSpec, replies: tuple[Reply, ...]) -> DpResult:
+def result_columns(spec: AnswerSpec) -> tuple[ResultColumn, ...]:
+    """The columns a DP query returns, known before it is answered (Describe needs them).
+
+    Group keys of text dimensions are text; every other value is float8.
+    """
     columns = []
-    for column in spec.columns:
-        dim = spec.cube.dimension(column.dimension) if column.dimension else None
+    for output in spec.columns:
+        dim = spec.cube.dimension(output.dimension) if output.dimension else None
         text_key = isinstance(dim, CategoricalDimension) and not dim.numeric
         columns.append(
-            ResultColumn(column.name, ColumnType.TEXT if text_key else ColumnType.FLOAT8)
+            ResultColumn(output.name, ColumnType.TEXT if text_key else ColumnType.FLOAT8)
         )
+    return tuple(columns)
+
+
+def _result(spec: AnswerSpec, replies: tuple[Reply, ...]) -> DpResult:
+    columns = result_columns(spec)
     per_row = len(spec.rows[0].queries)
     rows, notices = [], []
     aggregates = [c for c in spec.columns if c.kind is OutputKind.AGGREGATE]
@@ -293,7 +310,7 @@ def _result(spec: AnswerSpec, replies: tuple[Reply, ...]) -> DpResult:
         labels = ", ".join(f"{d}={k.label}" for d, k in keys.items())
         for column, reply in zip(aggregates, row_replies):
             notices.append(notice_text(column.name + (f" [{labels}]" if labels else ""), reply))
-    return DpResult(tuple(columns), tuple(rows), tuple(notices), replies)
+    return DpResult(columns, tuple(rows), tuple(notices), replies)
 
 
 def notice_text(what: str, reply: Reply) -> str:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
+from proxy.auth import make_verifier
 from proxy.config import Config, load_config
 from proxy.errors import DpproxyError
 from sqlmap.canonical import COLUMN_TYPES_SQL, check_column_types
@@ -37,7 +38,36 @@ def _parser() -> argparse.ArgumentParser:
     translate = commands.add_parser(
         "translate", help="show the query vectors dpproxy derives from a SQL query"
     )
-    translate.add_argument("sql", help="the query, e.g. \"SELECT COUNT(*) FROM adult WHERE age < 25\"")
+    translate.add_argument(
+        "sql", help='the query, e.g. "SELECT COUNT(*) FROM adult WHERE age < 25"'
+    )
+    serve = commands.add_parser(
+        "serve",
+        help="run the PostgreSQL wire-protocol server (embedded demo PostgreSQL without a backend)",
+    )
+    serve.add_argument("--host", help="address to listen on (default: listen.host, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default: listen.port, 6432)")
+    serve.add_argument(
+        "--log-level",
+        default=os.environ.get("DPPROXY_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level (default: INFO)",
+    )
+    provision = commands.add_parser(
+        "provision",
+        help="create the reader and pass-through roles and their grants on a server you administer",
+    )
+    provision.add_argument(
+        "--dsn", required=True, help="a superuser (or table owner with CREATEROLE) DSN"
+    )
+    provision.add_argument(
+        "--load-demo", action="store_true", help="load the Adult demo table first"
+    )
+    passwd = commands.add_parser(
+        "passwd",
+        help="print the SCRAM-SHA-256 verifier of a password, for config.yaml's users section",
+    )
+    passwd.add_argument("user", nargs="?", help="print a `user: verifier` line for this user")
     return parser
 
 
@@ -45,9 +75,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dpproxy`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
+        if args.command == "passwd":
+            return _passwd(args.user)
         config = load_config(args.config)
         if args.command == "check":
             return _check(config, args.dsn)
+        if args.command == "serve":
+            return _serve(config, args)
+        if args.command == "provision":
+            return _provision(config, args.dsn, args.load_demo)
         return _translate(config, args.sql)
     except DpproxyError as e:
         print(f"dpproxy: {e.sqlstate}: {e}", file=sys.stderr)
@@ -57,7 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _check(config: Config, dsn: str | None) -> int:
     for cube in config.cubes:
         dims = ", ".join(f"{d.name} ({d.size})" for d in cube.dimensions)
-        print(f"{cube.qualified_name}: {cube.n_cells} cells = {dims}; total budget {cube.total_budget}")
+        print(
+            f"{cube.qualified_name}: {cube.n_cells} cells = {dims}; "
+            f"total budget {cube.total_budget}"
+        )
     if dsn:
         asyncio.run(_check_backend(config, dsn))
         print(f"{config.source}: every dimension matches its column in the backend")
@@ -76,6 +115,48 @@ async def _check_backend(config: Config, dsn: str) -> None:
         await conn.close()
 
 
+def _serve(config: Config, args: argparse.Namespace) -> int:
+    from proxy import logs
+    from proxy.server import run
+
+    logs.setup(args.log_level)
+    return run(config, args.host, args.port)
+
+
+def _provision(config: Config, dsn: str, load_demo: bool) -> int:
+    import psycopg
+
+    from proxy.demo import load_adult
+    from proxy.provision import PASSTHROUGH_ROLE, READER_ROLE, provision_roles
+
+    try:
+        if load_demo:
+            print(f"adult: {load_adult(dsn)} rows")
+        provision_roles(dsn, config.cubes)
+    except psycopg.Error as e:
+        print(f"dpproxy: {e.sqlstate or '08006'}: {e}", file=sys.stderr)
+        return 1
+    tables = ", ".join(c.qualified_name for c in config.cubes)
+    print(f"{READER_ROLE} may read {tables}; {PASSTHROUGH_ROLE} may not")
+    return 0
+
+
+def _passwd(user: str | None) -> int:
+    if sys.stdin.isatty():
+        password = getpass.getpass("Password: ")
+        if getpass.getpass("Again: ") != password:
+            print("dpproxy: the passwords differ", file=sys.stderr)
+            return 1
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        print("dpproxy: empty password", file=sys.stderr)
+        return 1
+    verifier = make_verifier(password)
+    print(f'{user}: "{verifier}"' if user else verifier)
+    return 0
+
+
 def _translate(config: Config, sql: str) -> int:
     spec = config.translator().translate(sql)
     print(describe(spec))
@@ -88,9 +169,14 @@ def describe(spec: AnswerSpec) -> str:
     if spec.accuracy is None:
         lines.append("accuracy: none given (add WITH ACCURACY <eps> CONFIDENCE <c>)")
     else:
-        lines.append(f"accuracy: +-{spec.accuracy.eps:g} at confidence {spec.accuracy.confidence:g}")
+        lines.append(
+            f"accuracy: +-{spec.accuracy.eps:g} at confidence {spec.accuracy.confidence:g}"
+        )
     aggregates = [c for c in spec.columns if c.kind is OutputKind.AGGREGATE]
-    lines.append(f"rows: {len(spec.rows)}" + (f" (GROUP BY {', '.join(spec.group_dims)})" if spec.group_dims else ""))
+    lines.append(
+        f"rows: {len(spec.rows)}"
+        + (f" (GROUP BY {', '.join(spec.group_dims)})" if spec.group_dims else "")
+    )
     for row in spec.rows:
         keys = ", ".join(k.label for k in row.keys)
         prefix = f"  [{keys}] " if keys else "  "

@@ -4,21 +4,53 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import overload
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import Final, overload
 
 import yaml
+from psycopg.conninfo import conninfo_to_dict
 
+from proxy.auth import Verifier, parse_verifier
 from proxy.errors import ConfigError
 from sqlmap.accuracy import AccuracyDefaults
 from sqlmap.cube import Cube, cube_from_config
 from sqlmap.translate import Translator
 
-__all__ = ["PrivacyConfig", "Config", "load_config", "parse_config"]
+__all__ = [
+    "PrivacyConfig",
+    "ListenConfig",
+    "BackendConfig",
+    "Config",
+    "DEMO_USERS",
+    "load_config",
+    "parse_config",
+]
 
-_TOP_KEYS = {"privacy", "tables"}
+_TOP_KEYS = {"privacy", "tables", "listen", "backend", "users"}
 _PRIVACY_KEYS = {"total_budget", "default_accuracy", "default_confidence"}
+_LISTEN_KEYS = {
+    "host",
+    "port",
+    "database",
+    "tls_cert",
+    "tls_key",
+    "max_connections",
+    "shutdown_timeout",
+}
+_BACKEND_KEYS = {"dsn", "passthrough_dsn"}
+
+#: The demo account ``analyst`` / ``analyst`` (its SCRAM-SHA-256 verifier), used when the config
+#: has no ``users`` section.
+DEMO_USERS: Final[Mapping[str, Verifier]] = MappingProxyType(
+    {
+        "analyst": parse_verifier(
+            "SCRAM-SHA-256$4096:WsCKTFISJuTDwA2aG58WNg==$bm8zpvzottdOybWi5RKTWQxoRVcMjkuWTa12osNxrio="
+            ":CYff2FTqmz3kGpKL6n/1dEdocEZUTot1PjQZUovf1+k="
+        )
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,14 +63,20 @@ class PrivacyConfig:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.total_budget) and self.total_budget > 0):
-            raise ConfigError(f"privacy.total_budget: must be a positive number, got {self.total_budget!r}")
+            raise ConfigError(
+                f"privacy.total_budget: must be a positive number, got {self.total_budget!r}"
+            )
         if self.default_accuracy is not None and not (
             math.isfinite(self.default_accuracy) and self.default_accuracy > 0
         ):
-            raise ConfigError(f"privacy.default_accuracy: must be a positive number, got {self.default_accuracy!r}")
+            raise ConfigError(
+                "privacy.default_accuracy: must be a positive number, "
+                f"got {self.default_accuracy!r}"
+            )
         if not 0 < self.default_confidence < 1:
             raise ConfigError(
-                f"privacy.default_confidence: must lie strictly between 0 and 1, got {self.default_confidence!r}"
+                "privacy.default_confidence: must lie strictly between 0 and 1, "
+                f"got {self.default_confidence!r}"
             )
 
     @property
@@ -48,12 +86,78 @@ class PrivacyConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ListenConfig:
+    """Where and how dpproxy accepts clients (documented in docs/config.md)."""
+
+    host: str = "127.0.0.1"
+    port: int = 6432
+    database: str = "demo"
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    max_connections: int = 100
+    shutdown_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise ConfigError("listen.host: must not be empty")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"listen.port: must be 0 to 65535, got {self.port}")
+        if not self.database or "\x00" in self.database:
+            raise ConfigError("listen.database: must be a non-empty name")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("listen.tls_cert, listen.tls_key: give both or neither")
+        if self.max_connections < 1:
+            raise ConfigError(
+                f"listen.max_connections: must be positive, got {self.max_connections}"
+            )
+        if not (math.isfinite(self.shutdown_timeout) and self.shutdown_timeout >= 0):
+            raise ConfigError(
+                "listen.shutdown_timeout: must be a non-negative number, "
+                f"got {self.shutdown_timeout}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class BackendConfig:
+    """The two PostgreSQL roles dpproxy logs in as.
+
+    Args:
+        dsn: the reader role, which may SELECT the protected tables; only dpproxy's generated
+            histogram SQL runs under it.
+        passthrough_dsn: a role with no rights on protected tables; every other statement runs
+            under it, one connection per client session.
+    """
+
+    dsn: str
+    passthrough_dsn: str
+
+    def __post_init__(self) -> None:
+        for key in ("dsn", "passthrough_dsn"):
+            value = getattr(self, key)
+            try:
+                conninfo_to_dict(value)
+            except Exception as e:  # psycopg's ProgrammingError: the message says what is wrong
+                raise ConfigError(
+                    f"backend.{key}: not a PostgreSQL connection string: {e}"
+                ) from None
+
+    def __repr__(self) -> str:  # DSNs may hold passwords
+        return "BackendConfig(dsn=..., passthrough_dsn=...)"
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
-    """The whole configuration."""
+    """The whole configuration.
+
+    ``backend`` None means: start the embedded PostgreSQL with the Adult demo table.
+    """
 
     privacy: PrivacyConfig
     cubes: tuple[Cube, ...]
     source: str = "<config>"
+    listen: ListenConfig = ListenConfig()
+    backend: BackendConfig | None = None
+    users: Mapping[str, Verifier] = field(default_factory=lambda: DEMO_USERS)
 
     def translator(self) -> Translator:
         """A translator for the protected tables with the configured defaults."""
@@ -107,20 +211,113 @@ def _parse(data: object, source: str) -> Config:
         if (cube.schema, cube.table) in seen:
             raise ConfigError(f"tables.{cube.qualified_name}: declared twice")
         seen.add((cube.schema, cube.table))
-    return Config(privacy, cubes, source)
+    base = Path(source).parent if source != "<config>" else Path.cwd()
+    return Config(
+        privacy,
+        cubes,
+        source,
+        _listen(data.get("listen"), base),
+        _backend(data.get("backend")),
+        _users(data["users"]) if "users" in data else DEMO_USERS,
+    )
+
+
+def _listen(spec: object, base: Path) -> ListenConfig:
+    if spec is None:
+        return ListenConfig()
+    if not isinstance(spec, Mapping):
+        raise ConfigError("listen: expected a mapping")
+    _no_unknown_keys(spec, _LISTEN_KEYS, "listen.")
+    defaults = ListenConfig()
+
+    def path(key: str) -> Path | None:
+        value = _text(spec, key, "listen")
+        return None if value is None else base / value
+
+    return ListenConfig(
+        host=_text(spec, "host", "listen") or defaults.host,
+        port=_integer(spec, "port", "listen", defaults.port),
+        database=_text(spec, "database", "listen") or defaults.database,
+        tls_cert=path("tls_cert"),
+        tls_key=path("tls_key"),
+        max_connections=_integer(spec, "max_connections", "listen", defaults.max_connections),
+        shutdown_timeout=_number(
+            spec, "shutdown_timeout", "listen", default=defaults.shutdown_timeout
+        ),
+    )
+
+
+def _backend(spec: object) -> BackendConfig | None:
+    if spec is None:
+        return None
+    if not isinstance(spec, Mapping):
+        raise ConfigError("backend: expected a mapping")
+    _no_unknown_keys(spec, _BACKEND_KEYS, "backend.")
+    dsn, passthrough = _text(spec, "dsn", "backend"), _text(spec, "passthrough_dsn", "backend")
+    if dsn is None or passthrough is None:
+        raise ConfigError(
+            "backend: give both dsn (the reader role) and passthrough_dsn (the pass-through role)",
+            hint="leave out the backend section to run the embedded demo PostgreSQL",
+        )
+    if dsn == passthrough:
+        raise ConfigError(
+            "backend.passthrough_dsn: must log in as a different role than backend.dsn"
+        )
+    return BackendConfig(dsn, passthrough)
+
+
+def _users(spec: object) -> Mapping[str, Verifier]:
+    if not isinstance(spec, Mapping) or not spec:
+        raise ConfigError("users: expected a mapping of user name to SCRAM-SHA-256 verifier")
+    users = {}
+    for name, value in spec.items():
+        if not isinstance(name, str) or not name or "\x00" in name:
+            raise ConfigError(f"users: {name!r} is not a user name")
+        if not isinstance(value, str):
+            raise ConfigError(f"users.{name}: expected a verifier string")
+        try:
+            users[name] = parse_verifier(value)
+        except ValueError as e:
+            raise ConfigError(
+                f"users.{name}: {e}",
+                hint="`dpproxy passwd` prints a verifier; never put a plain password here",
+            ) from None
+    return MappingProxyType(users)
+
+
+def _text(spec: Mapping[object, object], key: str, where: str) -> str | None:
+    value = spec.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}.{key}: expected a string, got {value!r}")
+    return value
+
+
+def _integer(spec: Mapping[object, object], key: str, where: str, default: int) -> int:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where}.{key}: expected an integer, got {value!r}")
+    return value
 
 
 def _no_unknown_keys(spec: Mapping[object, object], allowed: set[str], prefix: str) -> None:
     unknown = sorted(str(k) for k in spec if k not in allowed)
     if unknown:
-        raise ConfigError(f"{prefix}{unknown[0]}: unknown key", hint=f"allowed keys: {', '.join(sorted(allowed))}")
+        raise ConfigError(
+            f"{prefix}{unknown[0]}: unknown key", hint=f"allowed keys: {', '.join(sorted(allowed))}"
+        )
 
 
 @overload
 def _number(spec: Mapping[object, object], key: str, where: str, default: float) -> float: ...
 @overload
-def _number(spec: Mapping[object, object], key: str, where: str, default: None = None) -> float | None: ...
-def _number(spec: Mapping[object, object], key: str, where: str, default: float | None = None) -> float | None:
+def _number(
+    spec: Mapping[object, object], key: str, where: str, default: None = None
+) -> float | None: ...
+def _number(
+    spec: Mapping[object, object], key: str, where: str, default: float | None = None
+) -> float | None:
     """The number at ``key``, or ``default`` when the key is absent."""
     value = spec.get(key, default)
     if value is None:

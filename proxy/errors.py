@@ -23,6 +23,18 @@ __all__ = [
     "BudgetExhausted",
     "DomainViolation",
     "ProtocolViolation",
+    "InvalidAuthorization",
+    "InvalidPassword",
+    "UndefinedDatabase",
+    "ConnectionFailure",
+    "AdminShutdown",
+    "QueryCanceled",
+    "InFailedTransaction",
+    "DuplicatePreparedStatement",
+    "DuplicateCursor",
+    "UndefinedPreparedStatement",
+    "UndefinedCursor",
+    "TooManyConnections",
     "error_fields",
 ]
 
@@ -144,6 +156,78 @@ class ProtocolViolation(DpproxyError):
     """A client sent bytes that are not a valid frontend message."""
 
     sqlstate = "08P01"  # protocol_violation
+
+
+class InvalidAuthorization(DpproxyError):
+    """The startup packet names no user, or asks for something dpproxy does not allow."""
+
+    sqlstate = "28000"  # invalid_authorization_specification
+
+
+class InvalidPassword(DpproxyError):
+    """Authentication failed; the same message for an unknown user and a wrong password."""
+
+    sqlstate = "28P01"  # invalid_password
+
+
+class UndefinedDatabase(DpproxyError):
+    """The client asked for a database name dpproxy does not serve."""
+
+    sqlstate = "3D000"  # invalid_catalog_name
+
+
+class ConnectionFailure(DpproxyError):
+    """The PostgreSQL backend could not be reached or broke off the connection."""
+
+    sqlstate = "08006"  # connection_failure
+
+
+class AdminShutdown(DpproxyError):
+    """dpproxy is shutting down and closes the session."""
+
+    sqlstate = "57P01"  # admin_shutdown
+
+
+class QueryCanceled(DpproxyError):
+    """A CancelRequest stopped the statement."""
+
+    sqlstate = "57014"  # query_canceled
+
+
+class InFailedTransaction(DpproxyError):
+    """The transaction failed earlier; only ROLLBACK (or COMMIT) is accepted until it ends."""
+
+    sqlstate = "25P02"  # in_failed_sql_transaction
+
+
+class DuplicatePreparedStatement(DpproxyError):
+    """Parse names a prepared statement that already exists."""
+
+    sqlstate = "42P05"  # duplicate_prepared_statement
+
+
+class DuplicateCursor(DpproxyError):
+    """Bind names a portal that already exists."""
+
+    sqlstate = "42P03"  # duplicate_cursor
+
+
+class UndefinedPreparedStatement(DpproxyError):
+    """Bind or Describe names a prepared statement that does not exist."""
+
+    sqlstate = "26000"  # invalid_sql_statement_name
+
+
+class UndefinedCursor(DpproxyError):
+    """Execute or Describe names a portal that does not exist."""
+
+    sqlstate = "34000"  # invalid_cursor_name
+
+
+class TooManyConnections(DpproxyError):
+    """dpproxy already serves as many sessions as it is configured for."""
+
+    sqlstate = "53300"  # too_many_connections
 
 
 def error_fields(error: DpproxyError, severity: str = "ERROR") -> dict[str, str]:

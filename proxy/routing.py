@@ -66,32 +66,60 @@ class Statement:
 #: values) to every role, whatever its privileges on the table.
 STATISTICS_NAMES = frozenset(
     {
-        "reltuples", "relpages", "relallvisible",
-        "pg_stats", "pg_stats_ext", "pg_stats_ext_exprs", "pg_statistic", "pg_statistic_ext_data",
-        "pg_stat_all_tables", "pg_stat_user_tables", "pg_stat_sys_tables",
-        "pg_stat_xact_all_tables", "pg_stat_xact_user_tables", "pg_stat_xact_sys_tables",
-        "pg_statio_all_tables", "pg_statio_user_tables", "pg_statio_sys_tables",
-        "pg_stat_all_indexes", "pg_stat_user_indexes", "pg_statio_all_indexes", "pg_statio_user_indexes",
-        "pg_relation_size", "pg_total_relation_size", "pg_table_size", "pg_indexes_size",
-        "pg_column_size", "pg_stat_file", "pg_read_file", "pg_read_binary_file", "pg_ls_dir",
+        "reltuples",
+        "relpages",
+        "relallvisible",
+        "pg_stats",
+        "pg_stats_ext",
+        "pg_stats_ext_exprs",
+        "pg_statistic",
+        "pg_statistic_ext_data",
+        "pg_stat_all_tables",
+        "pg_stat_user_tables",
+        "pg_stat_sys_tables",
+        "pg_stat_xact_all_tables",
+        "pg_stat_xact_user_tables",
+        "pg_stat_xact_sys_tables",
+        "pg_statio_all_tables",
+        "pg_statio_user_tables",
+        "pg_statio_sys_tables",
+        "pg_stat_all_indexes",
+        "pg_stat_user_indexes",
+        "pg_statio_all_indexes",
+        "pg_statio_user_indexes",
+        "pg_relation_size",
+        "pg_total_relation_size",
+        "pg_table_size",
+        "pg_indexes_size",
+        "pg_column_size",
+        "pg_stat_file",
+        "pg_read_file",
+        "pg_read_binary_file",
+        "pg_ls_dir",
     }
 )
 _STATISTICS_PREFIXES = ("pg_stat_get_",)
 
 _STRING_TOKENS = {
-    TokenType.STRING, TokenType.HEREDOC_STRING, TokenType.BYTE_STRING, TokenType.NATIONAL_STRING,
-    TokenType.RAW_STRING, TokenType.HEX_STRING, TokenType.BIT_STRING, TokenType.UNICODE_STRING,
+    TokenType.STRING,
+    TokenType.HEREDOC_STRING,
+    TokenType.BYTE_STRING,
+    TokenType.NATIONAL_STRING,
+    TokenType.RAW_STRING,
+    TokenType.HEX_STRING,
+    TokenType.BIT_STRING,
+    TokenType.UNICODE_STRING,
 }
 
 
 def split_statements(sql: str) -> list[tuple[int, str]]:
-    """Split a query string at its top-level semicolons into (offset, text) pairs.
+    r"""Split a query string at its top-level semicolons into (offset, text) pairs.
 
     Semicolons inside strings, quoted identifiers, comments and dollar-quoted bodies do not split.
     Empty statements are dropped.
 
-    >>> split_statements("SELECT 1; SELECT ';' -- ;\\n; ")
-    [(0, 'SELECT 1'), (9, " SELECT ';' -- ;\\n")]
+    >>> split_statements("SELECT 1; SELECT ';' -- ;\n; ")
+    [(0, 'SELECT 1'), (9, " SELECT ';' -- ;\n")]
     """
     try:
         tokens = _DIALECT.tokenize(sql)
@@ -145,6 +173,37 @@ class Router:
         self._words = re.compile(
             r"\b(" + "|".join(re.escape(t) for t in sorted(self.tables)) + r")\b", re.IGNORECASE
         )
+        # Everything that can make a statement other than PASSTHROUGH, as plain substrings
+        # (a superset of what route() looks for): see plainly_passthrough.
+        self._suspicious = (
+            re.compile(  # matched against the lower-cased text: faster than IGNORECASE
+                "|".join(
+                    [re.escape(t.lower()) for t in sorted(self.tables)]
+                    + [re.escape(n) for n in sorted(STATISTICS_NAMES)]
+                    + [re.escape(p) for p in _STATISTICS_PREFIXES]
+                    + [r"u&", r"dp", r"\bdo\b", r"create"]
+                )
+            )
+        )
+
+    def plainly_passthrough(self, sql: str) -> bool:
+        """True when every statement of ``sql`` certainly routes to PASSTHROUGH.
+
+        A fast check for the common case, without tokenizing: the text names no protected table
+        or statistics relation, even as a substring, has no ``U&`` identifier, no ``dp``
+        setting and no ``DO``/``CREATE``. False means only "ask :meth:`route`".
+
+        >>> from sqlmap.cube import cube_from_config
+        >>> cube = cube_from_config("adult", {"dimensions": {"age": {"bins": [0, 1]}}}, "t", 1.0)
+        >>> router = Router(Translator([cube]), [cube])
+        >>> router.plainly_passthrough("SELECT abalance FROM pgbench_accounts WHERE aid = 7")
+        True
+        >>> router.plainly_passthrough('SELECT * FROM "ADULT"')
+        False
+        >>> router.plainly_passthrough("SHOW dp.accuracy")
+        False
+        """
+        return self._suspicious.search(sql.lower()) is None
 
     def route(self, sql: str) -> list[Statement]:
         """Route every statement of ``sql``; raise the first refusal, before anything runs."""
@@ -159,7 +218,8 @@ class Router:
         code = _server_side_code(tokens) if tokens else None
         if code is not None:
             raise InsufficientPrivilege(
-                f"permission denied: {code} is not allowed through dpproxy", position=offset + len(text) - len(text.lstrip())
+                f"permission denied: {code} is not allowed through dpproxy",
+                position=offset + len(text) - len(text.lstrip()),
             )
         table = self._protected_name(text, tokens)
         statistics = _statistics_name(text)
@@ -171,7 +231,8 @@ class Router:
                 return Statement(text, offset, Route.DP, parsed=parsed)
         if table is not None:
             raise InsufficientPrivilege(
-                f"permission denied: {table} is a protected table, readable only through DP aggregates",
+                f"permission denied: {table} is a protected table, "
+                "readable only through DP aggregates",
                 hint=SUPPORTED_FORMS,
                 position=offset + (self._first_mention(text) or 0),
             )
@@ -187,7 +248,11 @@ class Router:
             match = self._words.search(text)
             return match.group(1) if match else None
         for i, token in enumerate(tokens):
-            if token.token_type == TokenType.STRING and i and tokens[i - 1].token_type == TokenType.COMMAND:
+            if (
+                token.token_type == TokenType.STRING
+                and i
+                and tokens[i - 1].token_type == TokenType.COMMAND
+            ):
                 # sqlglot keeps the rest of a statement it does not parse (EXPLAIN, PREPARE,
                 # DECLARE, ...) as one string: inspect it as SQL
                 inner = self._protected_name(token.text, _tokens_or_none(token.text))
@@ -195,7 +260,11 @@ class Router:
                     return inner
                 continue
             if token.token_type == TokenType.IDENTIFIER:
-                unicode = i >= 2 and tokens[i - 1].token_type == TokenType.AMP and tokens[i - 2].text.upper() == "U"
+                unicode = (
+                    i >= 2
+                    and tokens[i - 1].token_type == TokenType.AMP
+                    and tokens[i - 2].text.upper() == "U"
+                )
                 name = _decode_unicode_identifier(token.text) if unicode else token.text
             elif token.token_type in _STRING_TOKENS:
                 # a name in a string is data, e.g. psql's \d adult looks the table up by name;
@@ -212,8 +281,11 @@ class Router:
         return match.start() if match else None
 
     def _dp_query(self, text: str, offset: int) -> exp.Expr | None:
-        """The parsed statement if it is meant as a DP query: a plain SELECT of aggregates from
-        one table. Anything else that mentions a protected table is refused by the caller."""
+        """The parsed statement if it is meant as a DP query, else None.
+
+        A DP query is a plain SELECT of aggregates from one table; anything else that mentions a
+        protected table is refused by the caller.
+        """
         try:
             parsed = Translator.parse(text)
         except SqlSyntaxError as e:
@@ -223,12 +295,20 @@ class Router:
             raise SqlSyntaxError(e.message, hint=e.hint, position=position) from None
         except (DpproxyError, ParseError):
             return None
-        if not isinstance(parsed, exp.Select) or parsed.args.get("with_") or parsed.args.get("joins"):
+        if (
+            not isinstance(parsed, exp.Select)
+            or parsed.args.get("with_")
+            or parsed.args.get("joins")
+        ):
             return None
         source = parsed.args.get("from_")
         if source is None or not isinstance(source.this, exp.Table):
             return None
-        if any(isinstance(n, (exp.Subquery, exp.Window)) or (isinstance(n, exp.Select) and n is not parsed) for n in parsed.walk()):
+        if any(
+            isinstance(n, (exp.Subquery, exp.Window))
+            or (isinstance(n, exp.Select) and n is not parsed)
+            for n in parsed.walk()
+        ):
             return None
         if not any(isinstance(n, exp.AggFunc) for n in parsed.walk()):
             return None
@@ -255,7 +335,11 @@ def _dp_setting(tokens: list[Token]) -> tuple[str, str, str | None] | None:
     if not words:
         return None
     verb = words[0].text.upper()
-    if verb in ("SHOW", "RESET") and len(words) == 2 and words[1].token_type in (TokenType.STRING, TokenType.VAR):
+    if (
+        verb in ("SHOW", "RESET")
+        and len(words) == 2
+        and words[1].token_type in (TokenType.STRING, TokenType.VAR)
+    ):
         name = words[1].text.strip().lower()  # sqlglot reads SHOW x and RESET x as command + string
         return (verb, name, None) if name.startswith("dp.") else None
     if verb not in ("SET", "RESET"):
@@ -275,7 +359,11 @@ def _dp_setting(tokens: list[Token]) -> tuple[str, str, str | None] | None:
 
 
 _STATISTICS_WORDS = re.compile(
-    r"\b(" + "|".join(sorted(STATISTICS_NAMES)) + "|" + "|".join(p + r"\w*" for p in _STATISTICS_PREFIXES) + r")\b",
+    r"\b("
+    + "|".join(sorted(STATISTICS_NAMES))
+    + "|"
+    + "|".join(p + r"\w*" for p in _STATISTICS_PREFIXES)
+    + r")\b",
     re.IGNORECASE,
 )
 
@@ -287,13 +375,24 @@ def _statistics_name(text: str) -> str | None:
 
 
 def _server_side_code(tokens: list[Token]) -> str | None:
-    """``DO`` blocks and new functions run code as the pass-through role that could assemble
-    names at run time, out of the inspector's sight; analysts have no need for them."""
+    """The kind of server-side code a statement would create or run, if any.
+
+    ``DO`` blocks and new functions run code as the pass-through role that could assemble names
+    at run time, out of the inspector's sight; analysts have no need for them.
+    """
     words = [t.text.upper() for t in tokens[:4]]
     if words[:1] == ["DO"]:
         return "DO"
     if words[:1] == ["CREATE"]:
         rest = words[3:4] if words[1:3] == ["OR", "REPLACE"] else words[1:2]
-        if rest and rest[0] in ("FUNCTION", "PROCEDURE", "AGGREGATE", "LANGUAGE", "EXTENSION", "RULE", "TRIGGER"):
+        if rest and rest[0] in (
+            "FUNCTION",
+            "PROCEDURE",
+            "AGGREGATE",
+            "LANGUAGE",
+            "EXTENSION",
+            "RULE",
+            "TRIGGER",
+        ):
             return f"CREATE {rest[0]}"
     return None

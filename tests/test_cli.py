@@ -64,3 +64,44 @@ def test_console_script_is_installed() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "public.adult" in result.stdout
+
+
+def test_passwd_prints_a_verifier_line() -> None:
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "dpproxy"), "passwd", "alice"],
+        input="s3cret\n",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    user, _, verifier = result.stdout.strip().partition(": ")
+    assert user == "alice" and verifier.startswith('"SCRAM-SHA-256$4096:')
+
+
+def test_serve_refuses_a_passthrough_role_that_can_read(adult_dsn: str, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        (ROOT / "config.yaml").read_text()
+        + f"""
+backend:
+  dsn: "{adult_dsn}"
+  passthrough_dsn: "{adult_dsn}&application_name=x"
+"""
+    )
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "dpproxy"),
+            "--config",
+            str(config),
+            "serve",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "F0000" in result.stderr and "superuser" in result.stderr

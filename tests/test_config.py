@@ -196,7 +196,10 @@ def test_round_trip_through_yaml(tmp_path: Path) -> None:
 def test_fingerprint_changes_with_the_cells_only() -> None:
     base = parse_config(VALID).cubes[0]
     assert parse_config(VALID).cubes[0].fingerprint == base.fingerprint
-    assert parse_config(with_change("tables.adult.total_budget", 5)).cubes[0].fingerprint == base.fingerprint
+    assert (
+        parse_config(with_change("tables.adult.total_budget", 5)).cubes[0].fingerprint
+        == base.fingerprint
+    )
     for path, value in [
         ("tables.adult.dimensions.age.bins", [17, 25, 36]),
         ("tables.adult.dimensions.age.integer", False),

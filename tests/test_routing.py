@@ -18,66 +18,91 @@ def routes(sql: str) -> list[Route]:
     return [s.route for s in ROUTER.route(sql)]
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT COUNT(*) FROM adult",
-    "select count(*) from PUBLIC.Adult where sex = 'Male' with accuracy 5",
-    'SELECT sex, COUNT(*) FROM "adult" GROUP BY sex',
-    "SELECT AVG(age) FROM adult",  # meant as DP: the engine's translator explains the refusal
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM adult",
+        "select count(*) from PUBLIC.Adult where sex = 'Male' with accuracy 5",
+        'SELECT sex, COUNT(*) FROM "adult" GROUP BY sex',
+        "SELECT AVG(age) FROM adult",  # meant as DP: the engine's translator explains the refusal
+    ],
+)
 def test_dp_queries(sql: str) -> None:
     assert routes(sql) == [Route.DP]
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT 1",
-    "SELECT relname, relkind FROM pg_catalog.pg_class WHERE relname = 'adult'",
-    "SELECT c.relname FROM pg_catalog.pg_class c WHERE c.relname OPERATOR(pg_catalog.~) '^(adult)$'",
-    "SET search_path = public",
-    "SHOW server_version",
-    "BEGIN",
-    "SELECT COUNT(*) FROM other_table",
-    "CREATE TABLE notes (t text)",
-    "SELECT 'adult'",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT 1",
+        "SELECT relname, relkind FROM pg_catalog.pg_class WHERE relname = 'adult'",
+        "SELECT c.relname FROM pg_catalog.pg_class c "
+        "WHERE c.relname OPERATOR(pg_catalog.~) '^(adult)$'",
+        "SET search_path = public",
+        "SHOW server_version",
+        "BEGIN",
+        "SELECT COUNT(*) FROM other_table",
+        "CREATE TABLE notes (t text)",
+        "SELECT 'adult'",
+    ],
+)
 def test_pass_through(sql: str) -> None:
     assert routes(sql) == [Route.PASSTHROUGH]
 
 
-@pytest.mark.parametrize(("sql", "setting"), [
-    ("SET dp.accuracy = 10", ("SET", "dp.accuracy", "10")),
-    ("set session DP.confidence to 0.9;", ("SET", "dp.confidence", "0.9")),
-    ("SET dp.accuracy TO DEFAULT", ("SET", "dp.accuracy", None)),
-    ("SET dp.accuracy = '12.5'", ("SET", "dp.accuracy", "12.5")),
-    ("RESET dp.accuracy", ("RESET", "dp.accuracy", None)),
-    ("SHOW dp.confidence", ("SHOW", "dp.confidence", None)),
-])
+@pytest.mark.parametrize(
+    ("sql", "setting"),
+    [
+        ("SET dp.accuracy = 10", ("SET", "dp.accuracy", "10")),
+        ("set session DP.confidence to 0.9;", ("SET", "dp.confidence", "0.9")),
+        ("SET dp.accuracy TO DEFAULT", ("SET", "dp.accuracy", None)),
+        ("SET dp.accuracy = '12.5'", ("SET", "dp.accuracy", "12.5")),
+        ("RESET dp.accuracy", ("RESET", "dp.accuracy", None)),
+        ("SHOW dp.confidence", ("SHOW", "dp.confidence", None)),
+    ],
+)
 def test_dp_settings(sql: str, setting: tuple[str, str, str | None]) -> None:
     (statement,) = ROUTER.route(sql)
     assert statement.route is Route.SETTING and statement.setting == setting
 
 
-@pytest.mark.parametrize(("sql", "message"), [
-    ("SELECT * FROM adult", "adult is a protected table"),
-    ("SELECT age FROM adult WHERE sex = 'Male'", "adult is a protected table"),
-    ("SELECT COUNT(*) FROM (SELECT * FROM adult) t", "adult is a protected table"),
-    ("WITH t AS (SELECT * FROM adult) SELECT COUNT(*) FROM t", "adult is a protected table"),
-    ("SELECT COUNT(*) FROM adult UNION SELECT 1", "adult is a protected table"),
-    ("SELECT COUNT(*) FROM adult a JOIN adult b ON true", "adult is a protected table"),
-    ("SELECT COUNT(*) OVER () FROM adult", "adult is a protected table"),
-    ("EXPLAIN SELECT * FROM adult", "adult is a protected table"),
-    ("COPY adult TO STDOUT", "adult is a protected table"),
-    ("PREPARE p AS SELECT COUNT(*) FROM adult", "adult is a protected table"),
-    ("DECLARE c CURSOR FOR SELECT * FROM adult", "adult is a protected table"),
-    ('SELECT * FROM U&"\\0061dult"', "adult is a protected table"),
-    ("SELECT 1; SELECT * FROM adult", "adult is a protected table"),
-    ("SELECT reltuples FROM pg_class WHERE relname = 'adult'", "reltuples reveals table statistics"),
-    ("SELECT n_live_tup FROM pg_stat_user_tables", "pg_stat_user_tables reveals table statistics"),
-    ("SELECT pg_relation_size('adult')", "pg_relation_size reveals table statistics"),
-    ("SELECT pg_stat_get_live_tuples('adult'::regclass)", "pg_stat_get_live_tuples reveals table statistics"),
-    ("SELECT * FROM pg_stats WHERE tablename = 'x'", "pg_stats reveals table statistics"),
-    ("DO $$ BEGIN RAISE NOTICE 'x'; END $$", "DO is not allowed through dpproxy"),
-    ("CREATE OR REPLACE FUNCTION f() RETURNS int AS 'SELECT 1' LANGUAGE sql", "CREATE FUNCTION is not allowed"),
-])
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT * FROM adult", "adult is a protected table"),
+        ("SELECT age FROM adult WHERE sex = 'Male'", "adult is a protected table"),
+        ("SELECT COUNT(*) FROM (SELECT * FROM adult) t", "adult is a protected table"),
+        ("WITH t AS (SELECT * FROM adult) SELECT COUNT(*) FROM t", "adult is a protected table"),
+        ("SELECT COUNT(*) FROM adult UNION SELECT 1", "adult is a protected table"),
+        ("SELECT COUNT(*) FROM adult a JOIN adult b ON true", "adult is a protected table"),
+        ("SELECT COUNT(*) OVER () FROM adult", "adult is a protected table"),
+        ("EXPLAIN SELECT * FROM adult", "adult is a protected table"),
+        ("COPY adult TO STDOUT", "adult is a protected table"),
+        ("PREPARE p AS SELECT COUNT(*) FROM adult", "adult is a protected table"),
+        ("DECLARE c CURSOR FOR SELECT * FROM adult", "adult is a protected table"),
+        ('SELECT * FROM U&"\\0061dult"', "adult is a protected table"),
+        ("SELECT 1; SELECT * FROM adult", "adult is a protected table"),
+        (
+            "SELECT reltuples FROM pg_class WHERE relname = 'adult'",
+            "reltuples reveals table statistics",
+        ),
+        (
+            "SELECT n_live_tup FROM pg_stat_user_tables",
+            "pg_stat_user_tables reveals table statistics",
+        ),
+        ("SELECT pg_relation_size('adult')", "pg_relation_size reveals table statistics"),
+        (
+            "SELECT pg_stat_get_live_tuples('adult'::regclass)",
+            "pg_stat_get_live_tuples reveals table statistics",
+        ),
+        ("SELECT * FROM pg_stats WHERE tablename = 'x'", "pg_stats reveals table statistics"),
+        ("DO $$ BEGIN RAISE NOTICE 'x'; END $$", "DO is not allowed through dpproxy"),
+        (
+            "CREATE OR REPLACE FUNCTION f() RETURNS int AS 'SELECT 1' LANGUAGE sql",
+            "CREATE FUNCTION is not allowed",
+        ),
+    ],
+)
 def test_refused_with_42501(sql: str, message: str) -> None:
     with pytest.raises(DpproxyError) as raised:
         ROUTER.route(sql)
@@ -101,12 +126,53 @@ def test_syntax_error_in_a_dp_query_keeps_its_position() -> None:
 
 def test_mixed_batch_keeps_order() -> None:
     assert routes("SELECT 1; SELECT COUNT(*) FROM adult; SET dp.accuracy = 3; SELECT 2") == [
-        Route.PASSTHROUGH, Route.DP, Route.SETTING, Route.PASSTHROUGH
+        Route.PASSTHROUGH,
+        Route.DP,
+        Route.SETTING,
+        Route.PASSTHROUGH,
     ]
 
 
 def test_split_statements_respects_quotes_comments_and_dollar_bodies() -> None:
     sql = "SELECT ';'; /* ; */ SELECT $x$ ; $x$; SELECT \";\" -- ;\n;;"
     assert [t.strip() for _, t in split_statements(sql)] == [
-        "SELECT ';'", "/* ; */ SELECT $x$ ; $x$", 'SELECT ";" -- ;',
+        "SELECT ';'",
+        "/* ; */ SELECT $x$ ; $x$",
+        'SELECT ";" -- ;',
     ]
+
+
+SAMPLES = [
+    "SELECT 1",
+    "SELECT abalance FROM pgbench_accounts WHERE aid = 7",
+    "SELECT * FROM adult",
+    'SELECT * FROM "ADULT"',
+    'SELECT * FROM U&"\\0061dult"',
+    "SET dp.accuracy = 3",
+    "show DP.confidence",
+    "DO $$ BEGIN END $$",
+    "do $$ begin end $$",
+    "CREATE FUNCTION f() RETURNS int AS 'SELECT 1' LANGUAGE sql",
+    "SELECT reltuples FROM pg_class",
+    "SELECT RELTUPLES FROM pg_class",
+    "SELECT PG_STAT_GET_LIVE_TUPLES(1)",
+    "SELECT 'x'; SELECT 1",
+    "",
+    "BEGIN; SELECT 1; COMMIT",
+    "SELECT COUNT(*) FROM Adult WITH ACCURACY 3",
+    "SELECT 1 /* adult */",
+]
+
+
+@pytest.mark.parametrize("sql", SAMPLES)
+def test_plainly_passthrough_never_overrides_the_router(sql: str) -> None:
+    if ROUTER.plainly_passthrough(sql):
+        assert all(s.route is Route.PASSTHROUGH for s in ROUTER.route(sql))
+
+
+def test_plainly_passthrough_recognizes_the_common_case() -> None:
+    assert ROUTER.plainly_passthrough("SELECT abalance FROM pgbench_accounts WHERE aid = 7;")
+    assert ROUTER.plainly_passthrough("BEGIN; UPDATE t SET x = 1; COMMIT")
+    assert not ROUTER.plainly_passthrough(
+        "SELECT 1 /* adult */"
+    )  # merely cautious: route() decides

@@ -1,0 +1,487 @@
+"""The extended query protocol of one session: Parse, Bind, Describe, Execute, Close, Flush, Sync.
+
+Each Parse is routed like a simple query. Statements and portals of pass-through SQL live in the
+backend: their messages are forwarded as they come and queued until the client's Flush or
+Sync. DP statements and ``dp.*`` settings live here and are answered here. Replies must reach
+the client in the order of its messages, so before any local reply the backend is asked
+(Flush) for the replies to everything forwarded so far, which are relayed first; a batch without
+local messages is simply relayed until ReadyForQuery.
+
+After an error, both sides discard messages until Sync. An error raised here inside a
+transaction (or after pass-through messages in the same batch) is mirrored in the backend with
+a Bind that cannot succeed, so that it rolls back just as PostgreSQL would.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, TypeVar
+
+from sqlglot import exp
+
+from proxy.answering import DpResult, result_columns
+from proxy.errors import (
+    DpproxyError,
+    DuplicateCursor,
+    DuplicatePreparedStatement,
+    ProtocolViolation,
+    SqlSyntaxError,
+)
+from proxy.parameters import bind as bind_parameters
+from proxy.parameters import parameter_types
+from proxy.results import TEXT_ONLY, Formats, data_rows, notices, row_description
+from proxy.routing import Route
+from proxy.upstream import Action
+from proxy.wire import (
+    Bind,
+    BindComplete,
+    Close,
+    CloseComplete,
+    CommandComplete,
+    Describe,
+    Execute,
+    Flush,
+    Message,
+    NoData,
+    ParameterDescription,
+    Parse,
+    ParseComplete,
+    PortalSuspended,
+    RawMessage,
+    Sync,
+    Target,
+    TransactionStatus,
+    decode_frontend,
+)
+from sqlmap.translate import AnswerSpec
+
+if TYPE_CHECKING:
+    from proxy.session import Session
+
+__all__ = ["ExtendedProtocol", "Prepared", "Portal"]
+
+# Replies that complete each forwarded message (ErrorResponse completes any of them).
+_PARSED: Final = frozenset(b"1")
+_BOUND: Final = frozenset(b"2")
+_CLOSED: Final = frozenset(b"3")
+_DESCRIBED: Final = frozenset(b"Tn")  # ParameterDescription comes first for a statement
+_EXECUTED: Final = frozenset(b"CsI")
+_ERROR: Final = ord("E")
+_READY: Final = ord("Z")
+_COPY_IN: Final = ord("G")
+_FLUSH: Final = Flush().encode()
+_DEALLOCATE: Final = re.compile(
+    r"\b(?:deallocate\s+(?:prepare\s+)?(?P<name>\"[^\"]+\"|\w+)|discard\s+all\b)", re.IGNORECASE
+)
+_SYNC: Final = Sync().encode()
+
+K = TypeVar("K")
+V = TypeVar("V")
+P = TypeVar("P", "Prepared", "Portal")
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A prepared statement: where it runs, and for local ones what they need."""
+
+    route: Route
+    tree: exp.Expr | None = None
+    setting: tuple[str, str, str | None] | None = None
+    param_types: tuple[int, ...] = ()
+    spec: AnswerSpec | None = None  # a DP query without parameters, translated at Parse
+    text: str = ""
+
+
+@dataclass(slots=True)
+class Portal:
+    """A bound statement; a DP portal keeps its answer until every row is fetched."""
+
+    route: Route
+    spec: AnswerSpec | None = None
+    key: Hashable = None  # the spec's memo key
+    text: str = ""
+    setting: tuple[str, str, str | None] | None = None
+    formats: Formats = TEXT_ONLY
+    result: DpResult | None = None
+    sent: int = 0
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A message forwarded to the backend whose reply has not come back yet."""
+
+    completes: frozenset[int]
+    undo: Callable[[], None] | None = None
+    poison: bool = False
+
+
+def _restore(table: dict[K, V], key: K, previous: V | None) -> Callable[[], None]:
+    def undo() -> None:
+        if previous is None:
+            table.pop(key, None)
+        else:
+            table[key] = previous
+
+    return undo
+
+
+class ExtendedProtocol:
+    """The named statements and portals of one session and the handlers of their messages."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.statements: dict[str, Prepared] = {}
+        self.portals: dict[str, Portal] = {}
+        self.pending: list[_Pending] = []
+        self.batch_upstream = False  # messages went to the backend since the last Sync
+        self.local_failure = False  # an error raised here since the last Sync
+        self._poison = Bind("", f"dpproxy_rollback_{secrets.token_hex(8)}").encode()
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    async def handle(self, raw: RawMessage) -> None:
+        """Handle one extended-protocol message."""
+        if raw.type == b"S":
+            await self.sync()
+            return
+        try:
+            message = decode_frontend(raw)
+            if isinstance(message, Parse):
+                await self.parse(message, raw)
+            elif isinstance(message, Bind):
+                await self.bind(message, raw)
+            elif isinstance(message, Describe):
+                await self.describe(message, raw)
+            elif isinstance(message, Execute):
+                await self.execute(message, raw)
+            elif isinstance(message, Close):
+                await self.close(message, raw)
+            elif isinstance(message, Flush):
+                await self.flush()
+        except DpproxyError as e:
+            await self.fail(e)
+
+    async def fail(self, error: DpproxyError) -> None:
+        """Report an error (after the replies before it) and discard until Sync."""
+        from proxy.session import State
+
+        if await self.drain():
+            self.session.error(error)
+            self.session.state = State.EXTENDED_ERROR
+            self.local_failure = True
+
+    def forward(
+        self, raw: RawMessage, completes: frozenset[int], undo: Callable[[], None] | None = None
+    ) -> None:
+        """Queue a message for the backend; its reply is relayed in order later."""
+        from proxy.session import frame
+
+        self.session.up.queue(frame(raw))
+        self.pending.append(_Pending(completes, undo))
+        self.batch_upstream = True
+
+    async def drain(self) -> bool:
+        """Relay the backend's replies to everything forwarded so far; False if one failed."""
+        from proxy.session import State
+
+        session = self.session
+        if self.pending:
+            session.up.queue(_FLUSH)
+            await self._relay(stop_when_drained=True)
+        return session.state is not State.EXTENDED_ERROR
+
+    def send(self, *messages: Message) -> None:
+        """Queue replies for the client (the session's output)."""
+        self.session.send(*messages)
+
+    # -- the messages -----------------------------------------------------------------------
+
+    async def parse(self, message: Parse, raw: RawMessage) -> None:
+        """Parse: route the statement; forward it or keep it here."""
+        prepared = self._prepare(message)
+        existing = self.statements.get(message.name)
+        both_passthrough = (
+            existing is not None and existing.route is prepared.route is Route.PASSTHROUGH
+        )
+        if message.name and existing is not None and not both_passthrough:
+            raise DuplicatePreparedStatement(f'prepared statement "{message.name}" already exists')
+        if prepared.route is Route.PASSTHROUGH:  # the backend refuses a name it already has
+            undo = _restore(self.statements, message.name, self.statements.get(message.name))
+            self.statements[message.name] = prepared
+            self.forward(raw, _PARSED, undo)
+            return
+        if await self.drain():
+            self.statements[message.name] = prepared
+            self.send(ParseComplete())
+
+    def _prepare(self, message: Parse) -> Prepared:
+        ctx = self.session.ctx
+        if ctx.router.plainly_passthrough(message.sql):
+            return Prepared(Route.PASSTHROUGH)
+        statements = ctx.memo.route(message.sql)
+        if len(statements) > 1:
+            if all(s.route is Route.PASSTHROUGH for s in statements):
+                return Prepared(Route.PASSTHROUGH)  # the backend refuses it with its own words
+            raise SqlSyntaxError("cannot insert multiple commands into a prepared statement")
+        if not statements or statements[0].route is Route.PASSTHROUGH:
+            return Prepared(Route.PASSTHROUGH)
+        statement = statements[0]
+        if statement.route is Route.SETTING:
+            return Prepared(Route.SETTING, setting=statement.setting)
+        tree = statement.parsed
+        assert tree is not None
+        source = tree.args["from_"].this
+        types = parameter_types(tree, ctx.translator.cube_for(source), message.param_types)
+        spec = (
+            None if types else self.session.translate(tree, message.sql)[0]
+        )  # refuse what cannot be answered now
+        return Prepared(Route.DP, tree=tree, param_types=types, spec=spec, text=message.sql)
+
+    async def bind(self, message: Bind, raw: RawMessage) -> None:
+        """Bind: a portal here for a local statement, else forwarded."""
+        prepared = self.statements.get(message.statement)
+        current = self.portals.get(message.portal)
+        if message.portal and current is not None and current.route is not Route.PASSTHROUGH:
+            raise DuplicateCursor(f'cursor "{message.portal}" already exists')
+        if prepared is None or prepared.route is Route.PASSTHROUGH:
+            undo = _restore(self.portals, message.portal, current)
+            self.portals[message.portal] = Portal(Route.PASSTHROUGH)
+            self.forward(raw, _BOUND, undo)
+            return
+        if not await self.drain():
+            return
+        self.session.refuse_in_failed_transaction()
+        portal = self._bind_local(prepared, message)
+        self.portals[message.portal] = portal
+        self.send(BindComplete())
+
+    def _bind_local(self, prepared: Prepared, message: Bind) -> Portal:
+        if len(message.params) != len(prepared.param_types):
+            raise ProtocolViolation(
+                f"bind message supplies {len(message.params)} parameters, "
+                f"but prepared statement requires {len(prepared.param_types)}"
+            )
+        if prepared.route is Route.SETTING:
+            return Portal(Route.SETTING, setting=prepared.setting, formats=_checked(message, 1))
+        assert prepared.tree is not None
+        tree = prepared.tree
+        key: Hashable = prepared.text
+        if prepared.param_types:
+            formats = tuple(message.param_format(i) for i in range(len(message.params)))
+            key = (prepared.text, message.params, formats)
+            spec, key = self.session.translate(
+                tree,
+                key,
+                lambda: bind_parameters(tree, prepared.param_types, message.params, formats),
+            )
+        else:
+            spec, key = self.session.translate(tree, key)
+        return Portal(
+            Route.DP,
+            spec=spec,
+            key=key,
+            text=prepared.text,
+            formats=_checked(message, len(result_columns(spec))),
+        )
+
+    async def describe(self, message: Describe, raw: RawMessage) -> None:
+        """Describe: parameter and row descriptions of local statements and portals."""
+        if message.target is Target.STATEMENT:
+            prepared = self.statements.get(message.name)
+            if prepared is None or prepared.route is Route.PASSTHROUGH:
+                self.forward(raw, _DESCRIBED)
+                return
+            if await self.drain():
+                rows = self._rows(prepared.setting, self._describe_spec(prepared), TEXT_ONLY)
+                self.send(ParameterDescription(prepared.param_types), rows)
+            return
+        portal = self.portals.get(message.name)
+        if portal is None or portal.route is Route.PASSTHROUGH:
+            self.forward(raw, _DESCRIBED)
+            return
+        if await self.drain():
+            self.send(self._rows(portal.setting, portal.spec, portal.formats))
+
+    def _describe_spec(self, prepared: Prepared) -> AnswerSpec | None:
+        if prepared.route is Route.SETTING or prepared.spec is not None:
+            return prepared.spec
+        assert prepared.tree is not None
+        # the columns do not depend on the values: describe it as if every parameter were NULL
+        n = len(prepared.param_types)
+        nulls = bind_parameters(prepared.tree, prepared.param_types, [None] * n, [0] * n)
+        return self.session.translate(nulls, (prepared.text, (None,) * n))[0]
+
+    def _rows(
+        self, setting: tuple[str, str, str | None] | None, spec: AnswerSpec | None, formats: Formats
+    ) -> Message:
+        if setting is not None:
+            return (
+                self.session.setting_description(setting, formats)
+                if setting[0] == "SHOW"
+                else NoData()
+            )
+        assert spec is not None
+        return row_description(result_columns(spec), formats)
+
+    async def execute(self, message: Execute, raw: RawMessage) -> None:
+        """Execute: answer a DP portal (once) and send its rows, up to the row limit."""
+        portal = self.portals.get(message.portal)
+        if portal is None or portal.route is Route.PASSTHROUGH:
+            self.forward(raw, _EXECUTED)
+            return
+        if not await self.drain():
+            return
+        session = self.session
+        session.refuse_in_failed_transaction()
+        if portal.setting is not None:
+            self.send(*session.apply_setting(portal.setting, portal.formats, describe=False))
+            return
+        if portal.result is None:
+            assert portal.spec is not None
+            session.flush_client()  # what came before reaches the client while we compute
+            portal.result = await session.answer_spec(portal.spec, portal.key, portal.text)
+            self.send(*notices(portal.result))
+        result = portal.result
+        total = len(result.rows)
+        stop = total if message.max_rows <= 0 else min(total, portal.sent + message.max_rows)
+        self.send(*data_rows(result, portal.formats, portal.sent, stop))
+        sent, portal.sent = stop - portal.sent, stop
+        self.send(PortalSuspended() if stop < total else CommandComplete(f"SELECT {sent}"))
+
+    async def close(self, message: Close, raw: RawMessage) -> None:
+        """Close a statement or portal, here or in the backend."""
+        if message.target is Target.STATEMENT:
+            route, undo = self._take(self.statements, message.name)
+        else:
+            route, undo = self._take(self.portals, message.name)
+        if route is Route.PASSTHROUGH:
+            self.forward(raw, _CLOSED, undo)
+        elif await self.drain():
+            self.send(CloseComplete())
+        elif undo is not None:
+            undo()  # skipped after an error: the statement or portal lives on
+
+    @staticmethod
+    def _take(table: dict[str, P], name: str) -> tuple[Route, Callable[[], None] | None]:
+        """Remove ``name`` from a table.
+
+        Returns:
+            Its route (unknown names go to the backend) and the undo for a skipped Close.
+        """
+        entry = table.pop(name, None)
+        if entry is None:
+            return Route.PASSTHROUGH, None
+        return entry.route, _restore(table, name, entry)
+
+    async def flush(self) -> None:
+        """Flush: everything so far reaches the client."""
+        await self.drain()
+        self.session.flush_client()
+
+    async def sync(self) -> None:
+        """Sync: end the batch; the backend's ReadyForQuery (or ours) ends the cycle."""
+        from proxy.session import State
+
+        session = self.session
+        poison = self.local_failure and (
+            self.batch_upstream or session.status is not TransactionStatus.IDLE
+        )
+        self.local_failure = False
+        if self.batch_upstream or poison:
+            if poison:
+                self._queue_poison()
+            session.up.queue(_SYNC)
+            await self._relay(stop_when_drained=False)  # an error on the way marks EXTENDED_ERROR
+            self.pending.clear()
+        else:
+            session.send_ready()
+        session.state = State.READY  # Sync ends the error state on both sides
+        self.batch_upstream = False
+        if session.status is TransactionStatus.IDLE:
+            self.portals.clear()  # portals end with their transaction
+
+    def forget(self, sql: str) -> None:
+        """Drop statements that a pass-through ``DEALLOCATE`` or ``DISCARD`` removes.
+
+        Protocol-level statements share the backend's namespace with SQL ``PREPARE``.
+
+        >>> class _S: pass
+        >>> ext = ExtendedProtocol.__new__(ExtendedProtocol)
+        >>> ext.statements = {"a": Prepared(Route.DP), "b": Prepared(Route.DP)}
+        >>> ext.forget('DEALLOCATE PREPARE "a"'); sorted(ext.statements)
+        ['b']
+        >>> ext.forget("discard all"); ext.statements
+        {}
+        """
+        for match in _DEALLOCATE.finditer(sql):
+            name = match.group("name")
+            if name is None or name.lower() == "all":
+                self.statements.clear()
+            else:
+                self.statements.pop(name[1:-1] if name.startswith('"') else name.lower(), None)
+
+    # -- the backend's replies --------------------------------------------------------------
+
+    def _queue_poison(self) -> None:
+        self.session.up.queue(self._poison)
+        self.pending.append(_Pending(frozenset(), poison=True))
+
+    async def poison_now(self) -> None:
+        """Fail the backend's transaction block now (between simple-protocol cycles)."""
+        from proxy.session import State
+
+        self._queue_poison()
+        self.session.up.queue(_SYNC)
+        await self._relay(stop_when_drained=False, ready=Action.DROP_STOP)
+        self.pending.clear()
+        self.session.state = State.READY
+
+    async def _relay(self, stop_when_drained: bool, ready: Action = Action.RELAY_STOP) -> None:
+        from proxy.session import State
+
+        session = self.session
+        copy_in = False
+
+        def decide(kind: int, buf: bytearray, start: int, end: int) -> Action:
+            nonlocal copy_in
+            if kind == _READY:
+                return ready
+            if kind == _ERROR:
+                poisoned = bool(self.pending) and self.pending[0].poison
+                for pending in reversed(self.pending):
+                    if pending.undo is not None:
+                        pending.undo()
+                self.pending.clear()
+                if not poisoned:
+                    session.state = State.EXTENDED_ERROR  # the backend now skips until Sync
+                if stop_when_drained:
+                    return Action.DROP_STOP if poisoned else Action.RELAY_STOP
+                return Action.DROP if poisoned else Action.RELAY
+            if kind == _COPY_IN:
+                copy_in = True
+                return Action.RELAY_STOP
+            if self.pending and kind in self.pending[0].completes:
+                self.pending.pop(0)
+                if stop_when_drained and not self.pending:
+                    return Action.RELAY_STOP
+            return Action.RELAY
+
+        session.flush_client()
+        await session.up.flush()
+        while True:
+            await session.up.relay(session.conn, decide)
+            if not copy_in:
+                return
+            copy_in = False
+            await session.copy_in()
+            await session.up.flush()
+
+
+def _checked(message: Bind, columns: int) -> Formats:
+    """The Bind's result formats, checked against the number of columns now."""
+    if columns:
+        message.result_format(0, columns)
+    return message.result_format

@@ -1,0 +1,204 @@
+"""A session's start: encryption requests, the startup packet, SCRAM, the backend login.
+
+The states STARTUP, AUTHENTICATING and CONNECTING of `proxy.session.State`, up to the first
+ReadyForQuery. Every refusal is FATAL and closes the connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+from proxy.auth import MECHANISM, ScramExchange
+from proxy.errors import (
+    AdminShutdown,
+    DpproxyError,
+    InvalidAuthorization,
+    InvalidParameterValue,
+    ProtocolViolation,
+    TooManyConnections,
+    UndefinedDatabase,
+)
+from proxy.logs import event
+from proxy.settings import DpSettings
+from proxy.upstream import Upstream
+from proxy.wire import (
+    AuthenticationOk,
+    AuthenticationSASL,
+    AuthenticationSASLContinue,
+    AuthenticationSASLFinal,
+    AuthResponse,
+    BackendKeyData,
+    CancelRequest,
+    GSSENCRequest,
+    NegotiateProtocolVersion,
+    ParameterStatus,
+    SSLRequest,
+    StartupMessage,
+    decode_frontend,
+    decode_startup,
+    split_options,
+)
+
+if TYPE_CHECKING:
+    from proxy.session import Session
+
+__all__ = ["handshake"]
+
+#: Protocol 3.0, as NegotiateProtocolVersion states it (the full number, as PostgreSQL sends).
+_PROTOCOL_3_0: Final = 3 << 16
+#: Startup parameters passed on to the pass-through connection; the rest (options, search_path,
+#: role, ...) stay with dpproxy.
+_FORWARDED: Final = frozenset(
+    {"application_name", "datestyle", "timezone", "intervalstyle", "extra_float_digits"}
+)
+_UTF8_NAMES: Final = frozenset({"utf8", "utf-8", "unicode", "sql_ascii", "auto"})
+
+
+async def handshake(session: Session) -> None:
+    """STARTUP, AUTHENTICATING and CONNECTING, up to the first ReadyForQuery."""
+    from proxy.session import Fatal, State
+
+    startup = await _read_startup(session)
+    if startup is None:
+        session.state = State.CLOSED
+        return
+    session.state = State.AUTHENTICATING
+    database = _check_startup(session, startup)
+    if not await _authenticate(session):
+        session.state = State.CLOSED
+        return
+    if database != session.ctx.database:
+        raise Fatal(
+            UndefinedDatabase(
+                f'database "{database}" does not exist',
+                hint=f'dpproxy serves the database "{session.ctx.database}"',
+            )
+        )
+    session.state = State.CONNECTING
+    await _connect_upstream(session, startup)
+
+
+async def _read_startup(session: Session) -> StartupMessage | None:
+    tls_done = gss_done = False
+    while True:
+        payload = session.buffer.take_startup()
+        if payload is None:
+            if not await session.fill():
+                return None
+            continue
+        packet = decode_startup(payload)
+        if isinstance(packet, StartupMessage):
+            return packet
+        if isinstance(packet, CancelRequest):
+            await session.ctx.cancel(packet)
+            return None
+        if session.buffer.pending:  # bytes sent before the handshake (CVE-2021-23214)
+            raise ProtocolViolation("received unencrypted data after SSL request")
+        if isinstance(packet, SSLRequest) and session.ctx.tls is not None and not tls_done:
+            tls_done = True
+            session.conn.write(b"S")
+            await session.conn.start_tls(session.ctx.tls, server_side=True)
+        elif isinstance(packet, (SSLRequest, GSSENCRequest)):
+            if (tls_done and isinstance(packet, SSLRequest)) or (
+                gss_done and isinstance(packet, GSSENCRequest)
+            ):
+                raise ProtocolViolation("duplicate encryption request")
+            gss_done = gss_done or isinstance(packet, GSSENCRequest)
+            tls_done = tls_done or isinstance(packet, SSLRequest)
+            session.conn.write(b"N")
+
+
+def _check_startup(session: Session, startup: StartupMessage) -> str:
+    """Check the startup packet; return the database asked for."""
+    from proxy.session import Fatal
+
+    params = startup.parameters
+    if startup.minor > 0 or startup.protocol_options:
+        session.send(NegotiateProtocolVersion(_PROTOCOL_3_0, startup.protocol_options))
+    user = params.get("user", "")
+    if not user:
+        raise Fatal(InvalidAuthorization("no PostgreSQL user name specified in startup packet"))
+    session.user = user
+    if params.get("replication", "false").lower() not in ("false", "0", "off", "no"):
+        raise Fatal(InvalidAuthorization("replication connections are not supported by dpproxy"))
+    encoding = params.get("client_encoding", "UTF8")
+    if encoding.strip().strip("'\"").lower() not in _UTF8_NAMES:  # asyncpg sends 'utf-8', quoted
+        raise Fatal(
+            InvalidParameterValue(
+                f'invalid value for parameter "client_encoding": "{encoding}"',
+                hint="dpproxy speaks UTF8 only: set client_encoding (PGCLIENTENCODING) to UTF8",
+            )
+        )
+    try:
+        session.settings, dropped = DpSettings.from_options(
+            split_options(params.get("options", ""))
+        )
+    except DpproxyError as e:
+        raise Fatal(e) from None
+    if dropped:
+        event("options_ignored", logging.WARNING, user=user, options=" ".join(dropped))
+    if session.ctx.shutting_down:
+        raise Fatal(AdminShutdown("the database system is shutting down"))
+    if len(session.ctx.sessions) >= session.ctx.max_connections:
+        raise Fatal(TooManyConnections("sorry, too many clients already"))
+    return params.get("database") or user
+
+
+async def _auth_response(session: Session) -> AuthResponse | None:
+    raw = await session.read_typed()
+    if raw is None:
+        return None
+    if raw.type != b"p":
+        raise ProtocolViolation(f"expected SASL response, got message type {raw.type!r}")
+    message = decode_frontend(raw)
+    assert isinstance(message, AuthResponse)
+    return message
+
+
+async def _authenticate(session: Session) -> bool:
+    """SCRAM-SHA-256; False if the client hung up (psql does, to ask for a password)."""
+    from proxy.session import Fatal
+
+    exchange = ScramExchange(
+        session.user, session.ctx.users.get(session.user), session.ctx.mock_secret
+    )
+    session.send(AuthenticationSASL((MECHANISM,)))
+    first = await _auth_response(session)
+    if first is None:
+        return False
+    initial = first.as_sasl_initial_response()
+    if initial.mechanism != MECHANISM or initial.data is None:
+        raise ProtocolViolation("client selected an invalid SASL authentication mechanism")
+    session.send(AuthenticationSASLContinue(exchange.first(initial.data)))
+    final = await _auth_response(session)
+    if final is None:
+        return False
+    try:
+        server_final = exchange.final(final.as_sasl_response().data)
+    except DpproxyError as e:
+        event("auth_failed", logging.WARNING, user=session.user, peer=session.peer)
+        raise Fatal(e) from None
+    session.send(AuthenticationSASLFinal(server_final), AuthenticationOk())
+    return True
+
+
+async def _connect_upstream(session: Session, startup: StartupMessage) -> None:
+    from proxy.session import State
+
+    forwarded = {k: v for k, v in startup.parameters.items() if k.lower() in _FORWARDED}
+    forwarded["client_encoding"] = "UTF8"
+    session.upstream = await Upstream.connect(session.ctx.upstream, forwarded)
+    session.key = session.ctx.new_key()
+    session.ctx.sessions[session.key.process_id] = session
+    for name, value in session.upstream.parameters.items():
+        session.send(ParameterStatus(name, value))
+    session.send(BackendKeyData(session.key.process_id, session.key.secret_key))
+    session.state = State.READY
+    event(
+        "session_started",
+        user=session.user,
+        peer=session.peer,
+        tls=session.conn.get_extra_info("sslcontext") is not None,
+    )
+    session.send_ready()

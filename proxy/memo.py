@@ -1,0 +1,104 @@
+"""Memos that make a repeated DP query cost no parsing and no engine time.
+
+Routing and translation are pure functions of the SQL text (and the session's accuracy
+defaults), so their results are kept by text. An answer given entirely from history is a pure
+function of the query and the history, so it is kept until the table's history grows (the
+engine's ``history_size``): the engine would return exactly the same estimates, intervals and
+(zero) charges, so nothing about privacy changes, only the time spent. Fresh or combined
+answers are never kept.
+
+Memo hits do not reach `DpService`, so a service that keeps an audit record per answer (the
+durable ledger's answer log) does not see them; dpproxy's own log has every answer, memo hits
+marked ``memo=true``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+from proxy.answering import DpResult, DpService
+from proxy.routing import Router, Statement
+from sqlmap.cube import Cube
+from sqlmap.translate import AnswerSpec
+
+__all__ = ["LRU", "DpMemo"]
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class LRU(Generic[K, V]):
+    """A bounded mapping that forgets the least recently used entry first.
+
+    >>> lru: LRU[str, int] = LRU(2)
+    >>> lru.put("a", 1); lru.put("b", 2); lru.get("a"); lru.put("c", 3)
+    1
+    >>> lru.get("b") is None, lru.get("a"), len(lru)
+    (True, 1, 2)
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        """The value, marked as used; None if absent."""
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        """Keep ``value``, forgetting the oldest entry if full."""
+        self._items[key] = value
+        self._items.move_to_end(key)
+        if len(self._items) > self._size:
+            self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class DpMemo:
+    """One server's memos of routes, translations and answers from history."""
+
+    def __init__(self, router: Router, service: DpService, size: int = 2048) -> None:
+        self._router = router
+        self._service = service
+        self._routes: LRU[str, list[Statement]] = LRU(size)
+        self._specs: LRU[Hashable, AnswerSpec] = LRU(size)
+        self._answers: LRU[Hashable, tuple[int, DpResult]] = LRU(size)
+
+    def route(self, sql: str) -> list[Statement]:
+        """`Router.route`, remembered by text (refusals are not remembered: they raise)."""
+        statements = self._routes.get(sql)
+        if statements is None:
+            statements = self._router.route(sql)
+            self._routes.put(sql, statements)
+        return statements
+
+    def spec(self, key: Hashable, translate: Callable[[], AnswerSpec]) -> AnswerSpec:
+        """The translation kept under ``key`` (SQL text, bound values, accuracy defaults)."""
+        spec = self._specs.get(key)
+        if spec is None:
+            spec = translate()
+            self._specs.put(key, spec)
+        return spec
+
+    def answer(self, key: Hashable, cube: Cube) -> DpResult | None:
+        """The answer kept under ``key`` if the table's history has not grown since."""
+        kept = self._answers.get(key)
+        if kept is None or kept[0] != self.version(cube):
+            return None
+        return kept[1]
+
+    def remember(self, key: Hashable, version: int, result: DpResult) -> None:
+        """Keep an answer given entirely from history of size ``version``."""
+        if result.replies and all(r.source == "history" for r in result.replies):
+            self._answers.put(key, (version, result))
+
+    def version(self, cube: Cube) -> int:
+        """The size of the table's history; read it before answering."""
+        return self._service.engine(cube).history_size

@@ -1,0 +1,256 @@
+"""The listening server: accepts clients, runs one `Session` each, and shuts down in stages.
+
+`open_server` checks the backend before it listens (the reader sees every dimension's column;
+the pass-through role cannot read any protected table), and `run` is what ``dpproxy serve``
+does: start the embedded PostgreSQL when the config names no backend, listen, print how to
+connect, and on SIGINT/SIGTERM stop listening, close idle sessions (57P01), give busy ones
+``listen.shutdown_timeout`` seconds to finish, then cancel them; a second signal cancels at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import signal
+import socket
+import ssl
+import sys
+from pathlib import Path
+from typing import Final
+
+import asyncpg
+
+from proxy.answering import DpService
+from proxy.backend import Reader
+from proxy.config import DEMO_USERS, BackendConfig, Config
+from proxy.connection import Connection
+from proxy.engine.history import InMemoryHistoryStore
+from proxy.errors import ConfigError, ConnectionFailure
+from proxy.logs import event
+from proxy.memo import DpMemo
+from proxy.routing import Router
+from proxy.session import Session, SessionContext
+from proxy.upstream import UpstreamAddress
+
+__all__ = ["Server", "open_server", "embedded_backend", "check_passthrough", "run", "DATA_DIR_ENV"]
+
+#: Environment variable naming the embedded PostgreSQL's data directory.
+DATA_DIR_ENV: Final = "DPPROXY_DATA_DIR"
+_DEFAULT_DATA_DIR: Final = Path(".dpproxy/pgdata")
+
+
+class Server:
+    """A listening dpproxy: its sessions, its reader pool, and its shutdown."""
+
+    def __init__(self, ctx: SessionContext, reader: Reader) -> None:
+        self.ctx = ctx
+        self.reader = reader
+        self._listener: asyncio.Server | None = None
+        self._tasks: dict[asyncio.Task[None], Session] = {}
+        self._closed = asyncio.Event()
+
+    async def start(self, host: str, port: int) -> None:
+        """Listen on host:port (port 0: any free port)."""
+        loop = asyncio.get_running_loop()
+        self._listener = await loop.create_server(
+            lambda: Connection(self._accept), host, port, reuse_address=True
+        )
+        event("listening", host=host, port=self.port)
+
+    @property
+    def port(self) -> int:
+        """The port listened on."""
+        assert self._listener is not None
+        return int(self._listener.sockets[0].getsockname()[1])
+
+    def _accept(self, conn: Connection) -> None:
+        sock = conn.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        session = Session(self.ctx, conn)
+        task = asyncio.get_running_loop().create_task(session.run())
+        self._tasks[task] = session
+        task.add_done_callback(self._tasks.pop)
+
+    @property
+    def sessions(self) -> list[Session]:
+        """The sessions open now."""
+        return list(self._tasks.values())
+
+    async def shutdown(self, timeout: float) -> None:
+        """Stop listening, close idle sessions, wait up to ``timeout`` s, then cancel the rest."""
+        if self.ctx.shutting_down:
+            await self._closed.wait()
+            return
+        self.ctx.shutting_down = True
+        event("shutdown", sessions=len(self._tasks), timeout=timeout)
+        if self._listener is not None:
+            self._listener.close()
+        for session in self.sessions:
+            session.request_shutdown()
+        if self._tasks:
+            _, pending = await asyncio.wait(list(self._tasks), timeout=timeout)
+            if pending:
+                event("shutdown_cancel", logging.WARNING, sessions=len(pending))
+                self.force()
+                await asyncio.wait(pending, timeout=5)
+        await self.reader.close()
+        event("stopped")
+        self._closed.set()
+
+    def force(self) -> None:
+        """Cancel every session now (the second signal)."""
+        for task in list(self._tasks):
+            task.cancel()
+
+
+def _tls_context(config: Config) -> ssl.SSLContext | None:
+    listen = config.listen
+    if listen.tls_cert is None or listen.tls_key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(listen.tls_cert, listen.tls_key)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(
+            f"{config.source}: listen.tls_cert: cannot load the certificate and key: {e}"
+        ) from None
+    return context
+
+
+async def check_passthrough(dsn: str, config: Config) -> None:
+    """Refuse to start if the pass-through role could read a protected table itself.
+
+    Raises:
+        ConfigError: the role is a superuser or holds SELECT on a protected table or column.
+        ConnectionFailure: the backend cannot be reached.
+    """
+    try:
+        conn = await asyncpg.connect(dsn)
+    except (OSError, asyncpg.PostgresError) as e:
+        raise ConnectionFailure(f"backend.passthrough_dsn: cannot connect: {e}") from None
+    try:
+        role, superuser = await conn.fetchrow(
+            "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user"
+        )
+        if superuser:
+            raise ConfigError(
+                f"backend.passthrough_dsn: role {role} is a superuser "
+                "and could read protected tables"
+            )
+        for cube in config.cubes:
+            name = f'"{cube.schema}"."{cube.table}"'
+            if await conn.fetchval("SELECT has_any_column_privilege($1::regclass, 'SELECT')", name):
+                raise ConfigError(
+                    f"backend.passthrough_dsn: role {role} can read protected table "
+                    f"{cube.qualified_name}",
+                    hint=f"REVOKE ALL ON {cube.qualified_name} FROM PUBLIC, {role}",
+                )
+    finally:
+        await conn.close()
+
+
+async def open_server(
+    config: Config, backend: BackendConfig, host: str | None = None, port: int | None = None
+) -> Server:
+    """Check the backend, then listen; the caller owns the returned server."""
+    tls = _tls_context(config)
+    await check_passthrough(backend.passthrough_dsn, config)
+    try:
+        reader = await Reader.connect(backend.dsn)
+    except (OSError, asyncpg.PostgresError) as e:
+        raise ConnectionFailure(f"backend.dsn: cannot connect: {e}") from None
+    try:
+        for cube in config.cubes:
+            await reader.check_columns(cube)
+        router = Router(config.translator(), config.cubes)
+        service = DpService(config.cubes, InMemoryHistoryStore(), reader)
+        ctx = SessionContext(
+            router=router,
+            translator=config.translator(),
+            service=service,
+            memo=DpMemo(router, service),
+            defaults=config.privacy.defaults,
+            upstream=UpstreamAddress.from_dsn(backend.passthrough_dsn),
+            users=config.users,
+            database=config.listen.database,
+            max_connections=config.listen.max_connections,
+            tls=tls,
+            mock_secret=hashlib.sha256(
+                "\n".join(sorted(map(str, config.users.values()))).encode()
+            ).digest(),
+        )
+        server = Server(ctx, reader)
+        await server.start(host or config.listen.host, config.listen.port if port is None else port)
+    except BaseException:
+        await reader.close()
+        raise
+    return server
+
+
+def embedded_backend(config: Config) -> BackendConfig:
+    """Start the embedded PostgreSQL, load the Adult demo table and create both roles."""
+    from proxy.demo import load_adult
+    from proxy.embedded import start_embedded
+    from proxy.provision import provision_roles
+
+    data_dir = Path(os.environ.get(DATA_DIR_ENV) or _DEFAULT_DATA_DIR)
+    event("embedded_postgres", data_dir=str(data_dir))
+    admin = start_embedded(data_dir)
+    if any(c.qualified_name == "public.adult" for c in config.cubes):
+        load_adult(admin)
+    roles = provision_roles(admin, config.cubes)
+    return BackendConfig(roles.reader_dsn, roles.passthrough_dsn)
+
+
+def _connect_hint(config: Config, server: Server, host: str) -> str:
+    where = f"{host}:{server.port}/{config.listen.database}"
+    if config.users is DEMO_USERS:
+        return f'dpproxy is ready: psql "postgresql://analyst:analyst@{where}"'
+    return f"dpproxy is ready: postgresql://<user>@{where}"
+
+
+async def _serve(config: Config, backend: BackendConfig, host: str, port: int) -> None:
+    server = await open_server(config, backend, host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            event("shutdown_forced", signal=signal.Signals(signum).name)
+            server.force()
+        else:
+            event("signal", signal=signal.Signals(signum).name)
+            stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    print(_connect_hint(config, server, host), flush=True)
+    await stop.wait()
+    await server.shutdown(config.listen.shutdown_timeout)
+
+
+def run(config: Config, host: str | None = None, port: int | None = None) -> int:
+    """``dpproxy serve``: run until SIGINT/SIGTERM; the exit status."""
+    if config.backend is None:
+        backend = embedded_backend(config)
+    else:
+        backend = config.backend
+        if config.users is DEMO_USERS:
+            event(
+                "demo_account",
+                logging.WARNING,
+                message="no users section: the demo account analyst/analyst is enabled",
+            )
+    asyncio.run(
+        _serve(
+            config,
+            backend,
+            host or config.listen.host,
+            config.listen.port if port is None else port,
+        )
+    )
+    print("dpproxy stopped", file=sys.stderr)
+    return 0

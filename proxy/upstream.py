@@ -1,0 +1,472 @@
+"""The pass-through connection: one PostgreSQL session as the pass-through role per client.
+
+dpproxy speaks the client side of the protocol here, with the same codec it serves clients with.
+Replies travel back as raw bytes: `Upstream.relay` scans message headers in place and writes
+whole messages to the client unchanged, in as few writes as the socket allows, stopping at the
+message a caller asks for (ReadyForQuery, the end of one extended-protocol reply, ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import ssl
+import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final
+
+import scramp
+from psycopg.conninfo import conninfo_to_dict
+
+from proxy.auth import MECHANISM, md5_password
+from proxy.connection import Connection
+from proxy.errors import ConnectionFailure
+from proxy.wire import (
+    AuthenticationCleartextPassword,
+    AuthenticationMD5Password,
+    AuthenticationOk,
+    AuthenticationSASL,
+    AuthenticationSASLContinue,
+    AuthenticationSASLFinal,
+    BackendKeyData,
+    CancelRequest,
+    ErrorResponse,
+    ParameterStatus,
+    PasswordMessage,
+    RawMessage,
+    ReadyForQuery,
+    SASLInitialResponse,
+    SASLResponse,
+    SSLRequest,
+    StartupMessage,
+    TransactionStatus,
+    decode_backend,
+)
+
+__all__ = ["UpstreamAddress", "Upstream", "Action", "Decide"]
+
+_HEADER: Final = struct.Struct("!ci")
+_CONNECT_TIMEOUT: Final = 10.0
+
+
+class Action(Enum):
+    """What `Upstream.relay` does with one complete message."""
+
+    RELAY = "relay"  # send it to the client and go on
+    RELAY_STOP = "relay and stop"  # send it and return
+    DROP = "drop"  # keep it from the client and go on
+    DROP_STOP = "drop and stop"  # keep it from the client and return
+
+
+#: Called for every complete message with (type byte as an int, buffer, payload start, payload
+#: end).
+Decide = Callable[[int, bytearray, int, int], Action]
+
+_Z: Final = ord("Z")
+_G: Final = ord("G")
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamAddress:
+    """Where the pass-through role logs in, read from a libpq connection string or URI.
+
+    ``host`` starting with ``/`` is a Unix-socket directory, as in libpq.
+    """
+
+    host: str
+    port: int
+    user: str
+    password: str | None
+    database: str
+    sslmode: str = "prefer"
+
+    def __repr__(self) -> str:  # no password in logs
+        return f"UpstreamAddress({self.user}@{self.host}:{self.port}/{self.database})"
+
+    @classmethod
+    def from_dsn(cls, dsn: str) -> UpstreamAddress:
+        """Read a DSN, filling gaps from PG* environment variables as libpq does.
+
+        >>> UpstreamAddress.from_dsn("postgresql://u:pw@/db?host=/tmp/s")
+        UpstreamAddress(u@/tmp/s:5432/db)
+        """
+        info = conninfo_to_dict(dsn)
+        host = str(info.get("host") or os.environ.get("PGHOST") or "/var/run/postgresql").split(
+            ","
+        )[0]
+        port = int(str(info.get("port") or os.environ.get("PGPORT") or 5432).split(",")[0])
+        user = str(info.get("user") or os.environ.get("PGUSER") or "postgres")
+        password = info.get("password") or os.environ.get("PGPASSWORD")
+        database = str(info.get("dbname") or os.environ.get("PGDATABASE") or user)
+        sslmode = str(info.get("sslmode") or os.environ.get("PGSSLMODE") or "prefer")
+        return cls(host, port, user, None if password is None else str(password), database, sslmode)
+
+    @property
+    def is_unix(self) -> bool:
+        """The host is a socket directory."""
+        return self.host.startswith("/")
+
+    async def open(self) -> Connection:
+        """Open a plain connection (TLS, if any, is negotiated afterwards)."""
+        loop = asyncio.get_running_loop()
+        try:
+            if self.is_unix:
+                path = os.path.join(self.host, f".s.PGSQL.{self.port}")
+                _, conn = await asyncio.wait_for(
+                    loop.create_unix_connection(Connection, path), _CONNECT_TIMEOUT
+                )
+            else:
+                _, conn = await asyncio.wait_for(
+                    loop.create_connection(Connection, self.host, self.port), _CONNECT_TIMEOUT
+                )
+        except (TimeoutError, OSError) as e:
+            raise ConnectionFailure(f"cannot reach the PostgreSQL backend: {e}") from None
+        sock = conn.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn
+
+
+class Upstream:
+    """One authenticated backend session.
+
+    Its bytes collect in a buffer that `read_message` and `relay` consume as the session's task
+    asks, or that a *fast relay* (`start_relay`) forwards to the client as they arrive, from the
+    connection's callback, until a ReadyForQuery.
+
+    Attributes:
+        parameters: the ParameterStatus values the backend reported at start-up.
+        status: the transaction status of its last ReadyForQuery.
+    """
+
+    def __init__(self, address: UpstreamAddress, conn: Connection) -> None:
+        self.address = address
+        self.conn = conn
+        self._buf = bytearray()
+        self._out = bytearray()
+        self._waiter: asyncio.Future[None] | None = None
+        self._lost: ConnectionFailure | None = None
+        self._fast: tuple[Connection, Callable[[ConnectionFailure | None, int], None]] | None = None
+        self.parameters: dict[str, str] = {}
+        self.status = TransactionStatus.IDLE
+        self._key: BackendKeyData | None = None
+        conn.attach(self)
+
+    # -- connection callbacks ---------------------------------------------------------------
+
+    def on_data(self, data: bytes) -> None:
+        """Bytes from the backend: relay them now (fast relay) or wake the task."""
+        self._buf += data
+        if self._fast is not None:
+            self._run_fast()
+        else:
+            self._wake()
+
+    def on_eof(self, error: Exception | None) -> None:
+        """The backend closed the connection."""
+        if self._lost is None:
+            reason = f": {error}" if error else ""
+            self._lost = ConnectionFailure(f"the PostgreSQL backend closed the connection{reason}")
+        if self._fast is not None:
+            _, done = self._fast
+            self._fast = None
+            done(self._lost, 0)
+        self._wake()
+
+    def on_writable(self, writable: bool) -> None:
+        """The backend's reading pace (the connection's drain handles it)."""
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _more(self) -> None:
+        """Wait for more bytes from the backend."""
+        if self._lost is not None:
+            raise self._lost
+        self._waiter = asyncio.get_running_loop().create_future()
+        await self._waiter
+
+    # -- start-up ---------------------------------------------------------------------------
+
+    @classmethod
+    async def connect(cls, address: UpstreamAddress, parameters: Mapping[str, str]) -> Upstream:
+        """Log in as the pass-through role with the given run-time parameters.
+
+        Raises:
+            ConnectionFailure: unreachable, refused, or authentication failed.
+        """
+        conn = await address.open()
+        upstream = cls(address, conn)
+        try:
+            if not address.is_unix and address.sslmode not in ("disable", "allow"):
+                await asyncio.wait_for(upstream._start_tls(), _CONNECT_TIMEOUT)
+            await asyncio.wait_for(upstream._startup(parameters), _CONNECT_TIMEOUT)
+        except BaseException:
+            conn.close()
+            raise
+        return upstream
+
+    async def _start_tls(self) -> None:
+        self.conn.write(SSLRequest().encode())
+        while not self._buf:
+            await self._more()
+        answer = bytes(self._buf[:1])
+        del self._buf[:1]
+        if answer != b"S":
+            if self.address.sslmode in ("require", "verify-ca", "verify-full"):
+                raise ConnectionFailure(
+                    "the PostgreSQL backend does not support TLS (sslmode requires it)"
+                )
+            return
+        if self._buf:
+            raise ConnectionFailure("the PostgreSQL backend sent data before the TLS handshake")
+        context = ssl.create_default_context()
+        if self.address.sslmode != "verify-full":
+            context.check_hostname = False
+        if self.address.sslmode not in ("verify-ca", "verify-full"):
+            context.verify_mode = ssl.CERT_NONE
+        await self.conn.start_tls(context, server_side=False, server_hostname=self.address.host)
+
+    async def _startup(self, parameters: Mapping[str, str]) -> None:
+        params = {"user": self.address.user, "database": self.address.database, **parameters}
+        self.conn.write(StartupMessage(params).encode())
+        scram: scramp.ScramClient | None = None
+        while True:
+            message = decode_backend(await self.read_message())
+            if isinstance(message, AuthenticationOk):
+                continue
+            if isinstance(message, AuthenticationCleartextPassword):
+                self.conn.write(PasswordMessage(self._password()).encode())
+            elif isinstance(message, AuthenticationMD5Password):
+                hashed = md5_password(self.address.user, self._password(), message.salt)
+                self.conn.write(PasswordMessage(hashed).encode())
+            elif isinstance(message, AuthenticationSASL):
+                if MECHANISM not in message.mechanisms:
+                    raise ConnectionFailure(
+                        f"backend offers no supported SASL mechanism: {message.mechanisms}"
+                    )
+                scram = scramp.ScramClient([MECHANISM], self.address.user, self._password())
+                first = scram.get_client_first().encode()
+                self.conn.write(SASLInitialResponse(MECHANISM, first).encode())
+            elif isinstance(message, AuthenticationSASLContinue) and scram is not None:
+                scram.set_server_first(message.data.decode())
+                self.conn.write(SASLResponse(scram.get_client_final().encode()).encode())
+            elif isinstance(message, AuthenticationSASLFinal) and scram is not None:
+                scram.set_server_final(message.data.decode())
+            elif isinstance(message, ParameterStatus):
+                self.parameters[message.name] = message.value
+            elif isinstance(message, BackendKeyData):
+                self._key = message
+            elif isinstance(message, ReadyForQuery):
+                self.status = message.status
+                return
+            elif isinstance(message, ErrorResponse):
+                raise ConnectionFailure(
+                    f"the PostgreSQL backend refused the connection: {message.message}"
+                )
+            # NoticeResponse, NegotiateProtocolVersion: nothing to do
+
+    def _password(self) -> str:
+        if self.address.password is None:
+            raise ConnectionFailure(
+                "the PostgreSQL backend asks for a password; put it in backend.passthrough_dsn"
+            )
+        return self.address.password
+
+    # -- I/O --------------------------------------------------------------------------------
+
+    def queue(self, data: bytes) -> None:
+        """Add bytes (whole frontend messages) to what the next `flush` sends."""
+        self._out += data
+
+    @property
+    def queued(self) -> bool:
+        """Bytes are waiting for `flush`."""
+        return bool(self._out)
+
+    def send_now(self) -> None:
+        """Write everything queued (without waiting for the backend to read it)."""
+        if self._lost is not None:
+            raise self._lost
+        if self._out:
+            self.conn.write(self._out)
+            self._out = bytearray()
+
+    async def flush(self) -> None:
+        """Send everything queued."""
+        self.send_now()
+        await self.conn.drain()
+
+    async def read_message(self) -> RawMessage:
+        """Read one whole message (for start-up and the rare message-level exchanges)."""
+        while True:
+            if len(self._buf) >= 5:
+                _, length = _HEADER.unpack_from(self._buf, 0)
+                _check_length(length)
+                if len(self._buf) >= 1 + length:
+                    raw = RawMessage(bytes(self._buf[0:1]), bytes(self._buf[5 : 1 + length]))
+                    del self._buf[: 1 + length]
+                    return raw
+            await self._more()
+
+    def _scan(self, client: Connection, decide: Decide) -> bool:
+        """Relay the whole messages buffered now, as ``decide`` says; True if it said stop.
+
+        Also records the transaction status of every ReadyForQuery that passes.
+        """
+        buf = self._buf
+        pos = start = 0
+        stop = False
+        size = len(buf)
+        while size - pos >= 5:
+            length = _HEADER.unpack_from(buf, pos)[1]
+            _check_length(length)
+            end = pos + 1 + length
+            if end > size:
+                break
+            kind = buf[pos]
+            if kind == _Z and length == 5:
+                self.status = TransactionStatus(chr(buf[pos + 5]))
+            action = decide(kind, buf, pos + 5, end)
+            if action is Action.DROP or action is Action.DROP_STOP:
+                if start < pos:
+                    client.write(bytes(buf[start:pos]))
+                start = end
+            pos = end
+            if action is Action.RELAY_STOP or action is Action.DROP_STOP:
+                stop = True
+                break
+        if start < pos:
+            client.write(bytes(buf[start:pos]))
+        del buf[:pos]
+        return stop
+
+    async def relay(self, client: Connection, decide: Decide) -> None:
+        """Copy whole messages to ``client`` as they arrive until ``decide`` says stop."""
+        while not self._scan(client, decide):
+            await client.drain()
+            await self._more()
+        await client.drain()
+
+    def start_relay(
+        self, client: Connection, done: Callable[[ConnectionFailure | None, int], None]
+    ) -> None:
+        """Relay to ``client`` from the connection's callback, until ReadyForQuery.
+
+        Stops early at a CopyInResponse. Then calls ``done(error, type of the last
+        message)``; the session's task sleeps meanwhile.
+        """
+        if self._lost is not None:
+            done(self._lost, 0)
+            return
+        self._fast = (client, done)
+        if self._buf:
+            self._run_fast()
+
+    def _run_fast(self) -> None:
+        """The fast relay's scan: whole messages to the client up to ReadyForQuery.
+
+        It stops early at a CopyInResponse, whose COPY data the session's task must pump.
+        """
+        assert self._fast is not None
+        client, done = self._fast
+        buf = self._buf
+        try:
+            pos, last, status = _hop(buf)
+        except ConnectionFailure as e:
+            self._fast = None
+            done(e, 0)
+            return
+        if pos == len(buf):  # the common case: the reply ends with the chunk; no copy
+            if pos:
+                client.write(buf)
+                self._buf = bytearray()  # a new one: the transport may still hold the old
+        elif pos:
+            client.write(bytes(buf[:pos]))
+            del buf[:pos]
+        if status:
+            self.status = TransactionStatus(chr(status))
+        if last == _Z or last == _G:
+            self._fast = None
+            done(None, last)
+
+    def pause(self, paused: bool) -> None:
+        """Stop (or resume) reading the backend while the client cannot keep up."""
+        if paused:
+            self.conn.pause_reading()
+        else:
+            self.conn.resume_reading()
+
+    async def cancel(self) -> None:
+        """Ask the backend, on a new connection, to cancel what this session runs."""
+        if self._key is None:
+            return
+        try:
+            conn = await self.address.open()
+        except ConnectionFailure:
+            return
+        closed = asyncio.get_running_loop().create_future()
+
+        class _Closed:
+            def on_data(self, data: bytes) -> None:
+                pass
+
+            def on_eof(self, error: Exception | None) -> None:
+                if not closed.done():
+                    closed.set_result(None)
+
+            def on_writable(self, writable: bool) -> None:
+                pass
+
+        conn.attach(_Closed())
+        try:
+            conn.write(CancelRequest(self._key.process_id, self._key.secret_key).encode())
+            await asyncio.wait_for(closed, _CONNECT_TIMEOUT)  # the server closes it when done
+        except TimeoutError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        """Say Terminate and close (no wait)."""
+        self._fast = None
+        if not self.conn.is_closing():
+            self.conn.write(b"X\x00\x00\x00\x04")
+            self.conn.close()
+
+
+def _check_length(length: int) -> None:
+    if length < 4:
+        raise ConnectionFailure(
+            f"the PostgreSQL backend sent a malformed message (length {length})"
+        )
+
+
+def _hop(buf: bytearray) -> tuple[int, int, int]:
+    r"""Hop over whole messages up to and including the first ReadyForQuery or CopyInResponse.
+
+    Returns:
+        (end of the last whole message taken, its type, the ReadyForQuery's status byte or 0).
+
+    >>> _hop(bytearray(b"C\x00\x00\x00\x05xZ\x00\x00\x00\x05IN"))
+    (12, 90, 73)
+    """
+    pos, size, last = 0, len(buf), 0
+    while size - pos >= 5:
+        length = _HEADER.unpack_from(buf, pos)[1]
+        _check_length(length)
+        end = pos + 1 + length
+        if end > size:
+            break
+        last = buf[pos]
+        pos = end
+        if last == _Z:
+            return pos, last, buf[end - 1] if length == 5 else 0
+        if last == _G:
+            break
+    return pos, last, 0

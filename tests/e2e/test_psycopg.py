@@ -1,0 +1,133 @@
+"""psycopg 3 (libpq) through dpproxy: simple and extended protocol, prepared, binary."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from tests.e2e.conftest import Proxy
+
+DP = "SELECT COUNT(*) FROM adult WHERE age >= 25 WITH ACCURACY 100"
+GROUPED = (
+    "SELECT sex, COUNT(*) AS n, SUM(CASE WHEN income = '>50K' THEN 1 ELSE 0 END) "
+    "FROM adult GROUP BY sex WITH ACCURACY 200"
+)
+
+
+def connect(proxy: Proxy, **kwargs: object) -> psycopg.Connection[tuple[object, ...]]:
+    return psycopg.connect(proxy.dsn(), autocommit=True, connect_timeout=10, **kwargs)  # type: ignore[arg-type]
+
+
+def test_simple_protocol_dp_query_and_notice(proxy: Proxy) -> None:
+    notices: list[str] = []
+    with connect(proxy) as conn:
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        cur = conn.cursor()
+        cur.execute(DP)  # no parameters: one round trip, text results
+        (value,) = cur.fetchone() or ()
+        assert cur.description is not None and cur.description[0].name == "count"
+    assert isinstance(value, float) and 15_000 < value < 35_000
+    assert len(notices) == 1 and "source fresh" in notices[0] and "remaining" in notices[0]
+
+
+def test_several_statements_in_one_query_string(proxy: Proxy) -> None:
+    with connect(proxy) as conn:
+        cur = conn.execute("SELECT 1; SELECT COUNT(*) FROM adult WITH ACCURACY 100; SELECT 'x'")
+        assert cur.fetchall() == [(1,)]
+        assert cur.nextset() and cur.fetchone() is not None
+        assert cur.nextset() and cur.fetchall() == [("x",)]
+
+
+def test_parameterized_dp_query(proxy: Proxy) -> None:
+    with connect(proxy) as conn:
+        rows = conn.execute(
+            "SELECT COUNT(*) FROM adult WHERE age >= %s AND sex = %s WITH ACCURACY 100",
+            (25, "Female"),
+        ).fetchall()
+    assert len(rows) == 1 and 5_000 < rows[0][0] < 15_000
+
+
+def test_after_the_prepare_threshold_and_binary(proxy: Proxy) -> None:
+    with connect(proxy, prepare_threshold=2) as conn:
+        values = [conn.execute(GROUPED).fetchall() for _ in range(4)]
+        binary = conn.cursor(binary=True).execute(GROUPED).fetchall()
+        catalog = [
+            conn.execute("SELECT relname FROM pg_class WHERE relname = %s", ("adult",)).fetchone()
+            for _ in range(4)
+        ]
+    assert all(len(rows) == 2 and rows[0][0] == "Male" for rows in values)
+    assert values[-2] == values[-1] == binary  # answers from history: the same estimates
+    assert catalog == [("adult",)] * 4
+
+
+def test_catalog_query(proxy: Proxy) -> None:
+    with connect(proxy) as conn:
+        columns = conn.execute(
+            "SELECT attname FROM pg_attribute "
+            "WHERE attrelid = 'public.adult'::regclass AND attnum > 0 ORDER BY attnum"
+        ).fetchall()
+    assert columns[0] == ("age",) and len(columns) == 15
+
+
+@pytest.mark.parametrize(
+    ("sql", "error"),
+    [
+        ("SELECT * FROM adult", errors.InsufficientPrivilege),
+        (
+            "SELECT COUNT(*) FROM adult WHERE age >= 30 WITH ACCURACY 100",
+            errors.FeatureNotSupported,
+        ),
+        ("SELECT COUNT(*) FROM adult WITH ACCURACY 0.0001", errors.ConfigurationLimitExceeded),
+        ("SELECT COUNT(*) FROM adult WHERE nope = 1 WITH ACCURACY 100", errors.UndefinedColumn),
+        ("SELECT COUNT(* FROM adult", errors.SyntaxError),
+        ("SET dp.accuracy = -1", errors.InvalidParameterValue),
+        ("SHOW dp.nonsense", errors.UndefinedObject),
+    ],
+)
+@pytest.mark.parametrize("prepared", [False, True])
+def test_refusals_carry_their_sqlstate(
+    proxy: Proxy, sql: str, error: type[Exception], prepared: bool
+) -> None:
+    with connect(proxy) as conn:
+        with pytest.raises(error):
+            conn.execute(sql, prepare=prepared)
+        assert conn.execute("SELECT 1").fetchone() == (1,)  # the session goes on
+
+
+def test_settings_in_the_extended_protocol(proxy: Proxy) -> None:
+    with connect(proxy) as conn:
+        conn.execute("SET dp.accuracy = 321", prepare=True)
+        assert conn.execute("SHOW dp.accuracy", prepare=True).fetchone() == ("321",)
+        conn.execute("SELECT COUNT(*) FROM adult").fetchone()  # uses the session's accuracy
+
+
+def test_transactions_report_status(proxy: Proxy) -> None:
+    with psycopg.connect(
+        proxy.dsn(), connect_timeout=10
+    ) as conn:  # not autocommit: BEGIN implicitly
+        conn.execute("CREATE TEMP TABLE t (x int)")
+        conn.execute("INSERT INTO t VALUES (1)")
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        conn.execute(DP)
+        with pytest.raises(errors.ConfigurationLimitExceeded):
+            conn.execute("SELECT COUNT(*) FROM adult WITH ACCURACY 0.0001")
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+        with pytest.raises(errors.InFailedSqlTransaction):
+            conn.execute(DP)
+        conn.rollback()
+        assert conn.execute("SELECT 2").fetchone() == (2,)
+
+
+def test_cancel_a_running_statement(proxy: Proxy) -> None:
+    import threading
+
+    with connect(proxy) as conn:
+        # cancel_safe: the blocking cancel() holds the GIL in libpq, which would stall the
+        # in-process proxy that has to answer it
+        timer = threading.Timer(0.5, conn.cancel_safe)
+        timer.start()
+        with pytest.raises(errors.QueryCanceled):
+            conn.execute("SELECT pg_sleep(20)")
+        timer.join()
+        assert conn.execute("SELECT 3").fetchone() == (3,)
