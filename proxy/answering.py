@@ -184,6 +184,12 @@ class DpService:
         await self._log(cube, spec, replies, user, sql)
         return _result(spec, replies)
 
+    async def log_repeat(
+        self, spec: AnswerSpec, result: DpResult, user: str | None, sql: str | None
+    ) -> None:
+        """Record an answer the server sent again from its memo (same history, same replies)."""
+        await self._log(spec.cube, spec, result.replies, user, sql)
+
     async def _spend(
         self,
         cube: Cube,

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 
 from proxy.auth import make_verifier
 from proxy.config import Config, load_config
-from proxy.errors import DpproxyError
+from proxy.engine.ledger import format_budget
+from proxy.errors import ConfigError, DpproxyError
 from sqlmap.canonical import COLUMN_TYPES_SQL, check_column_types
+from sqlmap.cube import Cube
 from sqlmap.translate import AnswerSpec, OutputKind
 
 __all__ = ["main"]
@@ -68,6 +70,23 @@ def _parser() -> argparse.ArgumentParser:
         help="print the SCRAM-SHA-256 verifier of a password, for config.yaml's users section",
     )
     passwd.add_argument("user", nargs="?", help="print a `user: verifier` line for this user")
+    ledger = commands.add_parser("ledger", help="inspect, export or maintain the privacy ledger")
+    ledger.add_argument(
+        "--dsn", help="the ledger's DSN (default: ledger.dsn, else backend.dsn, else the embedded)"
+    )
+    actions = ledger.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("status", help="budget spent and answers given, per protected table")
+    recent = actions.add_parser("history", help="the most recent answers")
+    recent.add_argument("--limit", type=int, default=50)
+    actions.add_parser("export", help="every table, measurement and answer as JSON lines")
+    changed = actions.add_parser(
+        "mark-changed", help="the table's data changed: stop reusing earlier answers"
+    )
+    changed.add_argument("table", help="schema.table, as in config.yaml")
+    rekey = actions.add_parser(
+        "rekey", help="start a new history for a table whose cube changed, keeping its spending"
+    )
+    rekey.add_argument("table", help="schema.table, as in config.yaml")
     return parser
 
 
@@ -84,10 +103,61 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(config, args)
         if args.command == "provision":
             return _provision(config, args.dsn, args.load_demo)
+        if args.command == "ledger":
+            return asyncio.run(_ledger(config, args))
         return _translate(config, args.sql)
     except DpproxyError as e:
         print(f"dpproxy: {e.sqlstate}: {e}", file=sys.stderr)
         return 1
+
+
+async def _ledger(config: Config, args: argparse.Namespace) -> int:
+    from proxy import ledger_admin
+
+    dsn = args.dsn or config.ledger.dsn or (config.backend.dsn if config.backend else None)
+    if dsn is None:
+        from proxy.server import embedded_backend
+
+        dsn = embedded_backend(config).ledger_dsn
+    assert dsn is not None
+    schema = config.ledger.schema
+    if args.action == "status":
+        for t in await ledger_admin.status(dsn, config.cubes, schema):
+            print(
+                f"{t.table}: spent {format_budget(t.spent, up=True)} of "
+                f"{format_budget(t.total, up=False)}, "
+                f"remaining {format_budget(t.remaining, up=False)}; "
+                f"answers fresh {t.fresh}, combined {t.combined}, history {t.history}, "
+                f"refused {t.refused}; data version {t.data_version}, cube {t.fingerprint}"
+            )
+    elif args.action == "history":
+        for row in await ledger_admin.history(dsn, schema, args.limit):
+            print(
+                f"{row['created_at']:%Y-%m-%d %H:%M:%S} {row['table']} {row['source']} "
+                f"budget {row['budget']} user {row['user_name']}: {row['sql_text']}"
+            )
+    elif args.action == "export":
+        async for line in ledger_admin.export(dsn, schema):
+            print(line)
+    elif args.action == "mark-changed":
+        version = await ledger_admin.mark_changed(
+            dsn, _cube(config, args.table).qualified_name, schema
+        )
+        print(f"{args.table}: data version {version}; earlier answers are no longer reused")
+    else:
+        carried = await ledger_admin.rekey(dsn, _cube(config, args.table), schema)
+        print(
+            f"{args.table}: new history; every cell starts at the spent "
+            f"{format_budget(carried, up=True)}"
+        )
+    return 0
+
+
+def _cube(config: Config, name: str) -> Cube:
+    for cube in config.cubes:
+        if name in (cube.qualified_name, cube.table):
+            return cube
+    raise ConfigError(f"{name} is not a protected table of {config.source}")
 
 
 def _check(config: Config, dsn: str | None) -> int:

@@ -28,7 +28,8 @@ __all__ = [
     "parse_config",
 ]
 
-_TOP_KEYS = {"privacy", "tables", "listen", "backend", "users"}
+_TOP_KEYS = {"privacy", "tables", "listen", "backend", "users", "ledger"}
+_LEDGER_KEYS = {"dsn", "schema"}
 _PRIVACY_KEYS = {"total_budget", "default_accuracy", "default_confidence"}
 _LISTEN_KEYS = {
     "host",
@@ -126,23 +127,41 @@ class BackendConfig:
             histogram SQL runs under it.
         passthrough_dsn: a role with no rights on protected tables; every other statement runs
             under it, one connection per client session.
+        ledger_dsn: where the durable ledger lives (a role that may create ``ledger_schema``);
+            None keeps the history in memory only, which only tests that embed dpproxy do.
+        ledger_schema: the ledger's schema.
     """
 
     dsn: str
     passthrough_dsn: str
+    ledger_dsn: str | None = None
+    ledger_schema: str = "dpproxy"
 
     def __post_init__(self) -> None:
-        for key in ("dsn", "passthrough_dsn"):
+        for key in ("dsn", "passthrough_dsn", "ledger_dsn"):
             value = getattr(self, key)
-            try:
-                conninfo_to_dict(value)
-            except Exception as e:  # psycopg's ProgrammingError: the message says what is wrong
-                raise ConfigError(
-                    f"backend.{key}: not a PostgreSQL connection string: {e}"
-                ) from None
+            if value is not None:
+                _check_dsn(value, f"backend.{key}")
 
     def __repr__(self) -> str:  # DSNs may hold passwords
-        return "BackendConfig(dsn=..., passthrough_dsn=...)"
+        return f"BackendConfig(dsn=..., passthrough_dsn=..., ledger_schema={self.ledger_schema!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerConfig:
+    """Where the durable ledger lives (docs/config.md).
+
+    Args:
+        dsn: a role that may create and write ``schema``; None: the embedded server's own, or
+            ``backend.dsn``.
+        schema: the ledger's schema; analysts' pass-through role must have no rights on it.
+    """
+
+    dsn: str | None = None
+    schema: str = "dpproxy"
+
+    def __repr__(self) -> str:  # DSNs may hold passwords
+        return f"LedgerConfig(dsn={'...' if self.dsn else None}, schema={self.schema!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +177,7 @@ class Config:
     listen: ListenConfig = ListenConfig()
     backend: BackendConfig | None = None
     users: Mapping[str, Verifier] = field(default_factory=lambda: DEMO_USERS)
+    ledger: LedgerConfig = LedgerConfig()
 
     def translator(self) -> Translator:
         """A translator for the protected tables with the configured defaults."""
@@ -219,7 +239,27 @@ def _parse(data: object, source: str) -> Config:
         _listen(data.get("listen"), base),
         _backend(data.get("backend")),
         _users(data["users"]) if "users" in data else DEMO_USERS,
+        _ledger(data.get("ledger")),
     )
+
+
+def _ledger(spec: object) -> LedgerConfig:
+    if spec is None:
+        return LedgerConfig()
+    if not isinstance(spec, Mapping):
+        raise ConfigError("ledger: expected a mapping")
+    _no_unknown_keys(spec, _LEDGER_KEYS, "ledger.")
+    dsn = _text(spec, "dsn", "ledger")
+    if dsn is not None:
+        _check_dsn(dsn, "ledger.dsn")
+    return LedgerConfig(dsn, _text(spec, "schema", "ledger") or "dpproxy")
+
+
+def _check_dsn(value: str, where: str) -> None:
+    try:
+        conninfo_to_dict(value)
+    except Exception as e:  # psycopg's ProgrammingError: the message says what is wrong
+        raise ConfigError(f"{where}: not a PostgreSQL connection string: {e}") from None
 
 
 def _listen(spec: object, base: Path) -> ListenConfig:

@@ -7,9 +7,8 @@ engine's ``history_size``): the engine would return exactly the same estimates, 
 (zero) charges, so nothing about privacy changes, only the time spent. Fresh or combined
 answers are never kept.
 
-Memo hits do not reach `DpService`, so a service that keeps an audit record per answer (the
-durable ledger's answer log) does not see them; dpproxy's own log has every answer, memo hits
-marked ``memo=true``.
+A memo hit skips the engine, not the audit: the session records it in the ledger's answer log
+(`DpService.log_repeat`), and dpproxy's own log marks it ``memo=true``.
 """
 
 from __future__ import annotations

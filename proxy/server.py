@@ -10,6 +10,7 @@ connect, and on SIGINT/SIGTERM stop listening, close idle sessions (57P01), give
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import os
@@ -26,6 +27,7 @@ from proxy.answering import DpService
 from proxy.backend import Reader
 from proxy.config import DEMO_USERS, BackendConfig, Config
 from proxy.connection import Connection
+from proxy.durable import DurableLedger
 from proxy.engine.history import InMemoryHistoryStore
 from proxy.errors import ConfigError, ConnectionFailure
 from proxy.logs import event
@@ -44,9 +46,12 @@ _DEFAULT_DATA_DIR: Final = Path(".dpproxy/pgdata")
 class Server:
     """A listening dpproxy: its sessions, its reader pool, and its shutdown."""
 
-    def __init__(self, ctx: SessionContext, reader: Reader) -> None:
+    def __init__(
+        self, ctx: SessionContext, reader: Reader, ledger: DurableLedger | None = None
+    ) -> None:
         self.ctx = ctx
         self.reader = reader
+        self.ledger = ledger
         self._listener: asyncio.Server | None = None
         self._tasks: dict[asyncio.Task[None], Session] = {}
         self._closed = asyncio.Event()
@@ -97,6 +102,8 @@ class Server:
                 self.force()
                 await asyncio.wait(pending, timeout=5)
         await self.reader.close()
+        if self.ledger is not None:
+            await self.ledger.close()
         event("stopped")
         self._closed.set()
 
@@ -162,11 +169,26 @@ async def open_server(
         reader = await Reader.connect(backend.dsn)
     except (OSError, asyncpg.PostgresError) as e:
         raise ConnectionFailure(f"backend.dsn: cannot connect: {e}") from None
+    ledger: DurableLedger | None = None
     try:
         for cube in config.cubes:
             await reader.check_columns(cube)
         router = Router(config.translator(), config.cubes)
-        service = DpService(config.cubes, InMemoryHistoryStore(), reader)
+        if backend.ledger_dsn is None:
+            service = DpService(config.cubes, InMemoryHistoryStore(), reader)
+        else:
+            ledger = await DurableLedger.open(
+                backend.ledger_dsn, config.cubes, backend.ledger_schema
+            )
+            service = await DpService.open_durable(config.cubes, reader, ledger)
+            for cube in config.cubes:
+                event(
+                    "ledger_loaded",
+                    schema=backend.ledger_schema,
+                    table=cube.qualified_name,
+                    entries=service.engine(cube).history_size,
+                    spent=float(service.engine(cube).ledger.spent),
+                )
         ctx = SessionContext(
             router=router,
             translator=config.translator(),
@@ -182,10 +204,12 @@ async def open_server(
                 "\n".join(sorted(map(str, config.users.values()))).encode()
             ).digest(),
         )
-        server = Server(ctx, reader)
+        server = Server(ctx, reader, ledger)
         await server.start(host or config.listen.host, config.listen.port if port is None else port)
     except BaseException:
         await reader.close()
+        if ledger is not None:
+            await ledger.close()
         raise
     return server
 
@@ -202,7 +226,10 @@ def embedded_backend(config: Config) -> BackendConfig:
     if any(c.qualified_name == "public.adult" for c in config.cubes):
         load_adult(admin)
     roles = provision_roles(admin, config.cubes)
-    return BackendConfig(roles.reader_dsn, roles.passthrough_dsn)
+    # the ledger lives in the embedded server, written by its owner, out of analysts' reach
+    return BackendConfig(
+        roles.reader_dsn, roles.passthrough_dsn, config.ledger.dsn or admin, config.ledger.schema
+    )
 
 
 def _connect_hint(config: Config, server: Server, host: str) -> str:
@@ -237,7 +264,11 @@ def run(config: Config, host: str | None = None, port: int | None = None) -> int
     if config.backend is None:
         backend = embedded_backend(config)
     else:
-        backend = config.backend
+        backend = dataclasses.replace(
+            config.backend,
+            ledger_dsn=config.ledger.dsn or config.backend.dsn,
+            ledger_schema=config.ledger.schema,
+        )
         if config.users is DEMO_USERS:
             event(
                 "demo_account",

@@ -669,6 +669,7 @@ class Session:
         memo = self.ctx.memo
         kept = memo.answer(key, spec.cube)
         if kept is not None:
+            await self.ctx.service.log_repeat(spec, kept, self.user, sql)
             _log_answer(self.user, table, kept, memo=True)
             return kept
         version = memo.version(spec.cube)
