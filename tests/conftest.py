@@ -8,13 +8,19 @@ started in a temporary directory.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
+from proxy.config import load_config
 from proxy.demo import load_adult
 from proxy.embedded import start_embedded
+from proxy.provision import BackendRoles, provision_roles
+
+ROOT = Path(__file__).parent.parent
 
 
 def _docker_dsn() -> Iterator[str] | None:
@@ -53,3 +59,18 @@ def adult_dsn(pg_dsn: str) -> str:
     """The same server, with the Adult demo table loaded as public.adult."""
     load_adult(pg_dsn)
     return pg_dsn
+
+
+@pytest.fixture(scope="session")
+def roles(adult_dsn: str) -> BackendRoles:
+    """dpproxy's reader and pass-through roles on that server, for the demo config's tables."""
+    return provision_roles(adult_dsn, load_config(ROOT / "config.yaml").cubes)
+
+
+@pytest.fixture()
+def ledger_schema(pg_dsn: str) -> Iterator[str]:
+    """A fresh schema name for one test's durable ledger, dropped afterwards."""
+    name = f"ledger_{uuid.uuid4().hex[:8]}"
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')

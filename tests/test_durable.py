@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from fractions import Fraction
 
 import numpy as np
@@ -24,14 +23,6 @@ CUBE = Cube(
 )
 
 
-@pytest.fixture()
-def schema(pg_dsn: str) -> Iterator[str]:
-    name = f"ledger_{uuid.uuid4().hex[:8]}"
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-
 def measurement(weights: list[float], budget: Fraction, answer: float) -> NewMeasurement:
     dense = np.zeros(CUBE.n_cells)
     dense[: len(weights)] = weights
@@ -45,9 +36,9 @@ def record(source: str, budget: Fraction) -> AnswerRecord:
     return AnswerRecord(source, budget, 1.0, 0.0, 2.0, 0.95, 1.0, 0.95, "analyst", "SELECT ...")
 
 
-def test_entries_survive_reopening(pg_dsn: str, schema: str) -> None:
+def test_entries_survive_reopening(pg_dsn: str, ledger_schema: str) -> None:
     async def run() -> None:
-        ledger = await DurableLedger.open(pg_dsn, [CUBE], schema)
+        ledger = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
         first = measurement([1, 1], Fraction(1, 10), 41.5)
         async with ledger.spending(CUBE) as spend:
             assert await spend.since(0) == []
@@ -59,7 +50,7 @@ def test_entries_survive_reopening(pg_dsn: str, schema: str) -> None:
         await ledger.record_answers(CUBE, [record("history", Fraction(0))])
         await ledger.close()
 
-        reopened = await DurableLedger.open(pg_dsn, [CUBE], schema)
+        reopened = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
         (stored,) = await reopened.load(CUBE)
         assert stored.id == ids[0] and stored.key == first.key
         assert stored.entry.budget == Fraction(1, 10) and stored.entry.noisy_answer == 41.5
@@ -69,29 +60,31 @@ def test_entries_survive_reopening(pg_dsn: str, schema: str) -> None:
 
     asyncio.run(run())
     with psycopg.connect(pg_dsn) as conn:
-        spent = conn.execute(f'SELECT spent FROM "{schema}".tables').fetchone()
-        sources = conn.execute(f'SELECT source FROM "{schema}".answers ORDER BY id').fetchall()
+        spent = conn.execute(f'SELECT spent FROM "{ledger_schema}".tables').fetchone()
+        sources = conn.execute(
+            f'SELECT source FROM "{ledger_schema}".answers ORDER BY id'
+        ).fetchall()
     assert spent is not None and max(spent[0]) == pytest.approx(0.1)
     assert sources == [("fresh",), ("history",)]
 
 
-def test_changed_cube_is_refused(pg_dsn: str, schema: str) -> None:
+def test_changed_cube_is_refused(pg_dsn: str, ledger_schema: str) -> None:
     other = Cube("public", "people", (CategoricalDimension("sex", ("M", "F", "X")),))
 
     async def run() -> None:
-        await (await DurableLedger.open(pg_dsn, [CUBE], schema)).close()
+        await (await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)).close()
         with pytest.raises(
             ConfigError, match="the cube differs from the one its ledger was written for"
         ):
-            await DurableLedger.open(pg_dsn, [other], schema)
+            await DurableLedger.open(pg_dsn, [other], ledger_schema)
 
     asyncio.run(run())
 
 
-def test_spending_lock_serializes_writers(pg_dsn: str, schema: str) -> None:
+def test_spending_lock_serializes_writers(pg_dsn: str, ledger_schema: str) -> None:
     async def run() -> list[str]:
-        a = await DurableLedger.open(pg_dsn, [CUBE], schema)
-        b = await DurableLedger.open(pg_dsn, [CUBE], schema)
+        a = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
+        b = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
         events: list[str] = []
 
         async def hold(ledger: DurableLedger, name: str) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from proxy.config import load_config
 from proxy.durable import DurableLedger
 from proxy.engine.ledger import Ledger, cell_charges
 from proxy.errors import BudgetExhausted
-from proxy.provision import BackendRoles, provision_roles
+from proxy.provision import BackendRoles
 from sqlmap.cube import Cube
 from sqlmap.vector import LinearQuery
 
@@ -26,39 +24,26 @@ TRANSLATOR = CONFIG.translator()
 (CUBE,) = CONFIG.cubes
 
 
-@pytest.fixture(scope="module")
-def roles(adult_dsn: str) -> BackendRoles:
-    return provision_roles(adult_dsn, CONFIG.cubes)
-
-
-@pytest.fixture()
-def schema(pg_dsn: str) -> Iterator[str]:
-    name = f"ledger_{uuid.uuid4().hex[:8]}"
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-
 async def open_service(
-    dsn: str, roles: BackendRoles, schema: str, cube: Cube = CUBE
+    dsn: str, roles: BackendRoles, ledger_schema: str, cube: Cube = CUBE
 ) -> tuple[DpService, DurableLedger, Reader]:
-    ledger = await DurableLedger.open(dsn, [cube], schema)
+    ledger = await DurableLedger.open(dsn, [cube], ledger_schema)
     reader = await Reader.connect(roles.reader_dsn)
     return await DpService.open_durable([cube], reader, ledger), ledger, reader
 
 
-def test_restart_keeps_answers_free(pg_dsn: str, roles: BackendRoles, schema: str) -> None:
+def test_restart_keeps_answers_free(pg_dsn: str, roles: BackendRoles, ledger_schema: str) -> None:
     sql = "SELECT sex, COUNT(*) FROM adult GROUP BY sex WITH ACCURACY 30"
 
     async def run() -> None:
-        service, ledger, reader = await open_service(pg_dsn, roles, schema)
+        service, ledger, reader = await open_service(pg_dsn, roles, ledger_schema)
         first = await service.answer(TRANSLATOR.translate(sql), user="analyst", sql=sql)
         assert {r.source for r in first.replies} == {"fresh"}
         spent = service.engine(CUBE).ledger.spent
         await ledger.close()
         await reader.close()
 
-        service, ledger, reader = await open_service(pg_dsn, roles, schema)
+        service, ledger, reader = await open_service(pg_dsn, roles, ledger_schema)
         assert service.engine(CUBE).ledger.spent == spent  # recomputed exactly from the ledger
         again = await service.answer(TRANSLATOR.translate(sql), user="analyst", sql=sql)
         assert {r.source for r in again.replies} == {"history"}
@@ -71,13 +56,15 @@ def test_restart_keeps_answers_free(pg_dsn: str, roles: BackendRoles, schema: st
     asyncio.run(run())
     with psycopg.connect(pg_dsn) as conn:
         counts = dict(
-            conn.execute(f'SELECT source, count(*) FROM "{schema}".answers GROUP BY 1').fetchall()
+            conn.execute(
+                f'SELECT source, count(*) FROM "{ledger_schema}".answers GROUP BY 1'
+            ).fetchall()
         )
     assert counts == {"fresh": 2, "history": 2}
 
 
 def test_two_services_sharing_a_ledger_never_overspend(
-    pg_dsn: str, roles: BackendRoles, schema: str
+    pg_dsn: str, roles: BackendRoles, ledger_schema: str
 ) -> None:
     tight = Cube(CUBE.schema, CUBE.table, CUBE.dimensions, total_budget=0.05)
     conditions = [
@@ -99,8 +86,8 @@ def test_two_services_sharing_a_ledger_never_overspend(
     translator = type(TRANSLATOR)([tight], CONFIG.privacy.defaults)
 
     async def run() -> tuple[int, int]:
-        a = await open_service(pg_dsn, roles, schema, tight)
-        b = await open_service(pg_dsn, roles, schema, tight)
+        a = await open_service(pg_dsn, roles, ledger_schema, tight)
+        b = await open_service(pg_dsn, roles, ledger_schema, tight)
         outcomes = {"ok": 0, "refused": 0}
 
         async def client(service: DpService, sqls: list[str]) -> None:
@@ -126,7 +113,7 @@ def test_two_services_sharing_a_ledger_never_overspend(
     recomputed = Ledger("check", total=Fraction(10**9))
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute(
-            f'SELECT cells, weights, budget FROM "{schema}".measurements'
+            f'SELECT cells, weights, budget FROM "{ledger_schema}".measurements'
         ).fetchall()
     for cells, weights, budget in rows:
         recomputed.commit(

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from proxy import ledger_admin
@@ -17,7 +14,7 @@ from proxy.backend import Reader
 from proxy.config import load_config
 from proxy.durable import DurableLedger
 from proxy.errors import ConfigError
-from proxy.provision import BackendRoles, provision_roles
+from proxy.provision import BackendRoles
 from sqlmap.cube import CategoricalDimension, Cube
 from sqlmap.translate import Translator
 
@@ -26,23 +23,10 @@ CONFIG = load_config(Path(__file__).parent.parent / "config.yaml")
 SQL = "SELECT COUNT(*) FROM adult WHERE sex = 'Female' WITH ACCURACY 40"
 
 
-@pytest.fixture(scope="module")
-def roles(adult_dsn: str) -> BackendRoles:
-    return provision_roles(adult_dsn, CONFIG.cubes)
-
-
-@pytest.fixture()
-def schema(pg_dsn: str) -> Iterator[str]:
-    name = f"ledger_{uuid.uuid4().hex[:8]}"
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-
 async def ask(
-    dsn: str, roles: BackendRoles, schema: str, cube: Cube, sql: str
+    dsn: str, roles: BackendRoles, ledger_schema: str, cube: Cube, sql: str
 ) -> tuple[str, DpService]:
-    ledger = await DurableLedger.open(dsn, [cube], schema)
+    ledger = await DurableLedger.open(dsn, [cube], ledger_schema)
     reader = await Reader.connect(roles.reader_dsn)
     try:
         service = await DpService.open_durable([cube], reader, ledger)
@@ -55,33 +39,37 @@ async def ask(
         await reader.close()
 
 
-def test_status_mark_changed_history_export(pg_dsn: str, roles: BackendRoles, schema: str) -> None:
+def test_status_mark_changed_history_export(
+    pg_dsn: str, roles: BackendRoles, ledger_schema: str
+) -> None:
     async def run() -> None:
-        source, service = await ask(pg_dsn, roles, schema, CUBE, SQL)
+        source, service = await ask(pg_dsn, roles, ledger_schema, CUBE, SQL)
         assert source == "fresh"
         spent = service.engine(CUBE).ledger.spent
-        assert (await ask(pg_dsn, roles, schema, CUBE, SQL))[0] == "history"
+        assert (await ask(pg_dsn, roles, ledger_schema, CUBE, SQL))[0] == "history"
 
-        (before,) = await ledger_admin.status(pg_dsn, [CUBE], schema)
+        (before,) = await ledger_admin.status(pg_dsn, [CUBE], ledger_schema)
         assert (before.spent, before.fresh, before.history, before.data_version) == (spent, 1, 1, 1)
         assert before.remaining == before.total - spent
 
-        assert await ledger_admin.mark_changed(pg_dsn, CUBE.qualified_name, schema) == 2
-        source, service = await ask(pg_dsn, roles, schema, CUBE, SQL)
+        assert await ledger_admin.mark_changed(pg_dsn, CUBE.qualified_name, ledger_schema) == 2
+        source, service = await ask(pg_dsn, roles, ledger_schema, CUBE, SQL)
         assert source == "fresh"  # the old answer describes old data: not reused
         assert service.engine(CUBE).ledger.spent == 2 * spent  # but its budget stays spent
 
-        rows = await ledger_admin.history(pg_dsn, schema, limit=10)
+        rows = await ledger_admin.history(pg_dsn, ledger_schema, limit=10)
         assert [r["source"] for r in rows] == ["fresh", "history", "fresh"]
         assert rows[0]["user_name"] == "analyst" and rows[0]["sql_text"] == SQL
-        lines = [json.loads(line) async for line in ledger_admin.export(pg_dsn, schema)]
+        lines = [json.loads(line) async for line in ledger_admin.export(pg_dsn, ledger_schema)]
         assert [line["kind"] for line in lines].count("measurement") == 2
         assert [line["kind"] for line in lines].count("answer") == 3
 
     asyncio.run(run())
 
 
-def test_rekey_carries_the_spent_budget(pg_dsn: str, roles: BackendRoles, schema: str) -> None:
+def test_rekey_carries_the_spent_budget(
+    pg_dsn: str, roles: BackendRoles, ledger_schema: str
+) -> None:
     narrower = Cube(
         CUBE.schema,
         CUBE.table,
@@ -90,19 +78,19 @@ def test_rekey_carries_the_spent_budget(pg_dsn: str, roles: BackendRoles, schema
     )
 
     async def run() -> None:
-        _, service = await ask(pg_dsn, roles, schema, CUBE, SQL)
+        _, service = await ask(pg_dsn, roles, ledger_schema, CUBE, SQL)
         spent = service.engine(CUBE).ledger.spent
         with pytest.raises(
             ConfigError, match="the cube differs from the one its ledger was written for"
         ):
-            await DurableLedger.open(pg_dsn, [narrower], schema)
-        assert await ledger_admin.rekey(pg_dsn, narrower, schema) == spent
+            await DurableLedger.open(pg_dsn, [narrower], ledger_schema)
+        assert await ledger_admin.rekey(pg_dsn, narrower, ledger_schema) == spent
         with pytest.raises(ConfigError, match="nothing to rekey"):
-            await ledger_admin.rekey(pg_dsn, narrower, schema)
-        source, service = await ask(pg_dsn, roles, schema, narrower, SQL)
+            await ledger_admin.rekey(pg_dsn, narrower, ledger_schema)
+        source, service = await ask(pg_dsn, roles, ledger_schema, narrower, SQL)
         assert source == "fresh"
         assert service.engine(narrower).ledger.spent > spent  # carried, plus the new answer
-        (state,) = await ledger_admin.status(pg_dsn, [narrower], schema)
+        (state,) = await ledger_admin.status(pg_dsn, [narrower], ledger_schema)
         assert state.spent == service.engine(narrower).ledger.spent
 
     asyncio.run(run())
