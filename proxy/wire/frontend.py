@@ -223,10 +223,9 @@ def _read_target(reader: Reader) -> Target:
 
 
 @dataclass(frozen=True, slots=True)
-class Describe(Message):
-    """Ask for the parameter and row description of a statement or portal."""
+class _Targeted(Message):
+    """Shared layout: Byte1 'S' (statement) or 'P' (portal), then the name."""
 
-    TYPE: ClassVar[bytes] = b"D"
     target: Target
     name: str
 
@@ -241,6 +240,13 @@ class Describe(Message):
     @classmethod
     def read(cls, reader: Reader) -> Self:  # noqa: D102
         return cls(_read_target(reader), reader.cstring())
+
+
+@dataclass(frozen=True, slots=True)
+class Describe(_Targeted):
+    """Ask for the parameter and row description of a statement or portal."""
+
+    TYPE: ClassVar[bytes] = b"D"
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,24 +271,10 @@ class Execute(Message):
 
 
 @dataclass(frozen=True, slots=True)
-class Close(Message):
+class Close(_Targeted):
     """Close a prepared statement or portal."""
 
     TYPE: ClassVar[bytes] = b"C"
-    target: Target
-    name: str
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "target", Target(self.target))
-        require_cstring(self.name, "name")
-
-    def write(self, writer: Writer) -> None:  # noqa: D102
-        writer.byte(ord(self.target))
-        writer.cstring(self.name)
-
-    @classmethod
-    def read(cls, reader: Reader) -> Self:  # noqa: D102
-        return cls(_read_target(reader), reader.cstring())
 
 
 @dataclass(frozen=True, slots=True)
