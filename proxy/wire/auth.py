@@ -185,10 +185,9 @@ class AuthenticationSASL(Authentication):
 
 
 @dataclass(frozen=True, slots=True)
-class AuthenticationSASLContinue(Authentication):
-    """A SASL challenge, e.g. SCRAM's server-first-message."""
+class _SASLData(Authentication):
+    """Shared layout: the rest of the message is the SASL mechanism's data."""
 
-    CODE: ClassVar[int] = 11
     data: bytes
 
     def write(self, writer: Writer) -> None:  # noqa: D102
@@ -200,18 +199,17 @@ class AuthenticationSASLContinue(Authentication):
 
 
 @dataclass(frozen=True, slots=True)
-class AuthenticationSASLFinal(Authentication):
+class AuthenticationSASLContinue(_SASLData):
+    """A SASL challenge, e.g. SCRAM's server-first-message."""
+
+    CODE: ClassVar[int] = 11
+
+
+@dataclass(frozen=True, slots=True)
+class AuthenticationSASLFinal(_SASLData):
     """SASL outcome data, e.g. SCRAM's server-final-message; AuthenticationOk follows."""
 
     CODE: ClassVar[int] = 12
-    data: bytes
-
-    def write(self, writer: Writer) -> None:  # noqa: D102
-        writer.raw(self.data)
-
-    @classmethod
-    def read(cls, reader: Reader) -> Self:  # noqa: D102
-        return cls(reader.rest())
 
 
 _BY_CODE: Final[dict[int, type[Authentication]]] = {
