@@ -9,6 +9,7 @@ inputs only, and only then, if a fresh measurement is needed, does the privilege
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,9 +20,9 @@ import numpy as np
 import numpy.typing as npt
 
 from proxy.durable import AnswerRecord, DurableLedger, NewMeasurement
-from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply
+from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply, describe_batch
 from proxy.engine.history import HistoryEntry, HistoryStore, InMemoryHistoryStore
-from proxy.engine.ledger import cell_charges, format_budget
+from proxy.engine.ledger import Ledger, UserCaps, cell_charges, format_budget
 from proxy.engine.noise import RandomSource
 from proxy.errors import BudgetExhausted, InvalidParameterValue
 from sqlmap.cube import CategoricalDimension, Cube
@@ -91,6 +92,7 @@ class DpService:
         rng: the noise source; the OS CSPRNG unless a test passes a seeded one.
         ledger: the durable ledger, if any; ``last_ids`` then says what was loaded from it.
         carried: per table, budget spent before its cube was redefined (from the ledger).
+        caps: per-user budgets on top of the tables' totals.
     """
 
     def __init__(
@@ -102,8 +104,12 @@ class DpService:
         ledger: DurableLedger | None = None,
         last_ids: dict[str, int] | None = None,
         carried: dict[str, Fraction] | None = None,
+        caps: UserCaps | None = None,
     ) -> None:
         self._source = source
+        self._caps = caps or UserCaps()
+        # (table, user) -> what that user's measurements charged each cell
+        self._user_ledgers: dict[tuple[str, str], Ledger] = {}
         self._ledger = ledger
         self._last_ids = dict(last_ids or {})
         self._engines = {
@@ -127,15 +133,17 @@ class DpService:
         source: HistogramSource,
         ledger: DurableLedger,
         rng: RandomSource | None = None,
+        caps: UserCaps | None = None,
     ) -> DpService:
         """A service whose engines start from, and spend through, the durable ledger."""
         cubes = list(cubes)
         store = InMemoryHistoryStore()
         last_ids = {}
+        stored = {}
         for cube in cubes:
-            stored = await ledger.load(cube)
-            store.append([s.entry for s in stored])
-            last_ids[cube.qualified_name] = stored[-1].id if stored else 0
+            stored[cube.qualified_name] = entries = await ledger.load(cube)
+            store.append([s.entry for s in entries])
+            last_ids[cube.qualified_name] = entries[-1].id if entries else 0
         service = cls(
             cubes,
             store,
@@ -144,9 +152,14 @@ class DpService:
             ledger,
             last_ids,
             carried={c.qualified_name: ledger.carried(c) for c in cubes},
+            caps=caps,
         )
-        for cube in cubes:  # measurements of data that has since changed: charged, not reused
-            service.engine(cube).charge_only([s.entry for s in await ledger.load_outdated(cube)])
+        for cube in cubes:
+            outdated = await ledger.load_outdated(cube)
+            # measurements of data that has since changed: charged, not reused
+            service.engine(cube).charge_only([s.entry for s in outdated])
+            for s in [*stored[cube.qualified_name], *outdated]:
+                service._charge_user(cube, s.user, [s.entry])
         return service
 
     def engine(self, cube: Cube) -> PrivacyEngine:
@@ -172,8 +185,15 @@ class DpService:
         engine = self.engine(cube)
         requests = [QueryRequest(q, accuracy) for q in spec.queries]
         try:
-            plan = engine.plan(requests)
-            if plan.measurements:
+            try:
+                plan: Plan | None = engine.plan(requests)
+            except BudgetExhausted:
+                if self._ledger is None:
+                    raise
+                # this process's view may be stale: entries other processes wrote can make the
+                # query free (a cell this process exhausted, plus cells only they measured)
+                plan = None
+            if plan is None or plan.measurements:
                 async with self._locks[cube.qualified_name]:
                     replies = await self._spend(cube, engine, requests, user, sql)
             else:
@@ -200,29 +220,55 @@ class DpService:
     ) -> tuple[Reply, ...]:
         if self._ledger is None:
             plan = engine.plan(requests)  # again: the history may have grown while we waited
-            truths = await self._measure(cube, plan)
-            return engine.execute(plan, truths)
-        name = cube.qualified_name
-        async with self._ledger.spending(cube) as spend:
-            others = await spend.since(self._last_ids.get(name, 0))
-            if others:
-                engine.absorb([s.entry for s in others])
-                self._last_ids[name] = others[-1].id
-            plan = engine.plan(requests)
+            self._check_user(cube, user, plan)
             entries = engine.measure(plan, await self._measure(cube, plan))
-            accuracy = requests[0].accuracy
-            ids = await spend.append(
-                [
-                    NewMeasurement(uuid.uuid4(), e, accuracy.eps, accuracy.confidence, user, sql)
-                    for e in entries
-                ],
-                [],
-                _charges(cube, entries),
-            )
-        # committed: only now may the entries shape answers
-        if ids:
-            self._last_ids[name] = max(ids)
+        else:
+            name = cube.qualified_name
+            async with self._ledger.spending(cube) as spend:
+                others = await spend.since(self._last_ids.get(name, 0))
+                if others:
+                    engine.absorb([s.entry for s in others])
+                    for s in others:
+                        self._charge_user(cube, s.user, [s.entry])
+                    self._last_ids[name] = others[-1].id
+                plan = engine.plan(requests)
+                self._check_user(cube, user, plan)
+                entries = engine.measure(plan, await self._measure(cube, plan))
+                ids = await spend.append(
+                    _new_measurements(plan, entries, user, sql), [], _charges(cube, entries)
+                )
+            # committed: only now may the entries shape answers
+            if ids:
+                self._last_ids[name] = max(ids)
+        self._charge_user(cube, user, entries)
         return engine.record(plan, entries)
+
+    def _user_ledger(self, cube: Cube, user: str) -> Ledger | None:
+        """The user's share of the table, if the user has a cap."""
+        cap = self._caps.cap(user)
+        if cap is None:
+            return None
+        key = (cube.qualified_name, user)
+        if key not in self._user_ledgers:
+            self._user_ledgers[key] = Ledger(cube.qualified_name, total=cap, user=user)
+        return self._user_ledgers[key]
+
+    def _check_user(self, cube: Cube, user: str | None, plan: Plan) -> None:
+        """Refuse a plan that would take its user past the user's cap (nothing is spent)."""
+        ledger = self._user_ledger(cube, user) if user is not None else None
+        if ledger is None or not plan.measurements:
+            return
+        charges: dict[int, Fraction] = {}
+        for vector, i in zip(plan.measurements, plan.measured_by):
+            for cell, charge in cell_charges(vector, plan.decisions[i].budget).items():
+                charges[cell] = charges.get(cell, Fraction(0)) + charge
+        ledger.check(charges, request=describe_batch(plan.requests))
+
+    def _charge_user(self, cube: Cube, user: str | None, entries: Iterable[HistoryEntry]) -> None:
+        ledger = self._user_ledger(cube, user) if user is not None else None
+        if ledger is not None:
+            for entry in entries:
+                ledger.commit(cell_charges(entry.query, entry.budget))
 
     async def _measure(self, cube: Cube, plan: Plan) -> list[float]:
         if not plan.measurements:
@@ -269,12 +315,37 @@ class DpService:
         await self._ledger.record_answers(cube, records)
 
 
+def _new_measurements(
+    plan: Plan, entries: Iterable[HistoryEntry], user: str | None, sql: str | None
+) -> list[NewMeasurement]:
+    """The ledger rows of a plan's measurements, each with the answer it serves."""
+    rows = []
+    for entry, i in zip(entries, plan.measured_by):
+        request, decision = plan.requests[i], plan.decisions[i]
+        rows.append(
+            NewMeasurement(
+                uuid.uuid4(),
+                entry,
+                request.accuracy.eps,
+                request.accuracy.confidence,
+                user,
+                sql,
+                decision.source,
+                request.query.offset,
+                decision.half_width,
+                decision.confidence,
+            )
+        )
+    return rows
+
+
 def _charges(cube: Cube, entries: Iterable[HistoryEntry]) -> npt.NDArray[np.float64]:
-    """What the entries cost each cell, as float8 (for the ledger's inspection column)."""
+    """What the entries cost each cell, as float8 rounded up (for the ledger's inspection)."""
     charges = np.zeros(cube.n_cells)
     for entry in entries:
         for cell, charge in cell_charges(entry.query, entry.budget).items():
-            charges[cell] += float(charge)
+            as_float = float(charge)
+            charges[cell] += math.nextafter(as_float, math.inf) if as_float < charge else as_float
     return charges
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final, overload
@@ -13,6 +14,7 @@ import yaml
 from psycopg.conninfo import conninfo_to_dict
 
 from proxy.auth import Verifier, parse_verifier
+from proxy.engine.ledger import UserCaps
 from proxy.errors import ConfigError
 from sqlmap.accuracy import AccuracyDefaults
 from sqlmap.cube import Cube, cube_from_config
@@ -30,7 +32,8 @@ __all__ = [
 
 _TOP_KEYS = {"privacy", "tables", "listen", "backend", "users", "ledger"}
 _LEDGER_KEYS = {"dsn", "schema"}
-_PRIVACY_KEYS = {"total_budget", "default_accuracy", "default_confidence"}
+_PRIVACY_KEYS = {"total_budget", "default_accuracy", "default_confidence", "user_budget"}
+_USER_KEYS = {"verifier", "user_budget"}
 _LISTEN_KEYS = {
     "host",
     "port",
@@ -61,12 +64,14 @@ class PrivacyConfig:
     total_budget: float = 1.0
     default_accuracy: float | None = None
     default_confidence: float = 0.95
+    user_budget: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.total_budget) and self.total_budget > 0):
             raise ConfigError(
                 f"privacy.total_budget: must be a positive number, got {self.total_budget!r}"
             )
+        _check_user_budget(self.user_budget, "privacy.user_budget")
         if self.default_accuracy is not None and not (
             math.isfinite(self.default_accuracy) and self.default_accuracy > 0
         ):
@@ -178,10 +183,19 @@ class Config:
     backend: BackendConfig | None = None
     users: Mapping[str, Verifier] = field(default_factory=lambda: DEMO_USERS)
     ledger: LedgerConfig = LedgerConfig()
+    user_budgets: Mapping[str, float] = field(default_factory=dict)
 
     def translator(self) -> Translator:
         """A translator for the protected tables with the configured defaults."""
         return Translator(self.cubes, self.privacy.defaults)
+
+    def caps(self) -> UserCaps:
+        """Per-user budgets: ``users.<name>.user_budget``, else ``privacy.user_budget``."""
+        default = self.privacy.user_budget
+        return UserCaps(
+            None if default is None else Fraction(default),
+            {name: Fraction(b) for name, b in self.user_budgets.items()},
+        )
 
 
 def load_config(path: str | Path) -> Config:
@@ -218,6 +232,7 @@ def _parse(data: object, source: str) -> Config:
         total_budget=_number(privacy_spec, "total_budget", "privacy", default=1.0),
         default_accuracy=_number(privacy_spec, "default_accuracy", "privacy"),
         default_confidence=_number(privacy_spec, "default_confidence", "privacy", default=0.95),
+        user_budget=_number(privacy_spec, "user_budget", "privacy"),
     )
     tables = data.get("tables")
     if not isinstance(tables, Mapping) or not tables:
@@ -232,14 +247,16 @@ def _parse(data: object, source: str) -> Config:
             raise ConfigError(f"tables.{cube.qualified_name}: declared twice")
         seen.add((cube.schema, cube.table))
     base = Path(source).parent if source != "<config>" else Path.cwd()
+    users, user_budgets = _users(data["users"]) if "users" in data else (DEMO_USERS, {})
     return Config(
         privacy,
         cubes,
         source,
         _listen(data.get("listen"), base),
         _backend(data.get("backend")),
-        _users(data["users"]) if "users" in data else DEMO_USERS,
+        users,
         _ledger(data.get("ledger")),
+        MappingProxyType(user_budgets),
     )
 
 
@@ -306,23 +323,37 @@ def _backend(spec: object) -> BackendConfig | None:
     return BackendConfig(dsn, passthrough)
 
 
-def _users(spec: object) -> Mapping[str, Verifier]:
+def _users(spec: object) -> tuple[Mapping[str, Verifier], dict[str, float]]:
+    """Verifiers, and the user budgets of users given as ``{verifier: ..., user_budget: ...}``."""
     if not isinstance(spec, Mapping) or not spec:
         raise ConfigError("users: expected a mapping of user name to SCRAM-SHA-256 verifier")
-    users = {}
+    users, budgets = {}, {}
     for name, value in spec.items():
         if not isinstance(name, str) or not name or "\x00" in name:
             raise ConfigError(f"users: {name!r} is not a user name")
+        where = f"users.{name}"
+        if isinstance(value, Mapping):
+            _no_unknown_keys(value, _USER_KEYS, where + ".")
+            budget = _number(value, "user_budget", where)
+            _check_user_budget(budget, where + ".user_budget")
+            if budget is not None:
+                budgets[name] = budget
+            where, value = where + ".verifier", value.get("verifier")
         if not isinstance(value, str):
-            raise ConfigError(f"users.{name}: expected a verifier string")
+            raise ConfigError(f"{where}: expected a verifier string")
         try:
             users[name] = parse_verifier(value)
         except ValueError as e:
             raise ConfigError(
-                f"users.{name}: {e}",
+                f"{where}: {e}",
                 hint="`dpproxy passwd` prints a verifier; never put a plain password here",
             ) from None
-    return MappingProxyType(users)
+    return MappingProxyType(users), budgets
+
+
+def _check_user_budget(value: float | None, where: str) -> None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{where}: must be a positive number, got {value!r}")
 
 
 def _text(spec: Mapping[object, object], key: str, where: str) -> str | None:

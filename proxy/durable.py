@@ -3,13 +3,17 @@
 Layout, in a schema of its own (``dpproxy`` by default) that analysts cannot reach:
 
 * ``tables``: one row per protected table: the fingerprint of its cube (history vectors are
-  only meaningful over the cube they were computed on), its data version, and the budget each
-  cell has spent (rounded up to float8, for inspection; the exact ledger is recomputed from the
+  only meaningful over the cube they were computed on), its data version and total budget.
+* ``cell_spend``: the budget each cell has spent, rounded up to float8, updated for the cells a
+  measurement touches (for inspection and ``dp.budget``; the exact ledger is recomputed from the
   measurements on load).
 * ``measurements``: one row per released noisy measurement, the papers' (H_i, alpha_i, y_i), with
-  the request it served; noise is drawn once per entry and stored, keyed by an id drawn before
-  the write, so a retried write never creates a second, independently noised entry.
+  the request and the answer it served; noise is drawn once per entry and stored, keyed by an id
+  drawn before the write, so a retried write never creates a second, independently noised entry.
 * ``answers``: one row per answer given or refused (history, fresh, combined, refused).
+
+Two read-only views in schema ``dp``, ``dp.budget`` and ``dp.history``, are granted to the
+analysts' pass-through role, so analysts query them like any relation (docs/config.md).
 
 A fresh measurement is written inside :meth:`DurableLedger.spending`, which holds a transaction
 and an advisory lock on the table, so processes sharing the ledger spend one after another;
@@ -54,8 +58,14 @@ CREATE TABLE IF NOT EXISTS {schema}.tables (
     n_cells integer NOT NULL,
     data_version integer NOT NULL DEFAULT 1,
     carried text NOT NULL DEFAULT '0',
-    spent float8[] NOT NULL,
+    total_budget float8,
     created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS {schema}.cell_spend (
+    table_id integer NOT NULL REFERENCES {schema}.tables (id),
+    cell integer NOT NULL,
+    spent float8 NOT NULL,
+    PRIMARY KEY (table_id, cell)
 );
 CREATE TABLE IF NOT EXISTS {schema}.measurements (
     id bigserial PRIMARY KEY,
@@ -69,6 +79,10 @@ CREATE TABLE IF NOT EXISTS {schema}.measurements (
     budget text NOT NULL,
     step text NOT NULL,
     noisy_answer float8 NOT NULL,
+    source text,
+    query_offset float8,
+    half_width float8,
+    confidence float8,
     requested_eps float8,
     requested_confidence float8,
     user_name text,
@@ -90,23 +104,74 @@ CREATE TABLE IF NOT EXISTS {schema}.answers (
     sql_text text,
     created_at timestamptz NOT NULL DEFAULT now()
 );
+CREATE INDEX IF NOT EXISTS answers_table_source ON {schema}.answers (table_id, source);
+CREATE INDEX IF NOT EXISTS measurements_table_user ON {schema}.measurements (table_id, user_name);
 """
+
+#: Ledgers written by development builds before ``cell_spend`` (they have ``tables.spent``).
+#: Run only when needed: ALTER TABLE locks out concurrent spenders while it runs.
+_UPGRADE = """
+ALTER TABLE {schema}.tables DROP COLUMN spent, ADD COLUMN IF NOT EXISTS total_budget float8;
+ALTER TABLE {schema}.measurements ADD COLUMN IF NOT EXISTS source text,
+    ADD COLUMN IF NOT EXISTS query_offset float8, ADD COLUMN IF NOT EXISTS half_width float8,
+    ADD COLUMN IF NOT EXISTS confidence float8;
+"""
+
+#: Budgets are stored exactly, as fractions in text ('3/1024'); the views show them as float8.
+_AS_FLOAT = (
+    "(CASE WHEN strpos({0}, '/') > 0 THEN split_part({0}, '/', 1)::float8 "
+    "/ split_part({0}, '/', 2)::float8 ELSE {0}::float8 END)"
+)
+
+_VIEWS = (
+    """
+CREATE SCHEMA IF NOT EXISTS dp;
+CREATE OR REPLACE VIEW dp.budget AS
+SELECT t.name AS table_name,
+       t.total_budget AS total,
+       s.spent,
+       greatest(t.total_budget - s.spent, 0) AS remaining,
+       a.fresh, a.combined, a.history, a.refused
+FROM {schema}.tables t
+CROSS JOIN LATERAL (
+    SELECT """
+    + _AS_FLOAT.format("t.carried")
+    + """ + coalesce(max(c.spent), 0) AS spent
+    FROM {schema}.cell_spend c WHERE c.table_id = t.id) s
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE source = 'fresh') AS fresh,
+           count(*) FILTER (WHERE source = 'combined') AS combined,
+           count(*) FILTER (WHERE source = 'history') AS history,
+           count(*) FILTER (WHERE source = 'refused') AS refused
+    FROM {schema}.answers WHERE table_id = t.id) a;
+CREATE OR REPLACE VIEW dp.history AS
+SELECT m.id, t.name AS table_name, m.created_at, m.user_name, m.source, m.sql_text,
+       m.cells, m.weights, m.query_offset, m.sensitivity, """
+    + _AS_FLOAT.format("m.budget")
+    + """ AS budget,
+       m.noisy_answer, m.requested_eps, m.requested_confidence, m.half_width, m.confidence,
+       (m.fingerprint = t.fingerprint AND m.data_version = t.data_version) AS reusable
+FROM {schema}.measurements m JOIN {schema}.tables t ON t.id = m.table_id;
+"""
+)
 
 
 @dataclass(frozen=True, slots=True)
 class StoredEntry:
-    """A history entry as stored: its row id, its entry key, and the entry."""
+    """A history entry as stored: its row id, its entry key, the entry, and who caused it."""
 
     id: int
     key: uuid.UUID
     entry: HistoryEntry
+    user: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class NewMeasurement:
-    """A measurement to write, with the request it served.
+    """A measurement to write, with the request and the answer it served.
 
-    ``key`` is drawn once, before the first attempt to write it.
+    ``key`` is drawn once, before the first attempt to write it. ``source`` (fresh or combined),
+    ``query_offset``, ``half_width`` and ``confidence`` describe the answer it went into.
     """
 
     key: uuid.UUID
@@ -115,6 +180,10 @@ class NewMeasurement:
     requested_confidence: float
     user: str | None
     sql: str | None
+    source: str
+    query_offset: float
+    half_width: float
+    confidence: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,15 +219,28 @@ class DurableLedger:
         self._tables = tables
 
     @classmethod
-    async def open(cls, dsn: str, cubes: Iterable[Cube], schema: str = "dpproxy") -> DurableLedger:
-        """Connect, create the schema if needed, and register every cube.
+    async def open(
+        cls,
+        dsn: str,
+        cubes: Iterable[Cube],
+        schema: str = "dpproxy",
+        analyst_role: str | None = None,
+    ) -> DurableLedger:
+        """Connect, create the schema and the ``dp`` views if needed, and register every cube.
+
+        Args:
+            dsn: a role that may create ``schema`` (and schema ``dp``).
+            cubes: the protected tables.
+            schema: the ledger's schema.
+            analyst_role: the pass-through role, granted SELECT on ``dp.budget`` and
+                ``dp.history`` (never any right on ``schema``).
 
         Raises:
             ConfigError: a table's cube differs from the one its ledger was written for.
         """
         pool = await asyncpg.create_pool(dsn, min_size=1, max_size=4)
         try:
-            tables = await _register(pool, quote_ident(schema), list(cubes))
+            tables = await _register(pool, quote_ident(schema), list(cubes), analyst_role)
         except BaseException:
             await pool.close()
             raise
@@ -223,8 +305,8 @@ class Spend:
     ) -> list[int]:
         """Write measurements, their answers and the per-cell charges; returns the row ids.
 
-        ``charges`` is the float8 upper bound of what each cell is charged. An entry whose key
-        is already stored (a retried write) is not written again.
+        ``charges`` is the float8 upper bound of what each cell is charged, one per cell. An
+        entry whose key is already stored (a retried write) is not written again.
         """
         s, table = self._schema, self._table
         ids = []
@@ -233,8 +315,9 @@ class Spend:
             row = await self._conn.fetchrow(
                 f"INSERT INTO {s}.measurements (entry_key, table_id, fingerprint, data_version, "
                 "cells, weights, sensitivity, budget, step, noisy_answer, requested_eps, "
-                "requested_confidence, user_name, sql_text) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) "
+                "requested_confidence, user_name, sql_text, source, query_offset, half_width, "
+                "confidence) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, "
+                "$14, $15, $16, $17, $18) "
                 "ON CONFLICT (entry_key) DO NOTHING RETURNING id",
                 m.key,
                 table.id,
@@ -250,41 +333,60 @@ class Spend:
                 m.requested_confidence,
                 m.user,
                 m.sql,
+                m.source,
+                m.query_offset,
+                m.half_width,
+                m.confidence,
             )
             if row is not None:
                 ids.append(int(row[0]))
-        if ids:
+        touched = np.flatnonzero(charges)
+        if ids and touched.size:
+            # only the cells these measurements touch: a query rarely covers the whole cube
             await self._conn.execute(
-                f"UPDATE {s}.tables SET spent = (SELECT array_agg(a + b ORDER BY i) FROM "
-                "unnest(spent, $2::float8[]) WITH ORDINALITY AS u(a, b, i)) WHERE id = $1",
+                f"INSERT INTO {s}.cell_spend AS c (table_id, cell, spent) "
+                "SELECT $1, cell, spent FROM unnest($2::int[], $3::float8[]) AS u(cell, spent) "
+                "ON CONFLICT (table_id, cell) DO UPDATE SET spent = c.spent + excluded.spent",
                 table.id,
-                np.asarray(charges, dtype=np.float64).tolist(),
+                touched.tolist(),
+                charges[touched].tolist(),
             )
         await _insert_answers(self._conn, s, table, records)
         return ids
 
 
-async def _register(pool: asyncpg.Pool, schema: str, cubes: list[Cube]) -> dict[str, _Table]:
+async def _register(
+    pool: asyncpg.Pool, schema: str, cubes: list[Cube], analyst_role: str | None
+) -> dict[str, _Table]:
     tables = {}
     async with pool.acquire() as conn, conn.transaction():
         # one creator at a time: concurrent CREATE ... IF NOT EXISTS can still collide
         await conn.execute("SELECT pg_advisory_xact_lock($1, 0)", LEDGER_LOCK_NAMESPACE)
         await conn.execute(_DDL.format(schema=schema))
+        if await conn.fetchval(
+            "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass "
+            "AND attname = 'spent' AND NOT attisdropped",
+            f"{schema}.tables",
+        ):
+            await conn.execute(_UPGRADE.format(schema=schema))
+        await conn.execute(_VIEWS.format(schema=schema))
+        if analyst_role is not None:
+            role = quote_ident(analyst_role)
+            await conn.execute(
+                f"GRANT USAGE ON SCHEMA dp TO {role}; "
+                f"GRANT SELECT ON dp.budget, dp.history TO {role}"
+            )
         for cube in cubes:
             row = await conn.fetchrow(
-                f"SELECT id, fingerprint, n_cells, data_version, carried FROM {schema}.tables "
-                "WHERE name = $1",
+                f"INSERT INTO {schema}.tables (name, fingerprint, n_cells, total_budget) "
+                "VALUES ($1, $2, $3, $4) "
+                "ON CONFLICT (name) DO UPDATE SET total_budget = excluded.total_budget "
+                "RETURNING id, fingerprint, n_cells, data_version, carried",
                 cube.qualified_name,
+                cube.fingerprint,
+                cube.n_cells,
+                cube.total_budget,
             )
-            if row is None:
-                row = await conn.fetchrow(
-                    f"INSERT INTO {schema}.tables (name, fingerprint, n_cells, spent) "
-                    "VALUES ($1, $2, $3, array_fill(0::float8, ARRAY[$3::int])) "
-                    "RETURNING id, fingerprint, n_cells, data_version, carried",
-                    cube.qualified_name,
-                    cube.fingerprint,
-                    cube.n_cells,
-                )
             if row["fingerprint"] != cube.fingerprint:
                 raise ConfigError(
                     f"tables.{cube.qualified_name}: the cube differs from the one its ledger "
@@ -304,7 +406,7 @@ async def _entries(
 ) -> list[StoredEntry]:
     version = "data_version < $3" if outdated else "data_version = $3"
     rows = await conn.fetch(
-        "SELECT id, entry_key, cells, weights, budget, step, noisy_answer "
+        "SELECT id, entry_key, cells, weights, budget, step, noisy_answer, user_name "
         f"FROM {schema}.measurements WHERE table_id = $1 AND fingerprint = $2 "
         f"AND {version} AND id > $4 ORDER BY id",
         table.id,
@@ -324,6 +426,7 @@ async def _entries(
                 Fraction(r["step"]),
                 float(r["noisy_answer"]),
             ),
+            r["user_name"],
         )
         for r in rows
     ]

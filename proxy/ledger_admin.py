@@ -158,13 +158,14 @@ async def rekey(dsn: str, cube: Cube, schema: str = "dpproxy") -> Fraction:
             )
             await conn.execute(
                 f"UPDATE {s}.tables SET fingerprint = $2, n_cells = $3, carried = $4, "
-                "data_version = data_version + 1, spent = array_fill(0::float8, ARRAY[$3::int]) "
-                "WHERE id = $1",
+                "data_version = data_version + 1 WHERE id = $1",
                 row["id"],
                 cube.fingerprint,
                 cube.n_cells,
                 str(carried),
             )
+            # the old cells mean nothing over the new cube; what they spent is in `carried`
+            await conn.execute(f"DELETE FROM {s}.cell_spend WHERE table_id = $1", row["id"])
             return carried
     finally:
         await conn.close()

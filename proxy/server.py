@@ -127,8 +127,10 @@ def _tls_context(config: Config) -> ssl.SSLContext | None:
     return context
 
 
-async def check_passthrough(dsn: str, config: Config) -> None:
+async def check_passthrough(dsn: str, config: Config) -> str:
     """Refuse to start if the pass-through role could read a protected table itself.
+
+    Returns the pass-through role's name.
 
     Raises:
         ConfigError: the role is a superuser or holds SELECT on a protected table or column.
@@ -155,6 +157,7 @@ async def check_passthrough(dsn: str, config: Config) -> None:
                     f"{cube.qualified_name}",
                     hint=f"REVOKE ALL ON {cube.qualified_name} FROM PUBLIC, {role}",
                 )
+        return str(role)
     finally:
         await conn.close()
 
@@ -164,7 +167,7 @@ async def open_server(
 ) -> Server:
     """Check the backend, then listen; the caller owns the returned server."""
     tls = _tls_context(config)
-    await check_passthrough(backend.passthrough_dsn, config)
+    analyst_role = await check_passthrough(backend.passthrough_dsn, config)
     try:
         reader = await Reader.connect(backend.dsn)
     except (OSError, asyncpg.PostgresError) as e:
@@ -175,12 +178,12 @@ async def open_server(
             await reader.check_columns(cube)
         router = Router(config.translator(), config.cubes)
         if backend.ledger_dsn is None:
-            service = DpService(config.cubes, InMemoryHistoryStore(), reader)
+            service = DpService(config.cubes, InMemoryHistoryStore(), reader, caps=config.caps())
         else:
             ledger = await DurableLedger.open(
-                backend.ledger_dsn, config.cubes, backend.ledger_schema
+                backend.ledger_dsn, config.cubes, backend.ledger_schema, analyst_role
             )
-            service = await DpService.open_durable(config.cubes, reader, ledger)
+            service = await DpService.open_durable(config.cubes, reader, ledger, caps=config.caps())
             for cube in config.cubes:
                 event(
                     "ledger_loaded",

@@ -29,7 +29,9 @@ def measurement(weights: list[float], budget: Fraction, answer: float) -> NewMea
     entry = HistoryEntry(
         CUBE.qualified_name, LinearQuery.from_dense(dense), budget, Fraction(1), answer
     )
-    return NewMeasurement(uuid.uuid4(), entry, 10.0, 0.95, "analyst", "SELECT ...")
+    return NewMeasurement(
+        uuid.uuid4(), entry, 10.0, 0.95, "analyst", "SELECT ...", "fresh", 0.0, 10.0, 0.95
+    )
 
 
 def record(source: str, budget: Fraction) -> AnswerRecord:
@@ -42,9 +44,9 @@ def test_entries_survive_reopening(pg_dsn: str, ledger_schema: str) -> None:
         first = measurement([1, 1], Fraction(1, 10), 41.5)
         async with ledger.spending(CUBE) as spend:
             assert await spend.since(0) == []
-            ids = await spend.append(
-                [first], [record("fresh", Fraction(1, 10))], np.full(CUBE.n_cells, 0.1)
-            )
+            charges = np.zeros(CUBE.n_cells)
+            charges[:2] = 0.1
+            ids = await spend.append([first], [record("fresh", Fraction(1, 10))], charges)
             # a retried write of the same entry does not create a second one
             assert await spend.append([first], [], np.zeros(CUBE.n_cells)) == []
         await ledger.record_answers(CUBE, [record("history", Fraction(0))])
@@ -54,17 +56,19 @@ def test_entries_survive_reopening(pg_dsn: str, ledger_schema: str) -> None:
         (stored,) = await reopened.load(CUBE)
         assert stored.id == ids[0] and stored.key == first.key
         assert stored.entry.budget == Fraction(1, 10) and stored.entry.noisy_answer == 41.5
-        assert stored.entry.query == first.entry.query
+        assert stored.entry.query == first.entry.query and stored.user == "analyst"
         assert await reopened.load(CUBE, after_id=stored.id) == []
         await reopened.close()
 
     asyncio.run(run())
     with psycopg.connect(pg_dsn) as conn:
-        spent = conn.execute(f'SELECT spent FROM "{ledger_schema}".tables').fetchone()
+        spent = conn.execute(
+            f'SELECT cell, spent FROM "{ledger_schema}".cell_spend ORDER BY cell'
+        ).fetchall()
         sources = conn.execute(
             f'SELECT source FROM "{ledger_schema}".answers ORDER BY id'
         ).fetchall()
-    assert spent is not None and max(spent[0]) == pytest.approx(0.1)
+    assert spent == [(0, 0.1), (1, 0.1)]  # only the cells the measurement touched
     assert sources == [("fresh",), ("history",)]
 
 
@@ -100,3 +104,67 @@ def test_spending_lock_serializes_writers(pg_dsn: str, ledger_schema: str) -> No
 
     events = asyncio.run(run())
     assert events in (["a in", "a out", "b in", "b out"], ["b in", "b out", "a in", "a out"])
+
+
+def test_views_show_budget_and_history(pg_dsn: str, ledger_schema: str) -> None:
+    async def run() -> None:
+        ledger = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
+        charges = np.zeros(CUBE.n_cells)
+        async with ledger.spending(CUBE) as spend:
+            charges[:2] = 0.25
+            await spend.append(
+                [measurement([1, 1], Fraction(1, 4), 12.0)],
+                [record("fresh", Fraction(1, 4))],
+                charges,
+            )
+        async with ledger.spending(CUBE) as spend:
+            charges[:] = 0
+            charges[1:3] = 0.125
+            await spend.append(
+                [measurement([0, 1, 1], Fraction(1, 8), 3.0)],
+                [record("combined", Fraction(1, 8))],
+                charges,
+            )
+        await ledger.record_answers(
+            CUBE, [record("history", Fraction(0)), record("refused", Fraction(0))]
+        )
+        await ledger.close()
+
+    asyncio.run(run())
+    with psycopg.connect(pg_dsn) as conn:
+        budget = conn.execute(
+            "SELECT table_name, total, spent, remaining, fresh, combined, history, refused "
+            "FROM dp.budget"
+        ).fetchall()
+        history = conn.execute(
+            "SELECT table_name, user_name, source, cells, weights, budget, noisy_answer, "
+            "half_width, confidence, reusable FROM dp.history ORDER BY id"
+        ).fetchall()
+    # cell 1 paid both: 1/4 + 1/8
+    assert budget == [("public.people", 1.0, 0.375, 0.625, 1, 1, 1, 1)]
+    assert history == [
+        ("public.people", "analyst", "fresh", [0, 1], [1.0, 1.0], 0.25, 12.0, 10.0, 0.95, True),
+        ("public.people", "analyst", "fresh", [1, 2], [1.0, 1.0], 0.125, 3.0, 10.0, 0.95, True),
+    ]
+
+
+def test_ledger_of_an_earlier_layout_is_upgraded(pg_dsn: str, ledger_schema: str) -> None:
+    """Development builds kept per-cell spend in a float8[] column of ``tables``."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            f'CREATE SCHEMA "{ledger_schema}"; CREATE TABLE "{ledger_schema}".tables ('
+            "id serial PRIMARY KEY, name text NOT NULL UNIQUE, fingerprint text NOT NULL, "
+            "n_cells integer NOT NULL, data_version integer NOT NULL DEFAULT 1, "
+            "carried text NOT NULL DEFAULT '0', spent float8[] NOT NULL, "
+            "created_at timestamptz NOT NULL DEFAULT now())"
+        )
+
+    async def run() -> None:
+        ledger = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
+        async with ledger.spending(CUBE) as spend:
+            assert await spend.append([measurement([1], Fraction(1, 2), 5.0)], [], np.ones(1))
+        await ledger.close()
+
+    asyncio.run(run())
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT spent FROM dp.budget").fetchall() == [(1.0,)]

@@ -13,7 +13,8 @@ from proxy.answering import DpService
 from proxy.backend import Reader
 from proxy.config import load_config
 from proxy.durable import DurableLedger
-from proxy.engine.ledger import Ledger, cell_charges
+from proxy.engine.engine import QueryRequest
+from proxy.engine.ledger import Ledger, UserCaps, cell_charges
 from proxy.errors import BudgetExhausted
 from proxy.provision import BackendRoles
 from sqlmap.cube import Cube
@@ -120,3 +121,70 @@ def test_two_services_sharing_a_ledger_never_overspend(
             cell_charges(LinearQuery(tight.n_cells, cells, weights), Fraction(budget))
         )
     assert 0 < recomputed.spent <= Fraction(tight.total_budget)
+
+
+def test_refusal_is_decided_on_the_shared_history(
+    pg_dsn: str, roles: BackendRoles, ledger_schema: str
+) -> None:
+    """B exhausted the Male cells itself; A measured the Female cells. Together they answer
+    the total for free, which B's own view alone would refuse."""
+    tight = Cube(CUBE.schema, CUBE.table, CUBE.dimensions, total_budget=0.08)
+    translator = type(TRANSLATOR)([tight], CONFIG.privacy.defaults)
+
+    def ask(where: str, accuracy: int) -> str:
+        return f"SELECT COUNT(*) FROM adult{where} WITH ACCURACY {accuracy} CONFIDENCE 0.9"
+
+    async def run() -> None:
+        a = await open_service(pg_dsn, roles, ledger_schema, tight)
+        b = await open_service(pg_dsn, roles, ledger_schema, tight)
+        males = await b[0].answer(translator.translate(ask(" WHERE sex = 'Male'", 30)))
+        females = await a[0].answer(translator.translate(ask(" WHERE sex = 'Female'", 30)))
+        assert {males.replies[0].source, females.replies[0].source} == {"fresh"}
+        total = translator.translate(ask("", 100))
+        with pytest.raises(BudgetExhausted):  # B alone cannot: its Male cells are spent
+            b[0].engine(tight).plan([QueryRequest(q, total.accuracy) for q in total.queries])
+        answer = await b[0].answer(total)
+        assert answer.replies[0].source == "history"
+        assert answer.replies[0].budget_charged == 0
+        for _service, ledger, reader in (a, b):
+            await ledger.close()
+            await reader.close()
+
+    asyncio.run(run())
+
+
+def test_user_caps_survive_restart(pg_dsn: str, roles: BackendRoles, ledger_schema: str) -> None:
+    caps = UserCaps(Fraction(1, 20), {"dba": Fraction(1)})
+    # ln(10)/100 = 0.023 per query: two fit alice's 0.05 on the same cells, a third does not
+    queries = [
+        f"SELECT COUNT(*) FROM adult WHERE {c} WITH ACCURACY 100 CONFIDENCE 0.9"
+        for c in ("sex = 'Male'", "age < 45", "race = 'White'")
+    ]
+
+    async def open_capped() -> tuple[DpService, DurableLedger, Reader]:
+        ledger = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
+        reader = await Reader.connect(roles.reader_dsn)
+        return await DpService.open_durable([CUBE], reader, ledger, caps=caps), ledger, reader
+
+    async def run() -> None:
+        service, ledger, reader = await open_capped()
+        for sql in queries[:2]:
+            await service.answer(TRANSLATOR.translate(sql), user="alice", sql=sql)
+        await ledger.close()
+        await reader.close()
+
+        service, ledger, reader = await open_capped()  # alice's spend is read back
+        with pytest.raises(BudgetExhausted, match='budget of user "alice" on table') as refused:
+            await service.answer(TRANSLATOR.translate(queries[2]), user="alice")
+        assert "the user has spent 0.046" in (refused.value.detail or "")
+        loose = queries[0].replace("ACCURACY 100", "ACCURACY 1000")
+        again = await service.answer(TRANSLATOR.translate(loose), user="alice")
+        assert again.replies[0].source == "history"  # free answers are never capped
+        other = await service.answer(TRANSLATOR.translate(queries[2]), user="bob")
+        assert other.replies[0].source == "fresh"  # bob has a cap of his own
+        tight = TRANSLATOR.translate(queries[2].replace("ACCURACY 100", "ACCURACY 20"))
+        assert (await service.answer(tight, user="dba")).replies[0].budget_charged > caps.default
+        await ledger.close()
+        await reader.close()
+
+    asyncio.run(run())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,20 @@ def test_server_keys() -> None:
         ),
         ({"users": {"analyst": "analyst"}}, "users.analyst: not a SCRAM-SHA-256 verifier"),
         ({"users": []}, "users: expected a mapping"),
+        ({"users": {"bob": {"user_budget": 1}}}, "users.bob.verifier: expected a verifier"),
+        ({"users": {"bob": {"budget": 1}}}, "users.bob.budget: unknown key"),
+        (
+            {"users": {"bob": {"verifier": "x", "user_budget": 0}}},
+            "users.bob.user_budget: must be a positive number",
+        ),
+        (
+            {"privacy": {"user_budget": "half"}},
+            "privacy.user_budget: expected a number",
+        ),
+        (
+            {"privacy": {"user_budget": float("nan")}},
+            "privacy.user_budget: must be a positive number",
+        ),
     ],
 )
 def test_mistakes_name_their_key(change: dict[str, object], message: str) -> None:
@@ -74,11 +89,28 @@ def test_mistakes_name_their_key(change: dict[str, object], message: str) -> Non
         parse_config({**VALID, **change})
 
 
+def test_user_budgets() -> None:
+    verifier = make_verifier("pw")
+    config = parse_config(
+        {
+            **VALID,
+            "privacy": {"user_budget": 0.25},
+            "users": {"alice": verifier, "dba": {"verifier": verifier, "user_budget": 1}},
+        }
+    )
+    assert str(config.users["dba"]) == verifier
+    caps = config.caps()
+    assert (caps.cap("alice"), caps.cap("dba")) == (Fraction(1, 4), Fraction(1))
+    assert parse_config(VALID).caps().cap("alice") is None
+
+
 def test_every_key_is_documented_with_a_default() -> None:
     docs = (ROOT / "docs" / "config.md").read_text()
     for section, keys in {
         "listen": ["host", "port", "database", "tls_cert", "max_connections", "shutdown_timeout"],
         "backend": ["dsn", "passthrough_dsn"],
+        "privacy": ["user_budget"],
+        "users": ["user_budget"],
     }.items():
         assert f"## `{section}`" in docs
         for key in keys:

@@ -42,7 +42,14 @@ from proxy.errors import InvalidParameterValue
 from sqlmap.accuracy import AccuracyRequest
 from sqlmap.vector import LinearQuery
 
-__all__ = ["QueryRequest", "Reply", "Plan", "StalePlanError", "PrivacyEngine"]
+__all__ = [
+    "QueryRequest",
+    "Reply",
+    "Plan",
+    "StalePlanError",
+    "PrivacyEngine",
+    "describe_batch",
+]
 
 TrueAnswer = float | int | Fraction
 
@@ -218,7 +225,7 @@ class PrivacyEngine:
                 if index is self._index:
                     index = index.copy()
                 index.append(vector, alpha=float(decision.budget), step=float(decision.step))
-        self._ledger.check(charges, request=_describe(requests))
+        self._ledger.check(charges, request=describe_batch(requests))
         return Plan(
             tuple(requests),
             tuple(decisions),
@@ -359,7 +366,8 @@ def _feasible(
     return min(max(estimate, low), high), low, high
 
 
-def _describe(requests: Sequence[QueryRequest]) -> str:
+def describe_batch(requests: Sequence[QueryRequest]) -> str:
+    """How refusals name a batch: "this query to ±25 at 0.95 confidence", "this batch of 3 ..."."""
     accuracies = {str(r.accuracy) for r in requests}
     within = f" to {accuracies.pop()}" if len(accuracies) == 1 else ""
     if len(requests) == 1:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from proxy.engine.noise import public_fraction
 from proxy.errors import BudgetExhausted
 from sqlmap.vector import LinearQuery
 
-__all__ = ["Ledger", "cell_charges", "format_budget"]
+__all__ = ["Ledger", "UserCaps", "cell_charges", "format_budget"]
 
 
 def cell_charges(query: LinearQuery, budget: Fraction) -> dict[int, Fraction]:
@@ -59,12 +60,21 @@ class Ledger:
     (Fraction(1, 2), Fraction(1, 2), Fraction(1, 4))
     """
 
-    def __init__(self, table: str, *, total: Fraction, carried: Fraction = Fraction(0)) -> None:
+    def __init__(
+        self,
+        table: str,
+        *,
+        total: Fraction,
+        carried: Fraction = Fraction(0),
+        user: str | None = None,
+    ) -> None:
+        """``user``: this ledger is one analyst's share of the table (a per-user cap)."""
         if not isinstance(total, Fraction) or total <= 0:
             raise ValueError("total budget must be a positive Fraction")
         if carried < 0:
             raise ValueError("carried budget cannot be negative")
         self.table = table
+        self.user = user
         self.total = total
         # spent before the table's cube was redefined: charged to every cell, since the old
         # cells cannot be mapped onto the new ones
@@ -106,13 +116,15 @@ class Ledger:
             return
         need = charges[worst_cell]
         left = self.total - self.spent_on(worst_cell)
+        whose = f'user "{self.user}" on table' if self.user is not None else "table"
         raise BudgetExhausted(
-            f'privacy budget of table "{self.table}" exhausted',
+            f'privacy budget of {whose} "{self.table}" exhausted',
             detail=(
                 f"Answering {request} needs a fresh measurement costing "
                 f"{format_budget(need, up=True)} on cell {worst_cell}, which has "
                 f"{format_budget(left, up=False)} of its {format_budget(self.total, up=False)} "
-                f"left (the table has spent {format_budget(self._max, up=True)})."
+                f"left (the {'user' if self.user is not None else 'table'} has spent "
+                f"{format_budget(self._max, up=True)})."
             ),
             hint="Ask for a wider interval or a lower confidence, or a query that earlier "
             "answers already determine.",
@@ -124,3 +136,26 @@ class Ledger:
             spent = self._spent.get(cell, Fraction(0)) + charge
             self._spent[cell] = spent
             self._max = max(self._max, self.carried + spent)
+
+
+@dataclass(frozen=True, slots=True)
+class UserCaps:
+    """Per-user privacy budgets, on top of each table's total (docs/config.md).
+
+    A user's spend on a table is measured like the table's: per cell, summing what that user's
+    fresh measurements charged it, and the most any cell has. ``default`` applies to every user
+    without an entry in ``per_user``; ``None`` means no cap.
+
+    >>> caps = UserCaps(Fraction(1, 4), {"dba": Fraction(1)})
+    >>> caps.cap("alice"), caps.cap("dba"), UserCaps().cap("alice")
+    (Fraction(1, 4), Fraction(1, 1), None)
+    """
+
+    default: Fraction | None = None
+    per_user: Mapping[str, Fraction] = field(default_factory=dict)
+
+    def cap(self, user: str | None) -> Fraction | None:
+        """The cap of ``user`` on each table, if any."""
+        if user is not None and user in self.per_user:
+            return self.per_user[user]
+        return self.default

@@ -93,3 +93,73 @@ def test_ledger_command(
     assert SQL in capsys.readouterr().out
     assert main(["--config", str(config), "ledger", "--dsn", dsn, "mark-changed", "adult"]) == 0
     assert "data version 2" in capsys.readouterr().out
+
+
+def test_budget_and_history_relations(durable: BackendConfig) -> None:
+    proxy, thread = start_proxy(CONFIG, durable)
+    try:
+        _, notice = ask(proxy.dsn(), SQL)
+        charged = float(notice.split("budget charged ")[1].split(",")[0])
+        with psycopg.connect(proxy.dsn(), autocommit=True) as conn:
+            with pytest.raises(psycopg.errors.ConfigurationLimitExceeded):
+                conn.execute(SQL.replace("ACCURACY 60", "ACCURACY 0.001"))
+            # simple protocol, then extended with a parameter: both reach the views
+            (budget,) = conn.execute(
+                "SELECT table_name, total, spent, remaining, fresh, combined, history, refused "
+                "FROM dp.budget",
+                prepare=False,
+            ).fetchall()
+            assert budget[0] == "public.adult" and budget[1] == 1.0
+            assert budget[2] == pytest.approx(charged, rel=1e-5)
+            assert budget[3] == pytest.approx(1.0 - charged, rel=1e-5)
+            assert budget[4:] == (1, 0, 0, 1)
+            rows = conn.execute(
+                "SELECT user_name, source, sql_text, budget, half_width, confidence, reusable, "
+                "noisy_answer "
+                "FROM dp.history WHERE table_name = %s",
+                ("public.adult",),
+            ).fetchall()
+            assert len(rows) == 1
+            user, source, sql, alpha, half_width, confidence, reusable, noisy = rows[0]
+            assert (user, source, sql, reusable) == ("analyst", "fresh", SQL, True)
+            assert alpha == pytest.approx(charged, rel=1e-5)
+            assert half_width <= 60 and confidence >= 0.95
+            # the pass-through role may only read them (PostgreSQL may complain first that
+            # the views are not updatable; either way nothing changes)
+            for privilege in ("UPDATE", "DELETE", "INSERT", "TRUNCATE"):
+                for view in ("dp.budget", "dp.history"):
+                    assert not conn.execute(
+                        "SELECT has_table_privilege(%s, %s)", (view, privilege)
+                    ).fetchone()[0]
+            for statement in (
+                "UPDATE dp.history SET noisy_answer = 0",
+                "DELETE FROM dp.history",
+                "INSERT INTO dp.budget (table_name) VALUES ('x')",
+                "CREATE VIEW dp.mine AS SELECT 1",
+            ):
+                with pytest.raises(psycopg.errors.Error):
+                    conn.execute(statement)
+            assert conn.execute(
+                "SELECT count(*), max(noisy_answer) FROM dp.history"
+            ).fetchone() == (
+                1,
+                noisy,
+            )
+    finally:
+        stop_proxy(proxy, thread)
+
+
+def test_user_budget(durable: BackendConfig) -> None:
+    capped = dataclasses.replace(
+        CONFIG, privacy=dataclasses.replace(CONFIG.privacy, user_budget=0.02)
+    )
+    proxy, thread = start_proxy(capped, durable)
+    try:
+        with psycopg.connect(proxy.dsn(), autocommit=True) as conn:
+            with pytest.raises(psycopg.errors.ConfigurationLimitExceeded) as refused:
+                conn.execute(SQL)  # ln(20)/60 = 0.05 > 0.02
+            assert 'budget of user "analyst" on table "public.adult"' in str(refused.value)
+            assert conn.execute(SQL.replace("ACCURACY 60", "ACCURACY 200")).fetchone()
+            assert conn.execute("SELECT refused, fresh FROM dp.budget").fetchone() == (1, 1)
+    finally:
+        stop_proxy(proxy, thread)
