@@ -202,7 +202,10 @@ def _provision(config: Config, dsn: str, load_demo: bool) -> int:
     try:
         if load_demo:
             print(f"adult: {load_adult(dsn)} rows")
-        provision_roles(dsn, config.cubes)
+        # without a ledger DSN of its own, the reader role (backend.dsn) writes the ledger
+        provision_roles(
+            dsn, config.cubes, config.ledger.schema if config.ledger.dsn is None else None
+        )
     except psycopg.Error as e:
         print(f"dpproxy: {e.sqlstate or '08006'}: {e}", file=sys.stderr)
         return 1

@@ -50,7 +50,6 @@ __all__ = [
 LEDGER_LOCK_NAMESPACE = 0x6470  # "dp"
 
 _DDL = """
-CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.tables (
     id serial PRIMARY KEY,
     name text NOT NULL UNIQUE,
@@ -125,7 +124,6 @@ _AS_FLOAT = (
 
 _VIEWS = (
     """
-CREATE SCHEMA IF NOT EXISTS dp;
 CREATE OR REPLACE VIEW dp.budget AS
 SELECT t.name AS table_name,
        t.total_budget AS total,
@@ -362,6 +360,11 @@ async def _register(
     async with pool.acquire() as conn, conn.transaction():
         # one creator at a time: concurrent CREATE ... IF NOT EXISTS can still collide
         await conn.execute("SELECT pg_advisory_xact_lock($1, 0)", LEDGER_LOCK_NAMESPACE)
+        for name in (schema, "dp"):
+            # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the schema
+            # exists; `dpproxy provision` creates both for a reader role that lacks it
+            if await conn.fetchval("SELECT to_regnamespace($1) IS NULL", name):
+                await conn.execute(f"CREATE SCHEMA {name}")
         await conn.execute(_DDL.format(schema=schema))
         if await conn.fetchval(
             "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass "

@@ -44,8 +44,14 @@ def dsn_for_role(dsn: str, role: str) -> str:
     return urlunsplit((parts.scheme, f"{role}@{host}", parts.path, parts.query, parts.fragment))
 
 
-def provision_roles(admin_dsn: str, cubes: Iterable[Cube]) -> BackendRoles:
-    """Create (or update) both roles and their grants; idempotent, one transaction."""
+def provision_roles(
+    admin_dsn: str, cubes: Iterable[Cube], ledger_schema: str | None = None
+) -> BackendRoles:
+    """Create (or update) both roles and their grants; idempotent, one transaction.
+
+    With ``ledger_schema``, the reader role writes the ledger: that schema and ``dp`` (the
+    analysts' views of it) are created for it, if missing, so it needs no CREATE on the database.
+    """
     cubes = list(cubes)
     with psycopg.connect(admin_dsn) as conn:
         database = conn.info.dbname
@@ -74,6 +80,13 @@ def provision_roles(admin_dsn: str, cubes: Iterable[Cube]) -> BackendRoles:
             conn.execute(
                 sql.SQL("GRANT SELECT ON {} TO {}").format(table, sql.Identifier(READER_ROLE))
             )
+        if ledger_schema is not None:
+            for owned in (ledger_schema, "dp"):
+                conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {} AUTHORIZATION {}").format(
+                        sql.Identifier(owned), sql.Identifier(READER_ROLE)
+                    )
+                )
     return BackendRoles(
         dsn_for_role(admin_dsn, READER_ROLE), dsn_for_role(admin_dsn, PASSTHROUGH_ROLE)
     )
