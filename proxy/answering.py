@@ -256,13 +256,8 @@ class DpService:
     def _check_user(self, cube: Cube, user: str | None, plan: Plan) -> None:
         """Refuse a plan that would take its user past the user's cap (nothing is spent)."""
         ledger = self._user_ledger(cube, user) if user is not None else None
-        if ledger is None or not plan.measurements:
-            return
-        charges: dict[int, Fraction] = {}
-        for vector, i in zip(plan.measurements, plan.measured_by):
-            for cell, charge in cell_charges(vector, plan.decisions[i].budget).items():
-                charges[cell] = charges.get(cell, Fraction(0)) + charge
-        ledger.check(charges, request=describe_batch(plan.requests))
+        if ledger is not None and plan.measurements:
+            ledger.check(plan.charges, request=describe_batch(plan.requests))
 
     def _charge_user(self, cube: Cube, user: str | None, entries: Iterable[HistoryEntry]) -> None:
         ledger = self._user_ledger(cube, user) if user is not None else None

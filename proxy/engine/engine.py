@@ -20,8 +20,8 @@ changed the history.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -124,6 +124,7 @@ class Plan:
         measurements: the offset-free query vectors whose true answers ``execute`` needs.
         measured_by: for each measurement, the index of the request it serves.
         history_size: rows in the history when planned (guards against stale plans).
+        charges: what the measurements cost each cell they touch.
     """
 
     requests: tuple[QueryRequest, ...]
@@ -131,6 +132,7 @@ class Plan:
     measurements: tuple[LinearQuery, ...]
     measured_by: tuple[int, ...]
     history_size: int
+    charges: Mapping[int, Fraction] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.requests) != len(self.decisions):
@@ -232,6 +234,7 @@ class PrivacyEngine:
             tuple(measurements),
             tuple(measured_by),
             self._index.size,
+            charges,
         )
 
     def _vector(self, query: LinearQuery) -> LinearQuery:
