@@ -82,6 +82,7 @@ class Client(threading.Thread):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 50 restarts; each takes seconds on a busy machine
 def test_no_answer_outlives_its_measurement(
     adult_dsn: str, ledger_schema: str, tmp_path: Path
 ) -> None:
