@@ -42,7 +42,9 @@ def test_compose_deployment_serves_dp_answers(
     config = load_config(COMPOSE_CONFIG)
     assert config.backend is not None
     # the `provision` service
-    assert main(["--config", str(COMPOSE_CONFIG), "provision", "--load-demo", "--dsn", cluster]) == 0
+    assert (
+        main(["--config", str(COMPOSE_CONFIG), "provision", "--load-demo", "--dsn", cluster]) == 0
+    )
     assert "adult: 32561 rows" in capsys.readouterr().out
     # the `dpproxy` service: its roles, on this cluster's socket (trust auth: no passwords)
     reader, passthrough = (
