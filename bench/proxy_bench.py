@@ -9,7 +9,7 @@
 Needs pgbench and pgbouncer (Debian: ``apt-get install postgresql-contrib pgbouncer``); uses
 pgserver's PostgreSQL binaries for a throw-away server listening on TCP.
 
-    uv run python bench/proxy_bench.py [--seconds 20] [--clients 8] [--dp-clients 16]
+    uv run python bench/proxy_bench.py [--seconds 20] [--clients 8] [--dp-clients 16] [--loop auto]
 
 Prints the figures; record them in docs/benchmarks.md with the machine and date.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import platform
 import re
@@ -28,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
@@ -143,7 +146,9 @@ pidfile = {work}/pgbouncer.pid
     return process
 
 
-def start_dpproxy(work: Path, port: int, reader: str, passthrough: str) -> subprocess.Popen[bytes]:
+def start_dpproxy(
+    work: Path, port: int, reader: str, passthrough: str, ledger: str, loop: str
+) -> subprocess.Popen[bytes]:
     config = (ROOT / "config.yaml").read_text()
     config += f"""
 listen:
@@ -151,6 +156,8 @@ listen:
 backend:
   dsn: "{reader}"
   passthrough_dsn: "{passthrough}"
+ledger:
+  dsn: "{ledger}"
 users:
   bench: "{make_verifier("bench")}"
 """
@@ -163,6 +170,8 @@ users:
             "--config",
             str(work / "dpproxy.yaml"),
             "serve",
+            "--loop",
+            loop,
             "--log-level",
             "WARNING",
         ],
@@ -189,6 +198,80 @@ def cpu_seconds(pid: int, fields_from: int = 11, fields_to: int = 15) -> float:
     """CPU time of a process so far (Linux /proc): user + system, with its children's."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return sum(int(f) for f in fields[fields_from:fields_to]) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One pgbench run: its rate and who spent the machine's CPU, in us per transaction."""
+
+    tps: float
+    pgbench: float
+    postgres: float
+    proxy: float
+    proxy_kernel: float  # the share of the proxy's CPU spent in the kernel
+    proxy_busy: float  # the proxy's CPU, in CPUs
+    total: float  # every process's CPU on the machine
+    idle: float  # the machine's idle share
+
+    @property
+    def other(self) -> float:
+        """CPU of everything else on the machine (other jobs, kernel threads)."""
+        return self.total - self.pgbench - self.postgres - self.proxy
+
+
+def machine_jiffies() -> tuple[int, int]:
+    """(all, idle) CPU time of the machine so far, in clock ticks (Linux /proc/stat)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields), fields[3] + fields[4]
+
+
+def tree_seconds(root: int) -> float:
+    """CPU time of a process and its children, live or reaped (PostgreSQL's backends)."""
+    total = cpu_seconds(root)  # includes the children it has reaped
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # exited meanwhile
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        if int(fields[1]) == root:  # the parent pid
+            total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def measure(postmaster: int, proxy: int | None, seconds: int, bench: Callable[[], float]) -> Run:
+    """Run ``bench`` (returns tps) and share out the CPU it took."""
+    proxy_before = (cpu_seconds(proxy), cpu_seconds(proxy, 12, 13)) if proxy else (0.0, 0.0)
+    pg_before, machine_before, mine_before = tree_seconds(postmaster), machine_jiffies(), os.times()
+    tps = bench()
+    machine_after, mine_after = machine_jiffies(), os.times()
+    time.sleep(1)  # for the run's backends to exit, and their time to reach the postmaster
+    pg_after = tree_seconds(postmaster)
+    proxy_used = proxy_kernel = 0.0
+    if proxy:
+        proxy_used = cpu_seconds(proxy) - proxy_before[0]
+        proxy_kernel = cpu_seconds(proxy, 12, 13) - proxy_before[1]
+    per_txn = 1e6 / (tps * seconds)
+    pgbench_used = (mine_after.children_user + mine_after.children_system) - (
+        mine_before.children_user + mine_before.children_system
+    )
+    ticks = machine_after[0] - machine_before[0]
+    idle_ticks = machine_after[1] - machine_before[1]
+    busy = (ticks - idle_ticks) / os.sysconf("SC_CLK_TCK")
+    return Run(
+        tps=tps,
+        pgbench=pgbench_used * per_txn,
+        postgres=(pg_after - pg_before) * per_txn,
+        proxy=proxy_used * per_txn,
+        proxy_kernel=proxy_kernel / proxy_used if proxy_used else 0.0,
+        proxy_busy=proxy_used / seconds,
+        total=busy * per_txn,
+        idle=idle_ticks / ticks if ticks else 0.0,
+    )
+
+
+def has_uvloop() -> bool:
+    return importlib.util.find_spec("uvloop") is not None
 
 
 def pgbench(
@@ -264,6 +347,9 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--dp-clients", type=int, default=16)
     parser.add_argument("--scale", type=int, default=10)
+    parser.add_argument(
+        "--loop", default="auto", choices=["auto", "asyncio", "uvloop"], help="dpproxy's loop"
+    )
     args = parser.parse_args()
     for tool in ("pgbench", "pgbouncer"):
         if shutil.which(tool) is None:
@@ -307,34 +393,57 @@ def main() -> int:
                 f"TO {PASSTHROUGH_ROLE}"
             )
         processes.append(start_pgbouncer(work, bouncer_port, pg_port, args.clients))
-        processes.append(start_dpproxy(work, proxy_port, roles.reader_dsn, roles.passthrough_dsn))
+        try:
+            processes.append(
+                start_dpproxy(
+                    work, proxy_port, roles.reader_dsn, roles.passthrough_dsn, admin, args.loop
+                )
+            )
+        except TimeoutError:
+            sys.stderr.write((work / "dpproxy.log").read_text())
+            raise
         print(
             f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
             f"{platform.platform()}"
         )
         print(f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
         print(f"pgbench -S -c {args.clients} -j 2 -T {args.seconds}, scale {args.scale}")
-        direct = pgbench(pg_port, PASSTHROUGH_ROLE, "postgres", args.clients, args.seconds)
-        print(f"  direct:    {direct:10.0f} tps")
+        print(f"dpproxy event loop: {args.loop}{' (uvloop installed)' if has_uvloop() else ''}")
+        postmaster = int((work / "pg" / "postmaster.pid").read_text().split()[0])
         bouncer_pid = int((work / "pgbouncer.pid").read_text())
-        before = cpu_seconds(bouncer_pid)
-        bouncer = pgbench(bouncer_port, PASSTHROUGH_ROLE, "postgres", args.clients, args.seconds)
-        used = cpu_seconds(bouncer_pid) - before
+
+        def run(port: int, user: str, db: str, proxy: int | None, password: str = "") -> Run:
+            return measure(postmaster, proxy, args.seconds, lambda: pgbench(
+                port, user, db, args.clients, args.seconds, password=password
+            ))  # fmt: skip
+
+        direct = run(pg_port, PASSTHROUGH_ROLE, "postgres", None)
+        print(f"  direct:    {direct.tps:10.0f} tps")
+        bouncer = run(bouncer_port, PASSTHROUGH_ROLE, "postgres", bouncer_pid)
         print(
-            f"  pgbouncer: {bouncer:10.0f} tps  "
-            f"(pgbouncer busy {used / args.seconds:.0%} of a CPU, "
-            f"{used / (bouncer * args.seconds) * 1e6:.0f} us CPU per transaction)"
+            f"  pgbouncer: {bouncer.tps:10.0f} tps  "
+            f"({bouncer.tps / direct.tps:.2f}x direct; pgbouncer busy {bouncer.proxy_busy:.0%} "
+            f"of a CPU, {bouncer.proxy:.0f} us CPU per transaction, "
+            f"{bouncer.proxy_kernel:.0%} of it in the kernel)"
         )
-        before, before_sys = cpu_seconds(processes[1].pid), cpu_seconds(processes[1].pid, 12, 13)
-        proxied = pgbench(proxy_port, "bench", "demo", args.clients, args.seconds, password="bench")
-        used = cpu_seconds(processes[1].pid) - before
-        kernel = cpu_seconds(processes[1].pid, 12, 13) - before_sys
+        proxied = run(proxy_port, "bench", "demo", processes[1].pid, password="bench")
         print(
-            f"  dpproxy:   {proxied:10.0f} tps  "
-            f"({proxied / direct:.2f}x direct, {proxied / bouncer:.2f}x pgbouncer; "
-            f"dpproxy busy {used / args.seconds:.0%} of a CPU, "
-            f"{used / (proxied * args.seconds) * 1e6:.0f} us CPU "
-            f"per transaction, {kernel / used:.0%} of it in the kernel)"
+            f"  dpproxy:   {proxied.tps:10.0f} tps  "
+            f"({proxied.tps / direct.tps:.2f}x direct, {proxied.tps / bouncer.tps:.2f}x pgbouncer; "
+            f"dpproxy busy {proxied.proxy_busy:.0%} of a CPU, {proxied.proxy:.0f} us CPU "
+            f"per transaction, {proxied.proxy_kernel:.0%} of it in the kernel)"
+        )
+        print("CPU per transaction (us): pgbench + postgres + proxy + others = all; machine idle")
+        for name, r in (("direct", direct), ("pgbouncer", bouncer), ("dpproxy", proxied)):
+            print(
+                f"  {name + ':':10s} {r.pgbench:5.1f} + {r.postgres:5.1f} + {r.proxy:5.1f} "
+                f"+ {r.other:5.1f} = {r.total:5.1f}; idle {r.idle:.0%}"
+            )
+        # with both cores busy, tps is about the CPU per second over the CPU per transaction
+        d, b, p = (r.total - r.other for r in (direct, bouncer, proxied))
+        print(
+            f"tps ratios if no other process took CPU: dpproxy/direct {d / p:.2f}, "
+            f"dpproxy/pgbouncer {b / p:.2f}, pgbouncer/direct {d / b:.2f}"
         )
         rate, count = asyncio.run(dp_rate(proxy_port, args.dp_clients, args.seconds))
         print(

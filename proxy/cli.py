@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import getpass
 import os
 import sys
@@ -13,6 +14,7 @@ from proxy.auth import make_verifier
 from proxy.config import Config, load_config
 from proxy.engine.ledger import format_budget
 from proxy.errors import ConfigError, DpproxyError
+from proxy.loops import EVENT_LOOPS
 from sqlmap.canonical import COLUMN_TYPES_SQL, check_column_types
 from sqlmap.cube import Cube
 from sqlmap.translate import AnswerSpec, OutputKind
@@ -49,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="address to listen on (default: listen.host, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default: listen.port, 6432)")
+    serve.add_argument(
+        "--loop",
+        choices=EVENT_LOOPS,
+        help="event loop: uvloop if installed (auto), asyncio or uvloop "
+        "(default: listen.event_loop, auto)",
+    )
     serve.add_argument(
         "--log-level",
         default=os.environ.get("DPPROXY_LOG_LEVEL", "INFO"),
@@ -190,6 +198,10 @@ def _serve(config: Config, args: argparse.Namespace) -> int:
     from proxy.server import run
 
     logs.setup(args.log_level)
+    if args.loop is not None:
+        config = dataclasses.replace(
+            config, listen=dataclasses.replace(config.listen, event_loop=args.loop)
+        )
     return run(config, args.host, args.port)
 
 

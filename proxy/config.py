@@ -16,6 +16,7 @@ from psycopg.conninfo import conninfo_to_dict
 from proxy.auth import Verifier, parse_verifier
 from proxy.engine.ledger import UserCaps
 from proxy.errors import ConfigError
+from proxy.loops import EVENT_LOOPS
 from sqlmap.accuracy import AccuracyDefaults
 from sqlmap.cube import Cube, cube_from_config
 from sqlmap.translate import Translator
@@ -42,6 +43,7 @@ _LISTEN_KEYS = {
     "tls_key",
     "max_connections",
     "shutdown_timeout",
+    "event_loop",
 }
 _BACKEND_KEYS = {"dsn", "passthrough_dsn"}
 
@@ -102,6 +104,7 @@ class ListenConfig:
     tls_key: Path | None = None
     max_connections: int = 100
     shutdown_timeout: float = 10.0
+    event_loop: str = "auto"
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -120,6 +123,11 @@ class ListenConfig:
             raise ConfigError(
                 "listen.shutdown_timeout: must be a non-negative number, "
                 f"got {self.shutdown_timeout}"
+            )
+        if self.event_loop not in EVENT_LOOPS:
+            raise ConfigError(
+                f"listen.event_loop: must be one of {', '.join(EVENT_LOOPS)}, "
+                f"got {self.event_loop!r}"
             )
 
 
@@ -301,6 +309,7 @@ def _listen(spec: object, base: Path) -> ListenConfig:
         shutdown_timeout=_number(
             spec, "shutdown_timeout", "listen", default=defaults.shutdown_timeout
         ),
+        event_loop=_text(spec, "event_loop", "listen") or defaults.event_loop,
     )
 
 

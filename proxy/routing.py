@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
@@ -164,6 +165,41 @@ def _decode_unicode_identifier(text: str, escape: str = "\\") -> str:
     return "".join(out)
 
 
+def _any_of(words: Iterable[str], whole_words: Iterable[str] = ()) -> str:
+    r"""A regex that finds any of ``words`` anywhere, or of ``whole_words`` as whole words.
+
+    Written as a trie (shared prefixes factored out, every branch starting with a literal
+    character), which Python's re searches several times faster than the flat alternation
+    ``a|b|\bc\b``: `Router.plainly_passthrough` runs it on every relayed query.
+
+    >>> _any_of(["pg_stats_ext", "pg_stats", "u&"], whole_words=["do"])
+    '(?:do(?<=\\bdo)\\b|pg_stats|u\\&)'
+    >>> [bool(re.search(_any_of(["dp"], ["do"]), t)) for t in ("undo", "do 1", "x.dp")]
+    [False, True, True]
+    """
+    trie: dict[str, Any] = {}  # char -> subtrie; "" -> the end of a word: True if whole only
+    for word, whole in [(w, False) for w in words] + [(w, True) for w in whole_words]:
+        if not word:
+            raise ValueError("empty word")
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = node.get("", True) and whole
+
+    def emit(node: dict[str, Any], prefix: str) -> str:
+        whole = node.get("")
+        if whole is False:  # found anywhere: longer words starting with this one add nothing
+            return ""
+        parts = [re.escape(c) + emit(child, prefix + c) for c, child in sorted(node.items()) if c]
+        if whole:
+            parts.insert(0, rf"(?<=\b{re.escape(prefix)})\b")
+        if not parts:
+            return "(?!)"  # no words: never matches
+        return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+    return emit(trie, "")
+
+
 class Router:
     """Routes statements for one proxy: its protected cubes and translator."""
 
@@ -175,14 +211,13 @@ class Router:
         )
         # Everything that can make a statement other than PASSTHROUGH, as plain substrings
         # (a superset of what route() looks for): see plainly_passthrough.
-        self._suspicious = (
-            re.compile(  # matched against the lower-cased text: faster than IGNORECASE
-                "|".join(
-                    [re.escape(t.lower()) for t in sorted(self.tables)]
-                    + [re.escape(n) for n in sorted(STATISTICS_NAMES)]
-                    + [re.escape(p) for p in _STATISTICS_PREFIXES]
-                    + [r"u&", r"dp", r"\bdo\b", r"create"]
-                )
+        self._suspicious = re.compile(  # matched against the lower-cased text
+            _any_of(
+                [t.lower() for t in self.tables]
+                + list(STATISTICS_NAMES)
+                + list(_STATISTICS_PREFIXES)
+                + ["u&", "dp", "create"],
+                whole_words=["do"],
             )
         )
 

@@ -2,9 +2,10 @@
 
 `open_server` checks the backend before it listens (the reader sees every dimension's column;
 the pass-through role cannot read any protected table), and `run` is what ``dpproxy serve``
-does: start the embedded PostgreSQL when the config names no backend, listen, print how to
-connect, and on SIGINT/SIGTERM stop listening, close idle sessions (57P01), give busy ones
-``listen.shutdown_timeout`` seconds to finish, then cancel them; a second signal cancels at once.
+does: start the embedded PostgreSQL when the config names no backend, listen (on uvloop unless
+``listen.event_loop`` says otherwise: `proxy.loops`), print how to connect, and on SIGINT/SIGTERM
+stop listening, close idle sessions (57P01), give busy ones ``listen.shutdown_timeout`` seconds
+to finish, then cancel them; a second signal cancels at once.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from proxy.durable import DurableLedger
 from proxy.engine.history import InMemoryHistoryStore
 from proxy.errors import ConfigError, ConnectionFailure
 from proxy.logs import event
+from proxy.loops import loop_factory, loop_name
 from proxy.memo import DpMemo
 from proxy.routing import Router
 from proxy.session import Session, SessionContext
@@ -62,7 +64,7 @@ class Server:
         self._listener = await loop.create_server(
             lambda: Connection(self._accept), host, port, reuse_address=True
         )
-        event("listening", host=host, port=self.port)
+        event("listening", host=host, port=self.port, event_loop=loop_name(loop))
 
     @property
     def port(self) -> int:
@@ -278,13 +280,14 @@ def run(config: Config, host: str | None = None, port: int | None = None) -> int
                 logging.WARNING,
                 message="no users section: the demo account analyst/analyst is enabled",
             )
-    asyncio.run(
-        _serve(
-            config,
-            backend,
-            host or config.listen.host,
-            config.listen.port if port is None else port,
+    with asyncio.Runner(loop_factory=loop_factory(config.listen.event_loop)) as runner:
+        runner.run(
+            _serve(
+                config,
+                backend,
+                host or config.listen.host,
+                config.listen.port if port is None else port,
+            )
         )
-    )
     print("dpproxy stopped", file=sys.stderr)
     return 0

@@ -72,6 +72,9 @@ AUTH_TIMEOUT: Final = 60.0
 _COPY_IN: Final = ord("G")
 _ERROR: Final = ord("E")
 _READY: Final = ord("Z")
+_QUERY: Final = ord("Q")
+#: The longest Query `Session._relay_whole` takes from one chunk (the buffer's cap for Query).
+_WHOLE_LIMIT: Final = FRONTEND_LIMITS[b"Q"] + 1
 
 
 class State(Enum):
@@ -279,6 +282,8 @@ class Session:
 
     def on_data(self, data: bytes) -> None:
         """Client bytes: into the buffer; relayed at once when parked, else the task is woken."""
+        if self._parked and self._relay_whole(data):
+            return
         self.buffer.feed(data)
         self._fed += len(data)
         if self._parked:
@@ -371,15 +376,49 @@ class Session:
                     self._held = raw
                     self._wake()
                     return
-                self._relaying = True
-                self.up.queue(_frame(raw))
-                self.up.send_now()
-                self.up.start_relay(self.conn, self._relayed)
+                self._relay_query(_frame(raw))
         except Exception as e:  # ProtocolViolation, ConnectionFailure: the task reports it
             self._error = e
             self._wake()
         finally:
             self._pumping = False
+
+    def _relay_whole(self, data: bytes) -> bool:
+        """`_pump`'s common case, without the buffer: ``data`` is one whole plain Query.
+
+        It must also be all there is: nothing buffered, held or being relayed. Then it goes
+        to the backend as it came (no copy); False leaves everything to `_pump`.
+        """
+        if (
+            self._relaying
+            or self._pumping
+            or self.buffer.pending
+            or self._held is not None
+            or self._error is not None
+            or self._shutdown
+            or self._copy_pending
+        ):
+            return False
+        size = len(data)
+        if size < 6 or size > _WHOLE_LIMIT or data[0] != _QUERY:
+            return False
+        if _LENGTH.unpack_from(data, 1)[0] != size - 1:
+            return False
+        if not self._plain_payload(data[5:]):
+            return False
+        self._fed += size
+        try:
+            self._relay_query(data)
+        except Exception as e:  # ConnectionFailure: the task reports it
+            self._error = e
+            self._wake()
+        return True
+
+    def _relay_query(self, frame: bytes) -> None:
+        """Send one plain Query and relay its reply from the connections' callbacks."""
+        self._relaying = True
+        self.up.send(frame)
+        self.up.start_relay(self.conn, self._relayed)
 
     def _relayed(self, error: ConnectionFailure | None, last: int) -> None:
         """The fast relay of one query finished (or stopped for COPY FROM STDIN)."""
@@ -399,11 +438,14 @@ class Session:
         It must be a Query, plainly pass-through, outside any extended batch, in a healthy
         session.
         """
-        if raw.type != b"Q" or self.state is not State.READY or self.upstream is None:
+        return raw.type == b"Q" and self._plain_payload(raw.payload)
+
+    def _plain_payload(self, payload: bytes) -> bool:
+        """`_plain_query` for a Query with this payload."""
+        if self.state is not State.READY or self.upstream is None:
             return False
-        if self.extended.pending or self.extended.batch_upstream or self.up.queued:
+        if self.extended.pending or self.extended.batch_upstream or self.upstream.queued:
             return False
-        payload = raw.payload
         if not payload.endswith(b"\x00") or payload.find(b"\x00") != len(payload) - 1:
             return False
         try:

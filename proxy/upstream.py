@@ -67,6 +67,7 @@ Decide = Callable[[int, bytearray, int, int], Action]
 
 _Z: Final = ord("Z")
 _G: Final = ord("G")
+_STATUSES: Final = {ord(s.value): s for s in TransactionStatus}
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,11 +160,14 @@ class Upstream:
 
     def on_data(self, data: bytes) -> None:
         """Bytes from the backend: relay them now (fast relay) or wake the task."""
-        self._buf += data
-        if self._fast is not None:
-            self._run_fast()
-        else:
+        if self._fast is None:
+            self._buf += data
             self._wake()
+        elif self._buf:
+            self._buf += data
+            self._run_fast(self._buf)
+        else:  # the common case: scan the chunk itself, without copying it into the buffer
+            self._run_fast(data)
 
     def on_eof(self, error: Exception | None) -> None:
         """The backend closed the connection."""
@@ -297,6 +301,16 @@ class Upstream:
             self.conn.write(self._out)
             self._out = bytearray()
 
+    def send(self, data: bytes) -> None:
+        """Write whole frontend messages now, after anything queued."""
+        if self._out:
+            self.queue(data)
+            self.send_now()
+            return
+        if self._lost is not None:
+            raise self._lost
+        self.conn.write(data)
+
     async def flush(self) -> None:
         """Send everything queued."""
         self.send_now()
@@ -331,7 +345,7 @@ class Upstream:
                 break
             kind = buf[pos]
             if kind == _Z and length == 5:
-                self.status = TransactionStatus(chr(buf[pos + 5]))
+                self.status = _status(buf[pos + 5])
             action = decide(kind, buf, pos + 5, end)
             if action is Action.DROP or action is Action.DROP_STOP:
                 if start < pos:
@@ -366,31 +380,38 @@ class Upstream:
             return
         self._fast = (client, done)
         if self._buf:
-            self._run_fast()
+            self._run_fast(self._buf)
 
-    def _run_fast(self) -> None:
-        """The fast relay's scan: whole messages to the client up to ReadyForQuery.
+    def _run_fast(self, buf: bytes | bytearray) -> None:
+        """The fast relay's scan of ``buf``: whole messages to the client up to ReadyForQuery.
 
-        It stops early at a CopyInResponse, whose COPY data the session's task must pump.
+        ``buf`` is either the buffer or, when the buffer is empty, a chunk just received; what
+        is left of it after the last whole message is kept in the buffer. The scan stops early
+        at a CopyInResponse, whose COPY data the session's task must pump.
         """
         assert self._fast is not None
         client, done = self._fast
-        buf = self._buf
         try:
             pos, last, status = _hop(buf)
         except ConnectionFailure as e:
             self._fast = None
             done(e, 0)
             return
-        if pos == len(buf):  # the common case: the reply ends with the chunk; no copy
+        size = len(buf)
+        if pos == size:  # the common case: the reply ends with the chunk; no copy
             if pos:
                 client.write(buf)
-                self._buf = bytearray()  # a new one: the transport may still hold the old
-        elif pos:
-            client.write(bytes(buf[:pos]))
-            del buf[:pos]
-        if status:
-            self.status = TransactionStatus(chr(status))
+                if buf is self._buf:
+                    self._buf = bytearray()  # a new one: the transport may still hold the old
+        else:
+            if pos:
+                client.write(bytes(buf[:pos]))
+            if buf is self._buf:
+                del buf[:pos]
+            else:
+                self._buf += memoryview(buf)[pos:]
+        if status is not None:
+            self.status = status
         if last == _Z or last == _G:
             self._fast = None
             done(None, last)
@@ -447,26 +468,41 @@ def _check_length(length: int) -> None:
         )
 
 
-def _hop(buf: bytearray) -> tuple[int, int, int]:
+def _status(byte: int) -> TransactionStatus:
+    """The transaction status a ReadyForQuery's byte names."""
+    status = _STATUSES.get(byte)
+    if status is None:
+        raise ConnectionFailure(
+            f"the PostgreSQL backend sent an unknown transaction status {bytes([byte])!r}"
+        )
+    return status
+
+
+def _hop(buf: bytes | bytearray) -> tuple[int, int, TransactionStatus | None]:
     r"""Hop over whole messages up to and including the first ReadyForQuery or CopyInResponse.
 
     Returns:
-        (end of the last whole message taken, its type, the ReadyForQuery's status byte or 0).
+        (end of the last whole message taken, its type, the ReadyForQuery's status or None).
 
-    >>> _hop(bytearray(b"C\x00\x00\x00\x05xZ\x00\x00\x00\x05IN"))
-    (12, 90, 73)
+    Raises:
+        ConnectionFailure: a malformed message; the framing is lost.
+
+    >>> _hop(b"C\x00\x00\x00\x05xZ\x00\x00\x00\x05IN")
+    (12, 90, <TransactionStatus.IDLE: 'I'>)
     """
     pos, size, last = 0, len(buf), 0
+    unpack = _HEADER.unpack_from
     while size - pos >= 5:
-        length = _HEADER.unpack_from(buf, pos)[1]
-        _check_length(length)
+        length = unpack(buf, pos)[1]
+        if length < 4:
+            _check_length(length)
         end = pos + 1 + length
         if end > size:
             break
         last = buf[pos]
         pos = end
         if last == _Z:
-            return pos, last, buf[end - 1] if length == 5 else 0
+            return pos, last, _status(buf[end - 1]) if length == 5 else None
         if last == _G:
             break
-    return pos, last, 0
+    return pos, last, None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import os
 import threading
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, replace
@@ -19,6 +20,7 @@ import pytest
 
 from proxy import logs
 from proxy.config import BackendConfig, Config, load_config
+from proxy.loops import loop_factory
 from proxy.provision import provision_roles
 from proxy.server import Server, open_server
 
@@ -84,10 +86,17 @@ def backend(adult_dsn: str) -> BackendConfig:
 
 
 def start_proxy(config: Config, backend: BackendConfig) -> tuple[Proxy, threading.Thread]:
-    """Start a dpproxy on a free port in a thread of its own."""
+    """Start a dpproxy on a free port in a thread of its own.
+
+    It runs on the event loop ``dpproxy serve`` would pick (``listen.event_loop``: uvloop when
+    installed); ``DPPROXY_TEST_LOOP=asyncio`` (or ``uvloop``) replaces ``auto``.
+    """
     log = io.StringIO()
     logs.setup("DEBUG", log)
-    loop = asyncio.new_event_loop()
+    choice = config.listen.event_loop
+    if choice == "auto":
+        choice = os.environ.get("DPPROXY_TEST_LOOP") or choice
+    loop = loop_factory(choice)()
     ready: dict[str, Any] = {}
     started = threading.Event()
 
