@@ -235,7 +235,7 @@ class DpService:
                 self._check_user(cube, user, plan)
                 entries = engine.measure(plan, await self._measure(cube, plan))
                 ids = await spend.append(
-                    _new_measurements(plan, entries, user, sql), [], _charges(cube, entries)
+                    _new_measurements(plan, entries, user, sql), _charges(cube, entries)
                 )
             # committed: only now may the entries shape answers
             if ids:

@@ -22,6 +22,7 @@ answers from history never take that lock.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -213,8 +214,12 @@ class DurableLedger:
 
     def __init__(self, pool: asyncpg.Pool, schema: str, tables: dict[str, _Table]) -> None:
         self._pool = pool
+        self._schema_name = schema
         self._schema = quote_ident(schema)
         self._tables = tables
+        # the audit log's group commit: rows waiting for the next write, and who waits on them
+        self._audit: list[tuple[list[tuple[object, ...]], asyncio.Future[None]]] = []
+        self._auditor: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -245,7 +250,9 @@ class DurableLedger:
         return cls(pool, schema, tables)
 
     async def close(self) -> None:
-        """Close every connection."""
+        """Finish the audit log's last write, then close every connection."""
+        if self._auditor is not None:
+            await self._auditor
         await self._pool.close()
 
     def data_version(self, cube: Cube) -> int:
@@ -278,9 +285,43 @@ class DurableLedger:
             yield Spend(conn, self._schema, table)
 
     async def record_answers(self, cube: Cube, records: Sequence[AnswerRecord]) -> None:
-        """Append answers (history answers and refusals; fresh ones go through ``spending``)."""
-        async with self._pool.acquire() as conn:
-            await _insert_answers(conn, self._schema, self._tables[cube.qualified_name], records)
+        """Append answers (or refusals) to the audit log; returns once they are written.
+
+        Concurrent callers share writes (group commit): while one write is in flight, new
+        records wait for the next, which takes them all. Many sessions answering from history
+        then cost one COPY per round trip, not one INSERT per answer.
+        """
+        if not records:
+            return
+        table = self._tables[cube.qualified_name]
+        written = asyncio.get_running_loop().create_future()
+        self._audit.append(([_answer_row(table, r) for r in records], written))
+        if self._auditor is None:
+            self._auditor = asyncio.create_task(self._write_audit())
+        await written
+
+    async def _write_audit(self) -> None:
+        try:
+            while self._audit:
+                batch, self._audit = self._audit, []
+                try:
+                    async with self._pool.acquire() as conn:
+                        await conn.copy_records_to_table(
+                            "answers",
+                            schema_name=self._schema_name,
+                            columns=_ANSWER_COLUMNS,
+                            records=[row for rows, _ in batch for row in rows],
+                        )
+                except Exception as e:  # every waiter of this batch gets the error
+                    for _, written in batch:
+                        if not written.done():
+                            written.set_exception(e)
+                else:
+                    for _, written in batch:
+                        if not written.done():
+                            written.set_result(None)
+        finally:
+            self._auditor = None
 
 
 class Spend:
@@ -296,12 +337,9 @@ class Spend:
         return await _entries(self._conn, self._schema, self._table, after_id)
 
     async def append(
-        self,
-        measurements: Sequence[NewMeasurement],
-        records: Sequence[AnswerRecord],
-        charges: np.ndarray,
+        self, measurements: Sequence[NewMeasurement], charges: np.ndarray
     ) -> list[int]:
-        """Write measurements, their answers and the per-cell charges; returns the row ids.
+        """Write measurements and the per-cell charges; returns the row ids.
 
         ``charges`` is the float8 upper bound of what each cell is charged, one per cell. An
         entry whose key is already stored (a retried write) is not written again.
@@ -349,7 +387,6 @@ class Spend:
                 touched.tolist(),
                 charges[touched].tolist(),
             )
-        await _insert_answers(self._conn, s, table, records)
         return ids
 
 
@@ -435,29 +472,33 @@ async def _entries(
     ]
 
 
-async def _insert_answers(
-    conn: asyncpg.Connection, schema: str, table: _Table, records: Sequence[AnswerRecord]
-) -> None:
-    if not records:
-        return
-    await conn.executemany(
-        f"INSERT INTO {schema}.answers (table_id, source, budget, estimate, low, high, confidence, "
-        "requested_eps, requested_confidence, user_name, sql_text) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-        [
-            (
-                table.id,
-                r.source,
-                str(r.budget),
-                r.estimate,
-                r.low,
-                r.high,
-                r.confidence,
-                r.requested_eps,
-                r.requested_confidence,
-                r.user,
-                r.sql,
-            )
-            for r in records
-        ],
+_ANSWER_COLUMNS = [
+    "table_id",
+    "source",
+    "budget",
+    "estimate",
+    "low",
+    "high",
+    "confidence",
+    "requested_eps",
+    "requested_confidence",
+    "user_name",
+    "sql_text",
+]
+
+
+def _answer_row(table: _Table, r: AnswerRecord) -> tuple[object, ...]:
+    """An audit row, in the order of ``_ANSWER_COLUMNS``."""
+    return (
+        table.id,
+        r.source,
+        str(r.budget),
+        r.estimate,
+        r.low,
+        r.high,
+        r.confidence,
+        r.requested_eps,
+        r.requested_confidence,
+        r.user,
+        r.sql,
     )

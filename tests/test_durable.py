@@ -46,9 +46,10 @@ def test_entries_survive_reopening(pg_dsn: str, ledger_schema: str) -> None:
             assert await spend.since(0) == []
             charges = np.zeros(CUBE.n_cells)
             charges[:2] = 0.1
-            ids = await spend.append([first], [record("fresh", Fraction(1, 10))], charges)
+            ids = await spend.append([first], charges)
             # a retried write of the same entry does not create a second one
-            assert await spend.append([first], [], np.zeros(CUBE.n_cells)) == []
+            assert await spend.append([first], np.zeros(CUBE.n_cells)) == []
+        await ledger.record_answers(CUBE, [record("fresh", Fraction(1, 10))])
         await ledger.record_answers(CUBE, [record("history", Fraction(0))])
         await ledger.close()
 
@@ -112,21 +113,14 @@ def test_views_show_budget_and_history(pg_dsn: str, ledger_schema: str) -> None:
         charges = np.zeros(CUBE.n_cells)
         async with ledger.spending(CUBE) as spend:
             charges[:2] = 0.25
-            await spend.append(
-                [measurement([1, 1], Fraction(1, 4), 12.0)],
-                [record("fresh", Fraction(1, 4))],
-                charges,
-            )
+            await spend.append([measurement([1, 1], Fraction(1, 4), 12.0)], charges)
         async with ledger.spending(CUBE) as spend:
             charges[:] = 0
             charges[1:3] = 0.125
-            await spend.append(
-                [measurement([0, 1, 1], Fraction(1, 8), 3.0)],
-                [record("combined", Fraction(1, 8))],
-                charges,
-            )
+            await spend.append([measurement([0, 1, 1], Fraction(1, 8), 3.0)], charges)
         await ledger.record_answers(
-            CUBE, [record("history", Fraction(0)), record("refused", Fraction(0))]
+            CUBE,
+            [record(source, Fraction(0)) for source in ("fresh", "combined", "history", "refused")],
         )
         await ledger.close()
 
@@ -162,9 +156,23 @@ def test_ledger_of_an_earlier_layout_is_upgraded(pg_dsn: str, ledger_schema: str
     async def run() -> None:
         ledger = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
         async with ledger.spending(CUBE) as spend:
-            assert await spend.append([measurement([1], Fraction(1, 2), 5.0)], [], np.ones(1))
+            assert await spend.append([measurement([1], Fraction(1, 2), 5.0)], np.ones(1))
         await ledger.close()
 
     asyncio.run(run())
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute("SELECT spent FROM dp.budget").fetchall() == [(1.0,)]
+
+
+def test_concurrent_answers_share_audit_writes(pg_dsn: str, ledger_schema: str) -> None:
+    async def run() -> None:
+        ledger = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
+        await asyncio.gather(
+            *(ledger.record_answers(CUBE, [record("history", Fraction(0))]) for _ in range(300))
+        )
+        # a caller returns only once its rows are written: the next one sees them all
+        with psycopg.connect(pg_dsn) as conn:
+            assert conn.execute("SELECT history FROM dp.budget").fetchone() == (300,)
+        await ledger.close()
+
+    asyncio.run(run())
