@@ -1,4 +1,4 @@
-"""The privacy engine: history, BLUE estimates, exact error tails, minimal budget, ledger, noise.
+"""The privacy engine: history, estimates (BLUE and repeats), exact tails, budget, ledger, noise.
 
 The proxy talks to :class:`PrivacyEngine` (one per protected table); the submodules hold one
 concern each and are importable on their own for tests and benchmarks.

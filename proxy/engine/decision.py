@@ -1,12 +1,15 @@
 """The spend decision: answer from history for free, or buy the least fresh budget that suffices.
 
-This is the papers' Algorithm 1 with two improvements: the history estimate's error is judged by
-its exact distribution rather than a simulation, and when it falls short, the fresh measurement
-is combined with it (inverse-variance weights, i.e. the BLUE over history plus the new row), so
-the budget bought is the least that makes the *combination* meet the requirement, never more
-than answering from scratch. Inputs are public only: the query vector, the history's BLUE
-(weights and scales, from ``H`` and the budgets) and the accuracy asked for. True answers never
-reach this module.
+This is the papers' Algorithm 1 with three improvements: the history estimate's error is judged
+by its exact distribution rather than a simulation; the history estimate need not be the BLUE:
+the query's own earlier measurements, or a mixture of them with the BLUE, count too when their
+exact interval is narrower (:mod:`proxy.engine.selection`), so a query once measured is free
+again at the same accuracy however the history grows; and when history falls short, the fresh
+measurement is combined with a history estimate (inverse-variance weights; the BLUE or the
+narrower other end, whichever needs less), so the budget bought is the least that makes the
+*combination* meet the requirement, never more than answering from scratch. Inputs are public
+only: the query vector, the history's estimates (weights and scales, from ``H`` and the
+budgets) and the accuracy asked for. True answers never reach this module.
 
 Every bound accounts for the noise actually added. A single lattice noise (a fresh answer, or a
 history estimate resting on one earlier measurement) has an exactly computed discrete tail; a
@@ -17,6 +20,7 @@ with continuous ``L_k`` (each lattice Laplace is within one step ``g_k`` of its 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
@@ -26,7 +30,8 @@ from scipy import optimize
 
 from proxy.engine.estimator import Solution
 from proxy.engine.noise import noise_step, public_fraction
-from proxy.engine.tails import EXACT, TailMethod, discrete_laplace_tail, quantile
+from proxy.engine.selection import TAIL_SLACK, Basis, choose, lattice_interval, meets
+from proxy.engine.tails import EXACT, TailMethod, discrete_laplace_tail
 from sqlmap.accuracy import AccuracyRequest
 from sqlmap.vector import LinearQuery
 
@@ -42,8 +47,9 @@ Source = Literal["history", "fresh", "combined"]
 
 # Budgets are rounded up to this many significant digits: readable, and never below the need.
 _BUDGET_DIGITS = 12
-# Added to every computed miss probability: the exact tail's error budget (2e-13) with margin.
-_TAIL_SLACK = 1e-12
+# A combination is bought to miss with probability at most delta (1 - 1e-9): asked again, its
+# estimate is recomputed from the rows to ~1e-15, and that must still pass the same test.
+_COMBINED_MARGIN = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +63,13 @@ class Decision:
         source: ``history`` (no budget), ``fresh`` (new measurement only) or ``combined``.
         budget: ``alpha`` of the new measurement (0 if none).
         step: lattice step of the new measurement's noise (0 if none).
-        history: the history BLUE used (``None`` when the answer is fresh only).
+        history: the history estimate used (``None`` when the answer is fresh only): the BLUE,
+            or one with a narrower interval (:func:`~proxy.engine.selection.choose`).
         fresh_weight: weight of the new measurement in the reply.
         half_width: half-width of the interval the reply will carry.
         confidence: a lower bound on the probability that the interval holds the true answer.
+        basis: what ``history`` is (:class:`~proxy.engine.selection.Candidate`); ``None`` iff
+            the answer is fresh only.
     """
 
     source: Source
@@ -70,13 +79,16 @@ class Decision:
     fresh_weight: float
     half_width: float
     confidence: float
+    basis: Basis | None = None
 
     def __post_init__(self) -> None:
         measures = self.source != "history"
         if measures != (self.budget > 0) or measures != (self.step > 0):
             raise ValueError("a fresh or combined answer has a budget and step; history has none")
-        if (self.history is None) != (self.source == "fresh"):
-            raise ValueError("only a fresh answer lacks a history estimate")
+        if (self.history is None) != (self.source == "fresh") or (self.history is None) != (
+            self.basis is None
+        ):
+            raise ValueError("only a fresh answer lacks a history estimate and its basis")
         if not 0 <= self.fresh_weight <= 1 or (self.source == "history") != (
             self.fresh_weight == 0
         ):
@@ -129,20 +141,7 @@ def fresh_budget(sensitivity: float, step: Fraction, accuracy: AccuracyRequest) 
 
 
 def _fresh_miss(sensitivity: float, step: Fraction, budget: Fraction, k: int) -> float:
-    return discrete_laplace_tail(float(step) * float(budget) / sensitivity, k)
-
-
-def _lattice_interval(rho: float, unit: float, delta: float) -> tuple[float, float]:
-    """Narrowest half-width for an error ``unit * Z``, ``Z`` discrete Laplace of decay ``rho``.
-
-    Returns ``((k - 1) * unit, P(|Z| >= k))`` for the least ``k`` with ``P(|Z| >= k) <= delta``.
-    """
-    k = max(1, math.ceil((math.log(2.0 / delta) - math.log1p(math.exp(-rho))) / rho))
-    while k > 1 and discrete_laplace_tail(rho, k - 1) <= delta:
-        k -= 1
-    while discrete_laplace_tail(rho, k) > delta:
-        k += 1
-    return (k - 1) * unit, discrete_laplace_tail(rho, k)
+    return discrete_laplace_tail(float(step) * (float(budget) / sensitivity), k)
 
 
 def decide(
@@ -150,8 +149,17 @@ def decide(
     accuracy: AccuracyRequest,
     history: Solution | None,
     tail: TailMethod = EXACT,
+    repeats: Sequence[Solution] = (),
 ) -> Decision:
-    """Decide how to answer ``query`` to ``accuracy`` given its history BLUE (``None``: none).
+    """Decide how to answer ``query`` to ``accuracy`` from its history estimates.
+
+    Args:
+        query: the offset-free query vector.
+        accuracy: the half-width and confidence asked for.
+        history: the query's BLUE over the history (``None``: not estimable).
+        tail: how error tails are computed.
+        repeats: estimates from the rows that measured ``query`` itself, one by one or pooled
+            (:meth:`~proxy.engine.estimator.HistoryIndex.repeats`).
 
     >>> q = LinearQuery.from_dense([1.0, 1.0])
     >>> d = decide(q, AccuracyRequest(10.0, 0.95), None)
@@ -159,43 +167,38 @@ def decide(
     ('fresh', True)
     """
     if history is not None:
-        width, confidence = _history_interval(history, accuracy, tail)
-        # Relative slack for rounding in t: a repeated query's weight is 1 only to ~1e-16.
-        if width <= accuracy.eps * (1 + 1e-12):
-            return Decision("history", Fraction(0), Fraction(0), history, 0.0, width, confidence)
+        best = choose(history, repeats, accuracy, tail)
+        if meets(best, accuracy.eps, accuracy.delta, tail) is not None:
+            return Decision(
+                "history",
+                Fraction(0),
+                Fraction(0),
+                best.estimator,
+                0.0,
+                best.half_width,
+                best.confidence,
+                best.basis,
+            )
     step = noise_step(query, accuracy.eps)
     sensitivity = query.sensitivity
     alone = fresh_budget(sensitivity, step, accuracy)
     if history is not None:
-        combined = _combined(history, sensitivity, step, accuracy, alone, tail)
-        if combined is not None:
-            return combined
-    rho = float(step) * float(alone) / sensitivity
-    width, miss = _lattice_interval(rho, float(step), accuracy.delta)
+        # Combine with the BLUE and, if narrower, with the other end: whichever needs less.
+        bases: list[tuple[Solution, Basis]] = [(history, "blue")]
+        if not best.estimator.same_as(history):
+            bases.insert(0, (best.estimator, best.basis))
+        options = [_combined(*b, sensitivity, step, accuracy, alone, tail) for b in bases]
+        combined = [d for d in options if d is not None]
+        if combined:
+            return min(combined, key=lambda d: d.budget)  # the first of equals
+    rho = float(step) * (float(alone) / sensitivity)
+    width, miss = lattice_interval(rho, float(step), accuracy.delta)
     return Decision("fresh", alone, step, None, 1.0, width, 1.0 - miss)
-
-
-def _history_interval(
-    history: Solution, accuracy: AccuracyRequest, tail: TailMethod
-) -> tuple[float, float]:
-    """The narrowest interval the history estimate achieves at the requested confidence.
-
-    A single term is one lattice noise scaled by ``t``: its error is exactly ``|t| g Z``, so
-    its tail is exact (a repeated query then gets its earlier answer, at the same width).
-    Otherwise the coupling bound applies.
-    """
-    if history.scales.size == 0:
-        return 0.0, 1.0
-    if history.scales.size == 1:
-        unit = history.shift  # |t| g
-        width, miss = _lattice_interval(unit / float(history.scales[0]), unit, accuracy.delta)
-        return width, 1.0 - miss
-    width = history.shift + quantile(tail, history.scales, accuracy.delta - _TAIL_SLACK)
-    return width, accuracy.confidence
 
 
 def _combined(
     history: Solution,
+    basis: Basis,
     sensitivity: float,
     step: Fraction,
     accuracy: AccuracyRequest,
@@ -207,6 +210,7 @@ def _combined(
     Returns ``None`` if that is no cheaper than ``ceiling`` (the fresh-only budget).
     """
     history_var = float(np.square(history.scales).sum())
+    target = accuracy.delta * (1 - _COMBINED_MARGIN)
 
     def miss(budget: float) -> tuple[float, float]:
         """(bound on P(miss), weight of the new measurement) at ``budget``."""
@@ -214,27 +218,27 @@ def _combined(
         weight = history_var / (history_var + fresh_scale**2)
         scales = np.append((1.0 - weight) * history.scales, weight * fresh_scale)
         shift = (1.0 - weight) * history.shift + weight * float(step)
-        return tail.tail(scales, accuracy.eps - shift) + _TAIL_SLACK, weight
+        return tail.tail(scales, accuracy.eps - shift) + TAIL_SLACK, weight
 
-    if miss(float(ceiling))[0] > accuracy.delta:
+    if miss(float(ceiling))[0] > target:
         return None  # the coupling allowance outweighs the history's help
     low = float(ceiling) / 2
     for _ in range(60):  # as the budget -> 0 the combination -> the history estimate, which missed
-        if miss(low)[0] > accuracy.delta:
+        if miss(low)[0] > target:
             break
         low /= 2
     else:
         return None  # not reached (the slack keeps the two bounds consistent); fresh is safe
     log_budget = optimize.brentq(
-        lambda b: miss(math.exp(b))[0] - accuracy.delta,
+        lambda b: miss(math.exp(b))[0] - target,
         math.log(low),
         math.log(float(ceiling)),
         xtol=1e-10,
     )
     budget = round_up(math.exp(log_budget))
-    while budget < ceiling and miss(float(budget))[0] > accuracy.delta:
+    while budget < ceiling and miss(float(budget))[0] > target:
         budget = round_up(float(budget) * (1 + 1e-9))
     if budget >= ceiling:
         return None
     bound, weight = miss(float(budget))
-    return Decision("combined", budget, step, history, weight, accuracy.eps, 1.0 - bound)
+    return Decision("combined", budget, step, history, weight, accuracy.eps, 1.0 - bound, basis)

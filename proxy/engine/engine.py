@@ -215,7 +215,9 @@ class PrivacyEngine:
         charges: dict[int, Fraction] = {}
         for i, request in enumerate(requests):
             vector = self._vector(request.query)
-            decision = decide(vector, request.accuracy, index.solve(vector), self._tail)
+            decision = decide(
+                vector, request.accuracy, index.solve(vector), self._tail, index.repeats(vector)
+            )
             decisions.append(decision)
             if decision.budget == 0:
                 continue

@@ -8,13 +8,20 @@ variance. Substituting ``u_i = t_i S_i / alpha_i`` turns that into the minimum-n
 dense matrix); ``|u_i|`` are then exactly the Laplace scales ``b_i`` of the error. ``q`` is
 estimable iff that system is consistent, judged by its relative residual; a query touching a
 cell no row covers is rejected without solving.
+
+The BLUE is not the only unbiased estimate worth having: its variance is least, but intervals
+come from the exact tail of a weighted sum of Laplace noises, whose quantile is not a function
+of the variance alone. :meth:`HistoryIndex.repeats` finds the rows that measured the query
+itself (up to a factor), and :func:`combine` forms affine combinations of estimates, which stay
+unbiased; :mod:`proxy.engine.selection` chooses among them.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +29,7 @@ import numpy.typing as npt
 from proxy.engine.solver import MinNormSolver
 from sqlmap.vector import LinearQuery
 
-__all__ = ["Solution", "HistoryIndex", "ESTIMABLE_RESIDUAL"]
+__all__ = ["Solution", "HistoryIndex", "combine", "ESTIMABLE_RESIDUAL"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -30,6 +37,10 @@ FloatArray = npt.NDArray[np.float64]
 # Relative residual ||t H - q|| / ||q|| up to which q counts as in the row space of H. The solver
 # refines to 1e-14, so consistent systems land far below this and inconsistent ones far above.
 ESTIMABLE_RESIDUAL = 1e-6
+# A row is the query measured again when it is proportional to it up to rounding in the weights.
+_REPEAT_RESIDUAL = 1e-12
+# Repeat rows offered one by one (the least noisy); all of them are also offered pooled.
+_REPEAT_SINGLES = 4
 _CACHE_SIZE = 128  # a solution may hold a weight for every row
 # Stamps are unique across copies, so a cache shared by copies never confuses two histories.
 _STAMPS = itertools.count()
@@ -37,29 +48,41 @@ _STAMPS = itertools.count()
 
 @dataclass(frozen=True, slots=True)
 class Solution:
-    """The BLUE of an estimable query: ``estimate = sum_k weights[k] * y[rows[k]]``.
+    """An unbiased linear estimate of a query: ``estimate = sum_k weights[k] * y[rows[k]]``.
+
+    :meth:`HistoryIndex.solve` gives the BLUE; :meth:`HistoryIndex.repeats` and :func:`combine`
+    give others. Only public numbers are held: which rows, their weights, budgets and steps.
 
     Attributes:
-        rows: history row indices with non-zero weight.
+        rows: history row indices with non-zero weight, increasing.
         weights: ``t_k``, so that ``t H = q`` (to ``residual``).
-        scales: ``b_k = |t_k| S_k / alpha_k``, the Laplace scales of the error terms.
-        shift: ``sum_k |t_k| step_k``: how far lattice noise can move the error from its
-            continuous-Laplace coupling.
-        residual: ``||t H - q|| / ||q||``.
+        precisions: ``alpha_k / S_k`` of those rows.
+        steps: ``g_k``, the lattice steps of those rows' noise.
+        residual: ``||t H - q|| / ||q||`` (a bound on it for a combination).
+        scales: ``b_k = |t_k| S_k / alpha_k``, the Laplace scales of the error terms (derived).
+        shift: ``sum_k |t_k| g_k``: how far lattice noise can move the error from its
+            continuous-Laplace coupling (derived).
     """
 
     rows: IntArray
     weights: FloatArray
-    scales: FloatArray
-    shift: float
+    precisions: FloatArray
+    steps: FloatArray
     residual: float
+    scales: FloatArray = field(init=False)
+    shift: float = field(init=False)
 
     def __post_init__(self) -> None:
-        if not (self.rows.shape == self.weights.shape == self.scales.shape):
-            raise ValueError("rows, weights and scales must align")
-        if self.shift < 0 or not 0 <= self.residual <= ESTIMABLE_RESIDUAL:
-            raise ValueError("shift must be >= 0 and the residual within the estimable bound")
-        for array in (self.rows, self.weights, self.scales):
+        if not (self.rows.shape == self.weights.shape == self.precisions.shape == self.steps.shape):
+            raise ValueError("rows, weights, precisions and steps must align")
+        if not 0 <= self.residual <= ESTIMABLE_RESIDUAL:
+            raise ValueError("the residual must be within the estimable bound")
+        if self.rows.size > 1 and not np.all(np.diff(self.rows) > 0):
+            raise ValueError("rows must be strictly increasing")
+        magnitude = np.abs(self.weights)
+        object.__setattr__(self, "scales", magnitude / self.precisions)
+        object.__setattr__(self, "shift", float(magnitude @ self.steps))
+        for array in (self.rows, self.weights, self.precisions, self.steps, self.scales):
             array.flags.writeable = False  # solutions are cached and shared
 
     @property
@@ -71,6 +94,13 @@ class Solution:
         """``t . y`` for the vector ``y`` of all released answers, indexed by row."""
         return float(self.weights @ noisy_answers[self.rows])
 
+    def same_as(self, other: Solution) -> bool:
+        """Whether both give the same weights to the same rows (to rounding)."""
+        return bool(
+            np.array_equal(self.rows, other.rows)
+            and np.allclose(self.weights, other.weights, rtol=1e-12, atol=0.0)
+        )
+
     def __repr__(self) -> str:
         return (
             f"Solution(terms={self.rows.size}, variance={self.variance:.6g}, "
@@ -78,11 +108,46 @@ class Solution:
         )
 
 
-_EMPTY = Solution(np.zeros(0, np.int64), np.zeros(0), np.zeros(0), shift=0.0, residual=0.0)
+_EMPTY = Solution(np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0), residual=0.0)
+
+
+def combine(parts: Sequence[tuple[float, Solution]]) -> Solution:
+    """``sum_j c_j t_j`` for estimates ``t_j`` of one query: unbiased when ``sum_j c_j = 1``.
+
+    The caller keeps the coefficients summing to one (the result is then another unbiased
+    estimate of the same query); its residual is bounded by ``sum_j |c_j| residual_j``, which
+    for a convex combination stays within the estimable bound. Rows whose weights cancel
+    exactly are dropped.
+
+    >>> index = HistoryIndex(2)
+    >>> for row in ([1.0, 1.0], [1.0, 1.0]):
+    ...     _ = index.append(LinearQuery.from_dense(row), alpha=1.0, step=0.01)
+    >>> first, second, _ = index.repeats(LinearQuery.from_dense([1.0, 1.0]))
+    >>> average = combine([(0.5, first), (0.5, second)])
+    >>> average.rows.tolist(), average.weights.tolist(), round(average.variance, 12)
+    ([0, 1], [0.5, 0.5], 1.0)
+    """
+    if not parts:
+        raise ValueError("nothing to combine")
+    rows = np.concatenate([s.rows for _, s in parts])
+    weights = np.concatenate([c * s.weights for c, s in parts])
+    precisions = np.concatenate([s.precisions for _, s in parts])
+    steps = np.concatenate([s.steps for _, s in parts])
+    unique, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    summed = np.bincount(inverse, weights=weights, minlength=unique.size)
+    keep = summed != 0
+    residual = sum(abs(c) * s.residual for c, s in parts)
+    return Solution(
+        unique[keep].astype(np.int64),
+        summed[keep],
+        precisions[first][keep],
+        steps[first][keep],
+        residual=residual,
+    )
 
 
 class HistoryIndex:
-    """The history matrix ``H`` with budgets and noise steps, answering BLUEs.
+    """The history matrix ``H`` with budgets and noise steps, answering BLUEs and repeats.
 
     >>> index = HistoryIndex(2)
     >>> for row in ([1.0, 0.0], [0.0, 1.0]):
@@ -98,23 +163,29 @@ class HistoryIndex:
             raise ValueError("n_cells must be positive")
         self.n_cells = n_cells
         self._solver = MinNormSolver(n_cells)
-        self._precision: list[float] = []  # alpha_i / S_i
-        self._steps: list[float] = []
+        self._size = 0
+        self._precision = np.zeros(16)  # alpha_i / S_i
+        self._steps = np.zeros(16)
+        self._weights: list[FloatArray] = []  # H_i's non-zero weights, for repeats
+        self._by_support: dict[bytes, tuple[int, ...]] = {}  # H_i's cells -> rows i
         self._stamp = next(_STAMPS)
         self._solutions: OrderedDict[tuple[int, bytes], Solution | None] = OrderedDict()
 
     @property
     def size(self) -> int:
         """The number of history rows ``m``."""
-        return len(self._precision)
+        return self._size
 
     def copy(self) -> HistoryIndex:
         """An independent index with the same rows (the solution cache is shared)."""
         other = HistoryIndex.__new__(HistoryIndex)
         other.n_cells = self.n_cells
         other._solver = self._solver.copy()
-        other._precision = list(self._precision)
-        other._steps = list(self._steps)
+        other._size = self._size
+        other._precision = self._precision.copy()
+        other._steps = self._steps.copy()
+        other._weights = list(self._weights)
+        other._by_support = dict(self._by_support)  # values are tuples: appends replace them
         other._stamp = self._stamp
         other._solutions = self._solutions
         return other
@@ -127,10 +198,22 @@ class HistoryIndex:
             raise ValueError("alpha and step must be positive")
         precision = alpha / query.sensitivity
         self._solver.add_row(query.cells, query.weights * precision)
-        self._precision.append(precision)
-        self._steps.append(step)
+        row = self._size
+        if row == self._precision.size:
+            self._precision = np.concatenate([self._precision, np.zeros(row)])
+            self._steps = np.concatenate([self._steps, np.zeros(row)])
+        self._precision[row] = precision
+        self._steps[row] = step
+        self._weights.append(query.weights)
+        support = query.cells.tobytes()
+        self._by_support[support] = self._by_support.get(support, ()) + (row,)
+        self._size += 1
         self._stamp = next(_STAMPS)
-        return self.size - 1
+        return row
+
+    def estimator(self, rows: IntArray, weights: FloatArray, residual: float) -> Solution:
+        """The estimate ``sum_k weights[k] y[rows[k]]`` (rows increasing, weights non-zero)."""
+        return Solution(rows, weights, self._precision[rows], self._steps[rows], residual=residual)
 
     def solve(self, query: LinearQuery) -> Solution | None:
         """The BLUE of ``query . x`` from the history, or ``None`` if it is not estimable."""
@@ -155,12 +238,41 @@ class HistoryIndex:
         if not residual <= ESTIMABLE_RESIDUAL:
             return None
         (rows,) = np.nonzero(u)
-        u = u[rows]
-        t = u * np.asarray(self._precision)[rows]
-        return Solution(
-            rows.astype(np.int64),
-            t,
-            np.abs(u),
-            shift=float(np.abs(t) @ np.asarray(self._steps)[rows]),
-            residual=residual,
-        )
+        rows = rows.astype(np.int64)
+        return self.estimator(rows, u[rows] * self._precision[rows], residual)
+
+    def repeats(self, query: LinearQuery) -> tuple[Solution, ...]:
+        """Estimates from the rows ``H_i = c q`` (``c != 0``) alone: the query measured before.
+
+        Each such row gives ``y_i / c``, one error term whose interval is the exact lattice one
+        the measurement was bought for (``t = 1/c`` is exactly 1 for a row equal to the query).
+        Returned: the least noisy of them one by one (at most four, by scale), then, if there
+        are several, all of them inverse-variance pooled (the BLUE over those rows alone). Rows
+        are found by their cells, then checked for proportional weights.
+
+        >>> index = HistoryIndex(3)
+        >>> for row, alpha in (([1, 1, 0], 1.0), ([2, 2, 0], 2.0), ([1, 2, 0], 1.0)):
+        ...     _ = index.append(LinearQuery.from_dense(row), alpha=alpha, step=0.01)
+        >>> [(r.rows.tolist(), r.weights.tolist()) for r in index.repeats(
+        ...     LinearQuery.from_dense([1.0, 1.0, 0.0]))]
+        [([1], [0.5]), ([0], [1.0]), ([0, 1], [0.2, 0.4])]
+        """
+        if query.n_cells != self.n_cells:
+            raise ValueError("query is over a different number of cells")
+        rows = np.array(self._by_support.get(query.cells.tobytes(), ()), dtype=np.int64)
+        if rows.size == 0:
+            return ()
+        weights = np.stack([self._weights[row] for row in rows.tolist()])
+        t = query.weights[0] / weights[:, 0]
+        residual = np.linalg.norm(t[:, None] * weights - query.weights, axis=1)
+        residual /= float(np.linalg.norm(query.weights))
+        proportional = residual <= _REPEAT_RESIDUAL
+        rows, t, residual = rows[proportional], t[proportional], residual[proportional]
+        scales = np.abs(t) / self._precision[rows]
+        best = np.argsort(scales, kind="stable")[:_REPEAT_SINGLES]
+        found = [self.estimator(rows[[i]], t[[i]], float(residual[i])) for i in best.tolist()]
+        if rows.size > 1:
+            shares = 1.0 / np.square(scales)
+            shares /= shares.sum()
+            found.append(self.estimator(rows, shares * t, float(shares @ residual)))
+        return tuple(found)

@@ -2,18 +2,26 @@
 
 Every trial builds its own engine on a small random cube and asks three fresh queries, then
 combinations of them loosely (answered from history) and tightly (history plus a fresh
-measurement), and one more fresh query. The noise comes from a seeded source, so a failure
-reproduces. Per source and delta, the empirical coverage must be at least ``1 - delta`` minus
-three binomial standard errors, and (the intervals being the narrowest the engine can justify)
-at most ``1 - delta`` plus five. Every trial also checks that no cell overspent and that the
-ledger equals a recomputation from the stored history.
+measurement), one more fresh query, and the first three again at their first accuracy. Those
+repeats are answered from a history estimate chosen by its exact interval: the BLUE, the
+query's own earlier measurement, or a mixture of the two (``history+repeat``,
+``history+mixture``; a ``+basis`` suffix marks any estimate other than the BLUE). The noise
+comes from a seeded source, so a failure reproduces. Mixtures are chosen only when neither
+end of the segment suffices, which such workloads rarely reach, so a second kind of trial
+aims at them: ``x0 + x1`` measured, then ``x0`` and ``x1`` alone, then ``x0 + x1`` again at a
+half-width between the narrowest mixture and the narrower end (computed, as the engine
+would, from the stored history's public numbers). Per kind of answer and delta, the
+empirical coverage must be at least ``1 - delta`` minus three binomial standard errors, and
+(the intervals being the narrowest the engine can justify) at most ``1 - delta`` plus five.
+Every trial also checks that no cell overspent and that the ledger equals a recomputation
+from the stored history.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -26,10 +34,13 @@ from proxy.engine import (
     QueryRequest,
     SeededRandomSource,
 )
+from proxy.engine.estimator import HistoryIndex, combine
+from proxy.engine.selection import interval
 from proxy.errors import BudgetExhausted
 from sqlmap.vector import LinearQuery
 
 N_CELLS = 6
+Outcomes = list[tuple[str, bool]]
 
 
 def _random_query(rng: np.random.Generator) -> LinearQuery:
@@ -69,10 +80,15 @@ def _trial(seed: int, delta: float) -> list[tuple[str, bool]]:
     def ask(query: LinearQuery, eps: float) -> None:
         request = QueryRequest(query, AccuracyRequest(eps, 1 - delta))
         try:
-            (reply,) = engine.answer([request], lambda ms: [m.evaluate(x) for m in ms])
+            plan = engine.plan([request])
         except BudgetExhausted:
             return
-        outcomes.append((reply.source, reply.low <= query.evaluate(x) <= reply.high))
+        (reply,) = engine.execute(plan, [m.evaluate(x) for m in plan.measurements])
+        (decision,) = plan.decisions
+        kind = (
+            reply.source if decision.basis in (None, "blue") else f"{reply.source}+{decision.basis}"
+        )
+        outcomes.append((kind, reply.low <= query.evaluate(x) <= reply.high))
 
     base = [_random_query(rng) for _ in range(3)]
     widths = rng.uniform(2.0, 20.0, size=3)
@@ -81,16 +97,57 @@ def _trial(seed: int, delta: float) -> list[tuple[str, bool]]:
     for factor in (3.0, 3.0, 0.4, 0.4):  # loose: history; tight: combined
         ask(_combination(rng, base), float(factor * widths.mean()))
     ask(_random_query(rng), float(rng.uniform(2.0, 20.0)))
+    for query, eps in zip(base, widths):  # repeats, after overlapping measurements
+        ask(query, float(eps))
 
     assert engine.ledger.per_cell() == _recomputed_ledger(store)
     assert engine.ledger.spent <= total
     return outcomes
 
 
-def _check_coverage(trials: int, delta: float, first_seed: int) -> dict[str, int]:
+def _mixture_trial(seed: int, delta: float) -> list[tuple[str, bool]]:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 60, 3)
+    store = InMemoryHistoryStore()
+    engine = PrivacyEngine(
+        "t", 3, total_budget=Fraction(100), store=store, rng=SeededRandomSource(seed)
+    )
+
+    def ask(dense: list[float], eps: float) -> tuple[str, bool]:
+        query = LinearQuery.from_dense(dense, offset=float(rng.integers(-5, 6)))
+        plan = engine.plan([QueryRequest(query, AccuracyRequest(eps, 1 - delta))])
+        (reply,) = engine.execute(plan, [m.evaluate(x) for m in plan.measurements])
+        (decision,) = plan.decisions
+        kind = (
+            reply.source if decision.basis in (None, "blue") else f"{reply.source}+{decision.basis}"
+        )
+        return kind, reply.low <= query.evaluate(x) <= reply.high
+
+    eps = float(rng.uniform(2.0, 20.0))
+    ask([1.0, 1.0, 0.0], eps)
+    ask([1.0, 0.0, 0.0], eps * float(rng.uniform(1.0, 1.5)))
+    ask([0.0, 1.0, 0.0], eps * float(rng.uniform(1.0, 1.5)))
+    index = HistoryIndex(3)  # the engine's view, rebuilt from what the store holds
+    for entry in store.entries("t"):
+        index.append(entry.query, alpha=float(entry.budget), step=float(entry.step))
+    target = LinearQuery.from_dense([1.0, 1.0, 0.0])
+    blue, (repeat,) = index.solve(target), index.repeats(target)
+    assert blue is not None
+    miss = AccuracyRequest(1.0, 1 - delta).delta
+    ends = min(interval(blue, miss).half_width, interval(repeat, miss).half_width)
+    segment = [combine([(1 - lam, repeat), (lam, blue)]) for lam in np.linspace(0.1, 0.9, 9)]
+    least = min(interval(mixed, miss).half_width for mixed in segment)
+    if not least < ends:
+        return []
+    return [ask([1.0, 1.0, 0.0], (least + ends) / 2)]
+
+
+def _check_coverage(
+    trials: int, delta: float, first_seed: int, trial: Callable[[int, float], Outcomes] = _trial
+) -> dict[str, int]:
     tally: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for seed in range(first_seed, first_seed + trials):
-        for source, covered in _trial(seed, delta):
+        for source, covered in trial(seed, delta):
             tally[source][0] += covered
             tally[source][1] += 1
     for source, (covered, n) in tally.items():
@@ -104,7 +161,7 @@ def _check_coverage(trials: int, delta: float, first_seed: int) -> dict[str, int
 @pytest.mark.parametrize("delta", [0.05, 0.2])
 def test_coverage_quick(delta: float) -> None:
     counts = _check_coverage(trials=120, delta=delta, first_seed=10_000)
-    assert set(counts) == {"fresh", "history", "combined"}
+    assert {"fresh", "history", "combined", "history+repeat"} <= set(counts)
 
 
 @pytest.mark.slow
@@ -112,3 +169,17 @@ def test_coverage_quick(delta: float) -> None:
 def test_coverage_two_thousand_trials_per_source(delta: float) -> None:
     counts = _check_coverage(trials=2_600, delta=delta, first_seed=0)
     assert min(counts[s] for s in ("fresh", "history", "combined")) >= 2_000, counts
+    assert counts["history+repeat"] >= 1_500, counts
+
+
+@pytest.mark.parametrize("delta", [0.5, 0.2])
+def test_mixture_coverage_quick(delta: float) -> None:
+    counts = _check_coverage(trials=60, delta=delta, first_seed=20_000, trial=_mixture_trial)
+    assert counts["history+mixture"] >= 50, counts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delta", [0.5, 0.2])
+def test_mixture_coverage_two_thousand_trials(delta: float) -> None:
+    counts = _check_coverage(trials=2_600, delta=delta, first_seed=0, trial=_mixture_trial)
+    assert counts["history+mixture"] >= 2_000, counts

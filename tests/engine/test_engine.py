@@ -62,6 +62,65 @@ def test_fresh_then_history_for_the_same_query() -> None:
     assert again.budget_remaining == first.budget_remaining
 
 
+@pytest.mark.parametrize(
+    ("confidence", "others_eps"),
+    [
+        (0.95, 200.0),  # barely informative overlaps: the BLUE's coupling bound misses eps
+        (0.9, 200.0),
+        (0.5, 15.0),  # informative ones: the BLUE's near-Gaussian error is wider than a Laplace
+    ],
+)
+def test_a_fresh_answer_stays_free_after_overlapping_measurements(
+    confidence: float, others_eps: float
+) -> None:
+    # Regression: the repeat was decided from the BLUE alone, whose exact interval over the
+    # grown history is wider than the query's own earlier measurement; it was charged again.
+    store = InMemoryHistoryStore()
+    engine = _engine(store=store)
+    query = [1, 1, 0, 0, 0, 0, 0, 0, 0]
+    first = _ask(engine, query, eps=10.0, conf=confidence, offset=3.0)
+    assert first.source == "fresh"
+    _ask(engine, [1, 0, 0, 0, 0, 0, 0, 0, 0], eps=others_eps, conf=confidence)
+    _ask(engine, [0, 1, 0, 0, 0, 0, 0, 0, 0], eps=others_eps, conf=confidence)
+    spent = engine.ledger.spent
+    again = _ask(engine, query, eps=10.0, conf=confidence, offset=3.0)
+    assert again.source == "history" and again.budget_charged == 0
+    assert engine.ledger.spent == spent and again.budget_remaining == Fraction(10) - spent
+    assert again.high - again.low <= 2 * 10.0 * (1 + 1e-12)
+    assert again.confidence >= confidence
+    if confidence > 0.9:  # nothing narrower than the earlier measurement: its very answer
+        assert (again.estimate, again.low, again.high) == (first.estimate, first.low, first.high)
+    # the choice is a function of the stored history: a restarted engine decides alike
+    request = QueryRequest(
+        LinearQuery.from_dense(query, offset=3.0), AccuracyRequest(10.0, confidence)
+    )
+    (decision,) = _engine(store=store).plan([request]).decisions
+    (same,) = engine.plan([request]).decisions
+    assert decision.source == same.source == "history"
+    assert decision.basis == same.basis != "blue"
+    # (a rebuilt index factorizes afresh: its BLUE agrees to rounding)
+    assert decision.half_width == pytest.approx(same.half_width, rel=1e-9)
+    assert same.half_width == pytest.approx((again.high - again.low) / 2, rel=1e-12)
+
+
+def test_a_combined_answer_asked_again_at_once_is_free() -> None:
+    # Regression (found by a random search): the combination was bought to meet eps exactly,
+    # and the repeat's BLUE, recomputed from the same rows, came out 1e-12 wider and paid.
+    engine = _engine()
+    for dense, eps in (
+        ([0, 0, -1, 0, 0, 0, 0, 0, 0], 3.365039207241529),
+        ([-1, 0, 0, 0, 0, 0, 0, 0, 0], 9.942741725458419),
+        ([0, 1, 2, 1, 0, 0, 0, 0, 0], 5.372953067834796),
+        ([-1, 1, 1, 0, 0, 0, 0, 0, 0], 8.658300507143533),
+    ):
+        assert _ask(engine, dense, eps=eps).source == "fresh"
+    query, eps = [0, 0, 0, 2, 0, 0, 0, 0, 0], 11.565995735405785
+    assert _ask(engine, query, eps=eps).source == "combined"
+    again = _ask(engine, query, eps=eps)
+    assert again.source == "history" and again.budget_charged == 0
+    assert again.high - again.low <= 2 * eps * (1 + 1e-15) and again.confidence >= 0.9
+
+
 def test_a_stricter_repeat_pays_and_combines() -> None:
     engine = _engine()
     _ask(engine, [1, 1, 0, 0, 0, 0, 0, 0, 0], eps=5.0)
@@ -191,11 +250,16 @@ def test_decisions_never_see_released_values() -> None:
         stores.append(store)
     requests = [
         QueryRequest(LinearQuery.from_dense(q), AccuracyRequest(eps, 0.9))
-        for q, eps in (([1, 2, 1, 0, 0, 0, 0, 0, 0], 90.0), ([1, 0, -1, 0, 0, 0, 0, 0, 0], 20.0))
+        for q, eps in (
+            ([1, 2, 1, 0, 0, 0, 0, 0, 0], 90.0),
+            ([1, 0, -1, 0, 0, 0, 0, 0, 0], 20.0),
+            ([1, 1, 0, 0, 0, 0, 0, 0, 0], 25.0),  # a repeat: the stored row itself is a candidate
+            ([2, 2, 0, 0, 0, 0, 0, 0, 0], 42.0),  # ... and one combined with a new measurement
+        )
     ]
     plans = [_engine(store=s).plan(requests) for s in stores]
-    assert [(d.source, d.budget, d.half_width) for d in plans[0].decisions] == [
-        (d.source, d.budget, d.half_width) for d in plans[1].decisions
+    assert [(d.source, d.budget, d.half_width, d.basis) for d in plans[0].decisions] == [
+        (d.source, d.budget, d.half_width, d.basis) for d in plans[1].decisions
     ]
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.engine.estimator import HistoryIndex
+from proxy.engine.estimator import HistoryIndex, combine
 from sqlmap.vector import LinearQuery
 
 # "Bayesian inference under DP", eqs. (11)-(14): H, alpha and the noisy answers y.
@@ -151,3 +151,62 @@ def test_copy_is_independent() -> None:
     assert scratch.solve(LinearQuery.from_dense([1.0, 0.0, 0.0, 0.0])) is not None
     assert index.solve(LinearQuery.from_dense([1.0, 0.0, 0.0, 0.0])) is None
     assert index.size == 2 and scratch.size == 3
+
+
+def test_repeats_are_the_rows_proportional_to_the_query() -> None:
+    index = HistoryIndex(4)
+    rows = (
+        [1.0, 2.0, 0.0, 0.0],
+        [2.0, 4.0, 0.0, 0.0],
+        [1.0, 1.0, 0.0, 0.0],
+        [-0.5, -1.0, 0.0, 0.0],
+    )
+    for row, alpha in zip(rows, (0.1, 0.3, 0.2, 0.4)):
+        index.append(LinearQuery.from_dense(row), alpha=alpha, step=1e-3)
+    query = LinearQuery.from_dense([1.0, 2.0, 0.0, 0.0], offset=7.0)  # the offset is no matter
+    *singles, pooled = index.repeats(query)
+    # one by one, least noisy first: b = |t| S / alpha, the query's own scale at each measurement
+    assert [int(r.rows[0]) for r in singles] == [3, 1, 0]
+    assert [float(r.weights[0]) for r in singles] == [-2.0, 0.5, 1.0]  # t H_i = q exactly
+    assert [float(r.scales[0]) for r in singles] == pytest.approx([5.0, 20.0 / 3, 20.0])
+    assert [r.shift for r in singles] == pytest.approx([2e-3, 0.5e-3, 1e-3])
+    # pooled: inverse-variance weights over the three rows, the BLUE over them alone
+    precision = np.array([1 / 20.0**2, 1 / (20.0 / 3) ** 2, 1 / 5.0**2])
+    assert pooled.rows.tolist() == [0, 1, 3]
+    assert pooled.weights == pytest.approx(precision / precision.sum() * [1.0, 0.5, -2.0])
+    assert pooled.variance == pytest.approx(2 / precision.sum())
+    assert index.repeats(LinearQuery.from_dense([0.0, 0.0, 1.0, 0.0])) == ()
+    scratch = index.copy()
+    scratch.append(LinearQuery.from_dense([3.0, 6.0, 0.0, 0.0]), alpha=0.1, step=1e-3)
+    assert len(scratch.repeats(query)) == 5 and len(index.repeats(query)) == 4
+
+
+def test_only_the_four_least_noisy_repeats_come_one_by_one() -> None:
+    index = HistoryIndex(2)
+    alphas = [0.1, 0.5, 0.2, 0.9, 0.3, 0.05, 0.7]
+    for alpha in alphas:
+        index.append(LinearQuery.from_dense([1.0, 1.0]), alpha=alpha, step=1e-3)
+    *singles, pooled = index.repeats(LinearQuery.from_dense([1.0, 1.0]))
+    assert [int(r.rows[0]) for r in singles] == [3, 6, 1, 4]
+    assert pooled.rows.tolist() == list(range(7))
+    assert pooled.weights == pytest.approx(np.square(alphas) / np.square(alphas).sum())
+
+
+def test_affine_combinations_stay_unbiased() -> None:
+    index = _index(PAPER_H, PAPER_ALPHA)
+    query = LinearQuery.from_dense([1.0, 1.0, 0.0, 0.0])
+    blue = index.solve(query)
+    (repeat,) = index.repeats(query)  # one row: no pooled estimate
+    assert blue is not None and not blue.same_as(repeat)
+    for lam in (0.0, 0.3, 1.0):
+        mixed = combine([(1 - lam, repeat), (lam, blue)])
+        weights = np.zeros(len(PAPER_H))
+        weights[mixed.rows] = mixed.weights
+        assert weights @ PAPER_H == pytest.approx([1.0, 1.0, 0.0, 0.0], abs=1e-12)
+        s = np.abs(PAPER_H).max(axis=1)
+        assert mixed.scales == pytest.approx(
+            np.abs(mixed.weights) * s[mixed.rows] / np.array(PAPER_ALPHA)[mixed.rows]
+        )
+        assert mixed.shift == pytest.approx(1e-3 * np.abs(mixed.weights).sum())
+    assert combine([(1.0, repeat)]).same_as(repeat)
+    assert combine([(0.0, repeat), (1.0, blue)]).same_as(blue)

@@ -13,6 +13,7 @@ from proxy.engine.tails import (
     ConvolutionTail,
     MonteCarloTail,
     discrete_laplace_tail,
+    dominant_tail,
     laplace_sum_tail,
     quantile,
 )
@@ -93,6 +94,39 @@ def test_equal_scales(n: int, quantile_of: float) -> None:
 def test_near_equal_and_lopsided_scales(scales: list[float], quantile_of: float) -> None:
     x = quantile(EXACT, scales, quantile_of)
     _assert_close(laplace_sum_tail(scales, x), _distinct_scales_tail(scales, x))
+
+
+@pytest.mark.parametrize(
+    "scales",
+    [
+        [5.0, 0.01, 0.02],
+        [1.0, 1e-3, 2e-3, 3e-3],
+        [2.0, 0.03, 0.025, 0.02, 0.015, 0.01],
+        [1.0, 1e-4 * (1 + 1e-9), 1e-4],  # near-equal small terms: no cancellation here
+    ],
+)
+@pytest.mark.parametrize("quantile_of", [0.5, 0.05, 1e-6])
+def test_a_dominant_term_has_a_closed_form_upper_bound(
+    scales: list[float], quantile_of: float
+) -> None:
+    reference = _distinct_scales_tail(scales, quantile(EXACT, scales, quantile_of))
+    x = quantile(EXACT, scales, quantile_of)
+    value, error = dominant_tail(scales, x)
+    assert error <= 1e-13
+    assert float(reference) <= value + 1e-15 and value - float(reference) <= error + 1e-15
+    _assert_close(laplace_sum_tail(scales, x), reference)
+    assert float(reference) <= quantile_of + 1e-12  # the quantile is on the safe side ...
+    assert float(_distinct_scales_tail(scales, x * (1 - 1e-9))) > quantile_of - 1e-12  # ... tight
+
+
+def test_the_dominant_form_is_refused_where_its_error_is_not_negligible() -> None:
+    value, error = dominant_tail([1.0, 0.5, 0.5], 1.0)
+    assert error > 1e-3 and 0 < value < 1
+    assert dominant_tail([1.0, 1.0, 0.1], 3.0)[1] == math.inf  # no single term dominates
+    # the tail then comes from the inversion, which agrees with the reference
+    _assert_close(
+        laplace_sum_tail([1.0, 0.5, 0.25], 1.0), _distinct_scales_tail([1.0, 0.5, 0.25], 1.0)
+    )
 
 
 def test_thousand_equal_terms() -> None:

@@ -1,0 +1,236 @@
+"""Which unbiased estimate from history answers a query: one whose exact interval suffices.
+
+Every ``t`` with ``t H = q`` gives an unbiased estimate ``t . y``, and its interval comes from
+the exact tail of its error ``sum_k t_k N_k``. The BLUE minimises the variance of that error,
+not its ``1 - delta`` quantile. Below about 91% confidence a single Laplace noise has a
+narrower quantile than a near-Gaussian sum of the same variance (``ln(1/delta) / sqrt 2``
+standard deviations against the normal ``z_{1-delta/2}``), and at any confidence the exact
+lattice tail of one noise is narrower than the coupling bound a sum of them needs. So a query
+measured afresh, whose BLUE later spreads over newer overlapping rows, could be judged *less*
+accurate from the grown history than from its own earlier measurement, and be charged again.
+
+The quantile-optimal ``t`` is a non-convex search over the whole affine space of unbiased
+estimates, too slow for a per-query decision. :func:`choose` looks where it matters, on the
+segment from the BLUE to the best *repeat* estimate (the rows that measured the query itself,
+alone or inverse-variance weighted): the narrower of the two ends, and only if neither meets
+the requested half-width (and the BLUE's variance does not already put it out of reach), a
+point between them that does, found by a golden-section descent on the miss probability at
+that half-width. The result is never wider than the BLUE (the engine's earlier choice) nor
+than the query's own earlier measurement, so a repeat of a fresh answer at the same accuracy
+is free by construction; the search costs time only when it can save budget.
+
+Only public numbers enter (the rows, their budgets and steps, the accuracy asked for), and the
+choice is made before any released value is read, so the chosen estimate's interval keeps its
+stated coverage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Literal
+
+from proxy.engine.estimator import Solution, combine
+from proxy.engine.tails import EXACT, TailMethod, discrete_laplace_tail, quantile
+from sqlmap.accuracy import AccuracyRequest
+
+__all__ = ["Basis", "Candidate", "TAIL_SLACK", "lattice_interval", "interval", "choose", "meets"]
+
+Basis = Literal["blue", "repeat", "mixture"]
+
+# Added to every computed miss probability: the exact tail's error budget (2e-13) with margin.
+TAIL_SLACK = 1e-12
+# A sum's half-width comes from a quantile search to ~1e-12 relative; one this close above the
+# requested half-width is settled by the tail at the requested half-width itself.
+_QUANTILE_ROUNDING = 1e-9
+# Below this fraction of the variance bound a segment search is not even tried.
+_SHAPE_MARGIN = 0.9
+# Golden-section steps on the segment: the bracket shrinks to 0.618^10 < 1% of it, at one tail
+# evaluation per step.
+_SEGMENT_STEPS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """An estimate from history with the narrowest interval it justifies.
+
+    Attributes:
+        estimator: the unbiased linear estimate.
+        half_width: its interval's half-width at the requested confidence.
+        confidence: a lower bound on the probability that the interval holds the true answer.
+        basis: ``blue``; ``repeat`` (the query's own earlier measurements, one or pooled); or
+            ``mixture`` of the two.
+    """
+
+    estimator: Solution
+    half_width: float
+    confidence: float
+    basis: Basis = "blue"
+
+    def __post_init__(self) -> None:
+        if not (self.half_width >= 0 and 0 < self.confidence <= 1):
+            raise ValueError("half_width must be >= 0 and confidence in (0, 1]")
+        if self.basis not in ("blue", "repeat", "mixture"):
+            raise ValueError(f"unknown basis {self.basis!r}")
+
+
+def lattice_interval(rho: float, unit: float, delta: float) -> tuple[float, float]:
+    """Narrowest half-width for an error ``unit * Z``, ``Z`` discrete Laplace of decay ``rho``.
+
+    Returns ``((k - 1) * unit, P(|Z| >= k))`` for the least ``k`` with ``P(|Z| >= k) <= delta``.
+
+    >>> width, miss = lattice_interval(math.log(2), 0.5, 0.25)  # P(|Z| >= k) = (4/3) 2^-k
+    >>> width, round(miss, 12)
+    (1.0, 0.166666666667)
+    """
+    k = max(1, math.ceil((math.log(2.0 / delta) - math.log1p(math.exp(-rho))) / rho))
+    while k > 1 and discrete_laplace_tail(rho, k - 1) <= delta:
+        k -= 1
+    while discrete_laplace_tail(rho, k) > delta:
+        k += 1
+    return (k - 1) * unit, discrete_laplace_tail(rho, k)
+
+
+def interval(
+    estimator: Solution, delta: float, tail: TailMethod = EXACT, basis: Basis = "blue"
+) -> Candidate:
+    """The narrowest interval ``estimator`` achieves at confidence ``1 - delta``.
+
+    A single term is one lattice noise scaled by ``t``: its error is exactly ``|t| g Z`` with
+    decay ``rho = g alpha / S``, so its tail is exact (a repeated query gets its earlier width).
+    Otherwise the coupling ``P(|sum t_k Z_k| > x) <= P(|sum t_k L_k| > x - sum |t_k| g_k)``
+    with continuous ``L_k`` applies.
+    """
+    if estimator.scales.size == 0:
+        return Candidate(estimator, 0.0, 1.0, basis)
+    if estimator.scales.size == 1:
+        rho = float(estimator.steps[0]) * float(estimator.precisions[0])
+        width, miss = lattice_interval(rho, estimator.shift, delta)
+        return Candidate(estimator, width, 1.0 - miss, basis)
+    width = estimator.shift + quantile(tail, estimator.scales, delta - TAIL_SLACK)
+    return Candidate(estimator, width, 1.0 - delta, basis)
+
+
+def _best_repeat(repeats: Sequence[Solution], delta: float, tail: TailMethod) -> Candidate:
+    """The narrowest of the repeat estimates."""
+    anchors = [interval(r, delta, tail, "repeat") for r in repeats]
+    return min(anchors, key=lambda c: c.half_width)  # the first of equals
+
+
+def choose(
+    blue: Solution, repeats: Sequence[Solution], accuracy: AccuracyRequest, tail: TailMethod = EXACT
+) -> Candidate:
+    """A history estimate that meets ``accuracy`` if the BLUE-to-repeat segment holds one.
+
+    Args:
+        blue: the BLUE of the query over the whole history.
+        repeats: estimates from the rows that measured the query itself, one by one or pooled
+            (:meth:`~proxy.engine.estimator.HistoryIndex.repeats`).
+        accuracy: the half-width and confidence asked for.
+        tail: how error tails are computed.
+
+    Returns:
+        The narrower of the BLUE and the best repeat estimate (ties keep the BLUE) if it meets
+        ``accuracy`` (see :func:`meets`); otherwise a mixture ``(1 - lam) repeat + lam BLUE``
+        that does, if the search finds one; otherwise that narrower end, which misses.
+
+    >>> from proxy.engine.estimator import HistoryIndex
+    >>> from sqlmap.vector import LinearQuery
+    >>> index = HistoryIndex(2)  # x0 + x1, then x0 and x1 alone
+    >>> for row, alpha in (([1.0, 1.0], 0.07), ([1.0, 0.0], 0.05), ([0.0, 1.0], 0.05)):
+    ...     _ = index.append(LinearQuery.from_dense(row), alpha=alpha, step=1 / 1024)
+    >>> q = LinearQuery.from_dense([1.0, 1.0])
+    >>> blue, repeats = index.solve(q), index.repeats(q)
+    >>> [round(interval(e, 0.5).half_width, 2) for e in (blue, *repeats)]  # BLUE, x0 + x1 alone
+    [10.09, 9.9]
+    >>> [choose(blue, repeats, AccuracyRequest(eps, 0.5)).basis for eps in (10, 9.7, 9)]
+    ['repeat', 'mixture', 'repeat']
+    """
+    delta = accuracy.delta
+    best = interval(blue, delta, tail)
+    repeats = [r for r in repeats if not r.same_as(blue)]  # (a pooled one often is the BLUE)
+    if not repeats:
+        return meets(best, accuracy.eps, delta, tail) or best
+    anchor = _best_repeat(repeats, delta, tail)
+    if anchor.half_width < best.half_width:
+        best = anchor
+    enough = meets(best, accuracy.eps, delta, tail)
+    if enough is not None or _out_of_reach(blue, accuracy):
+        return enough or best
+
+    def mixture(lam: float) -> Solution:
+        return combine([(1.0 - lam, anchor.estimator), (lam, blue)])
+
+    def miss(lam: float) -> float:
+        estimate = mixture(lam)
+        return tail.tail(estimate.scales, accuracy.eps - estimate.shift) + TAIL_SLACK
+
+    lam = _descend(miss, delta)
+    if lam is None:
+        return best
+    return meets(interval(mixture(lam), delta, tail, "mixture"), accuracy.eps, delta, tail) or best
+
+
+def _out_of_reach(blue: Solution, accuracy: AccuracyRequest) -> bool:
+    """Whether no unbiased estimate can meet ``accuracy``, judged from the BLUE's variance.
+
+    Every unbiased estimate has at least the BLUE's variance ``sigma^2``, and the ``1 - delta``
+    quantile of a sum of Laplace noises is at least about ``r sigma`` with ``r`` the lesser of
+    the normal ``z_{1-delta/2}`` and the single Laplace's ``ln(1/delta) / sqrt 2`` (sums between
+    the two shapes dip up to 0.5% below near ``delta = 0.09``; a 10% margin covers that). Past
+    that, the segment search cannot succeed, so it is not run: an error here only forgoes a
+    saving.
+    """
+    delta = accuracy.delta
+    ratio = min(NormalDist().inv_cdf(1.0 - delta / 2.0), math.log(1.0 / delta) / math.sqrt(2.0))
+    return _SHAPE_MARGIN * ratio * math.sqrt(blue.variance) > accuracy.eps
+
+
+def _descend(miss: Callable[[float], float], target: float) -> float | None:
+    """A ``lam`` in (0, 1) with ``miss(lam) <= target``, by golden-section descent; else None.
+
+    Stops at the first point that meets the target; otherwise narrows the bracket around the
+    least miss for a fixed number of steps (the miss is taken to be unimodal in ``lam``; if it
+    is not, the search may only miss a saving, never misjudge one).
+    """
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+    low, high = 0.0, 1.0
+    a, b = high - ratio * (high - low), low + ratio * (high - low)
+    miss_a, miss_b = miss(a), miss(b)
+    for _ in range(_SEGMENT_STEPS):
+        if min(miss_a, miss_b) <= target:
+            return a if miss_a <= miss_b else b
+        if miss_a <= miss_b:
+            high, b, miss_b = b, a, miss_a
+            a = high - ratio * (high - low)
+            miss_a = miss(a)
+        else:
+            low, a, miss_a = a, b, miss_b
+            b = low + ratio * (high - low)
+            miss_b = miss(b)
+    if min(miss_a, miss_b) <= target:
+        return a if miss_a <= miss_b else b
+    return None
+
+
+def meets(
+    candidate: Candidate, eps: float, delta: float, tail: TailMethod = EXACT
+) -> Candidate | None:
+    """``candidate`` if its interval fits in ``+-eps`` at ``1 - delta`` (clipped to it), else None.
+
+    A half-width at most ``eps`` passes, with a relative slack of 1e-12 for rounding in ``t`` (a
+    BLUE's weight on a repeated row is 1 only to ~1e-16). A sum's half-width comes from a
+    quantile search accurate to ~1e-12 relative, so one just above ``eps`` is settled by the
+    tail at ``eps`` itself: the criterion a combined answer was bought to meet, so its repeat
+    from the same rows stays free.
+    """
+    if candidate.half_width <= eps * (1 + 1e-12):
+        return candidate
+    estimator = candidate.estimator
+    if estimator.scales.size > 1 and candidate.half_width <= eps * (1 + _QUANTILE_ROUNDING):
+        miss = tail.tail(estimator.scales, eps - estimator.shift) + TAIL_SLACK
+        if miss <= delta:
+            return Candidate(estimator, eps, 1.0 - miss, candidate.basis)
+    return None

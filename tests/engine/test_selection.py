@@ -1,0 +1,175 @@
+"""Choosing the history estimate by its exact interval, on the BLUE-to-repeat segment."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.engine.estimator import HistoryIndex, Solution, combine
+from proxy.engine.selection import TAIL_SLACK, Candidate, choose, interval, meets
+from proxy.engine.tails import EXACT, discrete_laplace_tail
+from sqlmap.accuracy import AccuracyRequest
+from sqlmap.vector import LinearQuery
+
+
+def _index(rows: list[list[float]], alphas: list[float], step: float = 1 / 1024) -> HistoryIndex:
+    index = HistoryIndex(len(rows[0]))
+    for row, alpha in zip(rows, alphas):
+        index.append(LinearQuery.from_dense(row), alpha=alpha, step=step)
+    return index
+
+
+def _unbiased_for(estimator: Solution, rows: list[list[float]], query: list[float]) -> bool:
+    weights = np.zeros(len(rows))
+    weights[estimator.rows] = estimator.weights
+    return bool(np.allclose(weights @ np.array(rows), query, atol=1e-9))
+
+
+def _recomputed_width(estimator: Solution, delta: float) -> float:
+    """The half-width by the definitions, independently of ``interval``."""
+    if estimator.rows.size == 1:
+        rho = float(estimator.steps[0] * estimator.precisions[0])
+        k = 1
+        while discrete_laplace_tail(rho, k) > delta:
+            k += 1
+        return (k - 1) * estimator.shift
+    return estimator.shift + EXACT.quantile(estimator.scales, delta - TAIL_SLACK)
+
+
+# The defect's history: q = x0 + x1 measured, then x0 and x1 alone, each as noisy as q.
+ROWS = [[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]]
+ALPHAS = [0.07, 0.05, 0.05]
+
+
+def _ends() -> tuple[Solution, Solution]:
+    index = _index(ROWS, ALPHAS)
+    query = LinearQuery.from_dense([1.0, 1.0])
+    blue = index.solve(query)
+    (repeat,) = index.repeats(query)
+    assert blue is not None
+    return blue, repeat
+
+
+def test_the_blue_can_be_wider_than_the_query_measured_alone() -> None:
+    blue, repeat = _ends()
+    assert blue.variance < repeat.variance
+    eps = interval(repeat, 0.5).half_width
+    assert interval(blue, 0.5).half_width > eps  # the BLUE alone would charge the repeat
+    best = choose(blue, [repeat], AccuracyRequest(eps, 0.5))
+    assert best.basis == "repeat" and best.estimator is repeat and best.half_width == eps
+
+
+@pytest.mark.parametrize("confidence", [0.5, 0.8])
+def test_a_mixture_meets_what_neither_end_does(confidence: float) -> None:
+    delta = AccuracyRequest(1.0, confidence).delta
+    blue, repeat = _ends()
+    ends = min(interval(blue, delta).half_width, interval(repeat, delta).half_width)
+    grid = [combine([(1 - lam, repeat), (lam, blue)]) for lam in np.linspace(0.01, 0.99, 99)]
+    least = min(interval(m, delta).half_width for m in grid)
+    assert least < ends
+    eps = (least + ends) / 2
+    best = choose(blue, [repeat], AccuracyRequest(eps, confidence))
+    assert best.basis == "mixture" and best.half_width <= eps
+    assert _unbiased_for(best.estimator, ROWS, [1.0, 1.0])
+    assert best.half_width == pytest.approx(_recomputed_width(best.estimator, delta), rel=1e-12)
+    # on the segment: (1 - lam) repeat + lam BLUE for the lam its weight on row 0 gives
+    lam = (1 - float(best.estimator.weights[0])) / (1 - float(blue.weights[0]))
+    assert 0 < lam < 1
+    assert best.estimator.same_as(combine([(1 - lam, repeat), (lam, blue)]))
+    # asked for less than any point of the segment gives, the narrower end comes back
+    short = choose(blue, [repeat], AccuracyRequest(0.99 * least, confidence))
+    assert short.basis != "mixture" and short.half_width == pytest.approx(ends)
+
+
+def test_at_high_confidence_the_repeat_itself_is_kept() -> None:
+    # The exact lattice width of one measurement, against a sum's coupling bound: the repeat
+    # wins when the other rows add little, and then its reply is the earlier answer itself.
+    index = _index(ROWS, [0.3, 0.0005, 0.0005])
+    query = LinearQuery.from_dense([1.0, 1.0])
+    blue = index.solve(query)
+    assert blue is not None
+    (repeat,) = index.repeats(query)
+    eps = interval(repeat, 0.05).half_width
+    best = choose(blue, [repeat], AccuracyRequest(eps, 0.95))
+    assert best.basis == "repeat" and best.estimator.rows.tolist() == [0]
+    assert best.estimator.weights.tolist() == [1.0]
+
+
+def test_pooled_repeats_and_no_repeats() -> None:
+    index = _index([[1.0, 1.0], [2.0, 2.0]], [0.1, 0.1])
+    query = LinearQuery.from_dense([1.0, 1.0])
+    blue = index.solve(query)
+    assert blue is not None
+    # the BLUE here is the pooled repeat: one of the two is kept, and nothing is searched
+    accuracy = AccuracyRequest(1.0, 0.95)
+    best = choose(blue, index.repeats(query), accuracy)
+    assert best.basis != "mixture" and best.estimator.same_as(blue)
+    assert choose(blue, (), accuracy) == interval(blue, accuracy.delta)
+
+
+@st.composite
+def _histories(draw: st.DrawFn) -> tuple[list[list[float]], list[float], list[float], float]:
+    n = draw(st.integers(2, 4))
+    query = [draw(st.sampled_from([0.0, 1.0, 1.0, 2.0, -1.0])) for _ in range(n)]
+    if not any(query):
+        query[0] = 1.0
+    rows = []
+    for _ in range(draw(st.integers(1, 6))):
+        if draw(st.booleans()):
+            factor = draw(st.sampled_from([1.0, 1.0, 2.0, -0.5]))
+            rows.append([factor * w for w in query])
+        else:
+            cells = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True))
+            row = [0.0] * n
+            for c in cells:
+                row[c] = draw(st.sampled_from([1.0, 2.0, -1.0]))
+            rows.append(row)
+    rows.append(query)  # the query was measured at least once
+    alphas = [draw(st.sampled_from([0.01, 0.05, 0.2, 1.0])) for _ in rows]
+    delta = draw(st.sampled_from([0.5, 0.2, 0.05, 1e-3]))
+    return rows, alphas, query, delta
+
+
+@settings(max_examples=60, deadline=None)
+@given(history=_histories(), eps_factor=st.sampled_from([0.5, 0.9, 0.97, 1.0, 1.5]))
+def test_never_wider_than_the_blue_or_any_repeat(
+    history: tuple[list[list[float]], list[float], list[float], float], eps_factor: float
+) -> None:
+    rows, alphas, dense, delta = history
+    delta = AccuracyRequest(1.0, 1 - delta).delta  # as the request will hold it
+    index = _index(rows, alphas)
+    query = LinearQuery.from_dense(dense)
+    blue = index.solve(query)
+    repeats = index.repeats(query)
+    assert blue is not None and repeats
+    ends = [interval(blue, delta).half_width] + [interval(r, delta).half_width for r in repeats]
+    eps = eps_factor * min(ends)
+    best = choose(blue, repeats, AccuracyRequest(eps, 1 - delta))
+    assert best.half_width <= min(ends) * (1 + 1e-12)  # a pooled repeat may be the BLUE itself
+    if eps_factor >= 1.0:
+        assert best.half_width <= eps * (1 + 1e-12)
+    assert _unbiased_for(best.estimator, rows, dense)
+    width = _recomputed_width(best.estimator, delta)
+    assert best.half_width == pytest.approx(width, rel=1e-12) or best.half_width == eps
+
+
+def test_meets_settles_a_hair_over_by_the_tail_at_eps() -> None:
+    index = _index([[1.0, 0.0], [0.0, 1.0]], [0.1, 0.2])
+    blue = index.solve(LinearQuery.from_dense([1.0, 1.0]))
+    assert blue is not None
+    exact = interval(blue, 0.1)
+    assert meets(exact, exact.half_width, 0.1) == exact
+    # a quantile rounded a hair above eps: the tail at eps decides, and the width is eps
+    near = Candidate(blue, exact.half_width * (1 + 1e-10), 0.9)
+    clipped = meets(near, exact.half_width, 0.1)
+    assert clipped is not None and clipped.half_width == exact.half_width
+    assert clipped.confidence >= 0.9
+    assert meets(near, exact.half_width * (1 - 1e-6), 0.1) is None
+    assert meets(exact, exact.half_width * 0.5, 0.1) is None
+    assert math.isclose(
+        EXACT.tail(blue.scales, exact.half_width - blue.shift), 0.1 - TAIL_SLACK, rel_tol=1e-9
+    )
