@@ -21,13 +21,18 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from collections.abc import Callable
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 
-from proxy.engine import (
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.evaluation.workload import MultinomialQueries  # noqa: E402
+from proxy.engine import (  # noqa: E402
     AccuracyRequest,
     HistoryEntry,
     InMemoryHistoryStore,
@@ -35,24 +40,22 @@ from proxy.engine import (
     QueryRequest,
     SeededRandomSource,
 )
-from proxy.engine.tails import EXACT, ConvolutionTail, MonteCarloTail, TailMethod, quantile
-from sqlmap.vector import LinearQuery
+from proxy.engine.tails import (  # noqa: E402
+    EXACT,
+    ConvolutionTail,
+    MonteCarloTail,
+    TailMethod,
+    quantile,
+)
 
 
-class Workload:
-    """Random sparse count queries: 1-10 multinomial draws from a cell-popularity law."""
+class Workload(MultinomialQueries):
+    """The papers' generator (1-10 multinomial draws), cell popularity Zipf over a permutation."""
 
     def __init__(self, n: int, zipf: float, seed: int) -> None:
-        self.n = n
-        self.rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(seed)
         popularity = 1.0 / np.arange(1, n + 1) ** zipf
-        self.cumulative = np.cumsum(self.rng.permutation(popularity / popularity.sum()))
-
-    def query(self) -> LinearQuery:
-        draws = int(self.rng.integers(1, 11))
-        cells = np.searchsorted(self.cumulative, self.rng.random(draws) * self.cumulative[-1])
-        cells, counts = np.unique(np.minimum(cells, self.n - 1), return_counts=True)
-        return LinearQuery(self.n, cells, counts.astype(np.float64))
+        super().__init__(rng.permutation(popularity / popularity.sum()), rng)
 
 
 def _percentiles(values_ms: list[float]) -> str:
