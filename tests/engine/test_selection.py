@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from proxy.engine.estimator import HistoryIndex, Solution, combine
@@ -136,6 +136,9 @@ def _histories(draw: st.DrawFn) -> tuple[list[list[float]], list[float], list[fl
 
 @settings(max_examples=60, deadline=None)
 @given(history=_histories(), eps_factor=st.sampled_from([0.5, 0.9, 0.97, 1.0, 1.5]))
+@example(  # three identical rows: the pooled repeat is the BLUE, by two quantile searches
+    history=([[1.0] * 3] * 3, [0.2, 0.01, 0.2], [1.0] * 3, 0.5), eps_factor=0.5
+)
 def test_never_wider_than_the_blue_or_any_repeat(
     history: tuple[list[list[float]], list[float], list[float], float], eps_factor: float
 ) -> None:
@@ -149,7 +152,9 @@ def test_never_wider_than_the_blue_or_any_repeat(
     ends = [interval(blue, delta).half_width] + [interval(r, delta).half_width for r in repeats]
     eps = eps_factor * min(ends)
     best = choose(blue, repeats, AccuracyRequest(eps, 1 - delta))
-    assert best.half_width <= min(ends) * (1 + 1e-12)  # a pooled repeat may be the BLUE itself
+    # a pooled repeat may be the BLUE itself: two quantile searches (each ~1e-12 relative) on
+    # one law may differ in the last digits, so either may be picked
+    assert best.half_width <= min(ends) * (1 + 1e-9)
     if eps_factor >= 1.0:
         assert best.half_width <= eps * (1 + 1e-12)
     assert _unbiased_for(best.estimator, rows, dense)
