@@ -39,19 +39,9 @@ from bench.evaluation.workload import (
 )
 from proxy.engine import AccuracyRequest, QueryRequest
 from sqlmap.vector import LinearQuery
+from tests.paper_examples import RUNNING_ALPHA, RUNNING_H, RUNNING_Q
 
-# The online paper's running example: H (eq. 10), A (eq. 11), Q = x5 + x6 (eq. 14).
-RUNNING_H = [
-    [0, 1, 0, 0, 1, 0, 0, 0, 0],
-    [0, 0, 0, 0, 0, 0, 0, 1, 1],
-    [0, 0, 0, 0, 4, 2, 0, 0, 0],
-    [0, 0, 0, 0, 2, 0, 0, 0, 0],
-    [0, 0, 0, 0, 1, 1, 0, -1, -1],
-    [0, 1, 0, 0, 0, 0, 0, 0, 0],
-    [0, 0, 0, 0, 0, 2, 0, 0, 0],
-]
-RUNNING_A = [0.05, 0.1, 0.05, 0.1, 0.1, 0.05, 0.05]
-RUNNING_Q = [0, 0, 0, 0, 1, 1, 0, 0, 0]
+RUNNING_A = [float(a) for a in RUNNING_ALPHA]
 
 
 def vector(row: list[float] | list[int]) -> LinearQuery:

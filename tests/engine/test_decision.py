@@ -15,17 +15,7 @@ from proxy.engine.tails import EXACT, discrete_laplace_tail
 from proxy.errors import InvalidParameterValue
 from sqlmap.accuracy import AccuracyRequest
 from sqlmap.vector import LinearQuery
-
-RUNNING_H = [
-    [0, 1, 0, 0, 1, 0, 0, 0, 0],
-    [0, 0, 0, 0, 0, 0, 0, 1, 1],
-    [0, 0, 0, 0, 4, 2, 0, 0, 0],
-    [0, 0, 0, 0, 2, 0, 0, 0, 0],
-    [0, 0, 0, 0, 1, 1, 0, -1, -1],
-    [0, 1, 0, 0, 0, 0, 0, 0, 0],
-    [0, 0, 0, 0, 0, 2, 0, 0, 0],
-]
-RUNNING_ALPHA = [0.05, 0.1, 0.05, 0.1, 0.1, 0.05, 0.05]
+from tests.paper_examples import RUNNING_ALPHA, RUNNING_H
 
 
 def _fresh_miss(sensitivity: float, step: Fraction, budget: float, eps: float) -> float:
@@ -60,7 +50,7 @@ def test_a_fresh_decision_reports_its_lattice_interval() -> None:
 
 def _running_index() -> HistoryIndex:
     index = HistoryIndex(9)
-    for row, alpha in zip(RUNNING_H, RUNNING_ALPHA):
+    for row, alpha in zip(RUNNING_H, map(float, RUNNING_ALPHA)):
         index.append(LinearQuery.from_dense(row), alpha=alpha, step=0.001)
     return index
 

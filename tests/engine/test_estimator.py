@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from proxy.engine.estimator import HistoryIndex, combine
 from sqlmap.vector import LinearQuery
+from tests.paper_examples import RUNNING_ALPHA, RUNNING_H, RUNNING_Q
 
 # "Bayesian inference under DP", eqs. (11)-(14): H, alpha and the noisy answers y.
 PAPER_H = np.array(
@@ -73,21 +74,9 @@ def test_papers_eight_by_four_example() -> None:
 
 def test_running_example_query_is_estimable_but_a_lone_cell_is_not() -> None:
     # "Online query answering", eq. (10): x5 + x6 has linear representations (eqs. 20-27).
-    h = np.array(
-        [
-            [0, 1, 0, 0, 1, 0, 0, 0, 0],
-            [0, 0, 0, 0, 0, 0, 0, 1, 1],
-            [0, 0, 0, 0, 4, 2, 0, 0, 0],
-            [0, 0, 0, 0, 2, 0, 0, 0, 0],
-            [0, 0, 0, 0, 1, 1, 0, -1, -1],
-            [0, 1, 0, 0, 0, 0, 0, 0, 0],
-            [0, 0, 0, 0, 0, 2, 0, 0, 0],
-        ],
-        dtype=float,
-    )
-    index = _index(h, [0.05, 0.1, 0.05, 0.1, 0.1, 0.05, 0.05])
-    q = np.zeros(9)
-    q[[4, 5]] = 1
+    h = np.array(RUNNING_H, dtype=float)
+    index = _index(h, [float(a) for a in RUNNING_ALPHA])
+    q = np.array(RUNNING_Q, dtype=float)
     solution = index.solve(LinearQuery.from_dense(q))
     assert solution is not None
     weights = np.zeros(7)

@@ -11,17 +11,7 @@ import pytest
 from proxy.engine.ledger import Ledger, cell_charges
 from proxy.errors import BudgetExhausted
 from sqlmap.vector import LinearQuery
-
-RUNNING_H = [
-    [0, 1, 0, 0, 1, 0, 0, 0, 0],
-    [0, 0, 0, 0, 0, 0, 0, 1, 1],
-    [0, 0, 0, 0, 4, 2, 0, 0, 0],
-    [0, 0, 0, 0, 2, 0, 0, 0, 0],
-    [0, 0, 0, 0, 1, 1, 0, -1, -1],
-    [0, 1, 0, 0, 0, 0, 0, 0, 0],
-    [0, 0, 0, 0, 0, 2, 0, 0, 0],
-]
-RUNNING_ALPHA = ["0.05", "0.1", "0.05", "0.1", "0.1", "0.05", "0.05"]
+from tests.paper_examples import RUNNING_ALPHA, RUNNING_H, RUNNING_Q
 
 
 def _ledger(rows: list[list[int]], alphas: list[Fraction], total: Fraction) -> Ledger:
@@ -35,7 +25,7 @@ def test_running_example_ledger_after_adding_x5_plus_x6() -> None:
     # "Online query answering", eqs. (10), (11) and (44): H_8 = x5 + x6 with alpha = ln(5)/15.
     alpha_8 = Fraction(math.log(5) / 15)
     ledger = _ledger(
-        [*RUNNING_H, [0, 0, 0, 0, 1, 1, 0, 0, 0]],
+        [*RUNNING_H, RUNNING_Q],
         [*(Fraction(a) for a in RUNNING_ALPHA), alpha_8],
         total=Fraction(1),
     )
