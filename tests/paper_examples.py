@@ -14,3 +14,19 @@ RUNNING_H = [
 RUNNING_ALPHA = ("0.05", "0.1", "0.05", "0.1", "0.1", "0.05", "0.05")
 #: Eq. (14): the running query, x5 + x6.
 RUNNING_Q = [0, 0, 0, 0, 1, 1, 0, 0, 0]
+
+#: "Bayesian inference under DP", eqs. (11)-(12): the 8 x 4 example's query matrix ...
+EIGHT_BY_FOUR_H = [
+    [1, 1, 0, 0],
+    [0, 0, 1, 1],
+    [0, 0, 0, 1],
+    [0, 0, 1, 0],
+    [0, 1, 0, 1],
+    [2, 1, 0, 0],
+    [0, 0, 2, -1],
+    [0, -1, 0, 1],
+]
+#: ... the budgets of its rows (decimal strings, exact as ``Fraction(a)``) ...
+EIGHT_BY_FOUR_ALPHA = ("0.05", "0.1", "0.05", "0.1", "0.1", "0.05", "0.05", "0.1")
+#: ... and eq. (14): their noisy answers.
+EIGHT_BY_FOUR_Y = (30.8, 30.3, 46.9, 20.2, 30.4, 68.9, 38.9, 9.5)

@@ -39,7 +39,14 @@ from bench.evaluation.workload import (
 )
 from proxy.engine import AccuracyRequest, QueryRequest
 from sqlmap.vector import LinearQuery
-from tests.paper_examples import RUNNING_ALPHA, RUNNING_H, RUNNING_Q
+from tests.paper_examples import (
+    EIGHT_BY_FOUR_ALPHA,
+    EIGHT_BY_FOUR_H,
+    EIGHT_BY_FOUR_Y,
+    RUNNING_ALPHA,
+    RUNNING_H,
+    RUNNING_Q,
+)
 
 RUNNING_A = [float(a) for a in RUNNING_ALPHA]
 
@@ -154,13 +161,9 @@ def test_posterior_of_one_laplace_observation() -> None:
 
 def test_blue_reproduces_the_second_papers_example() -> None:
     """Eqs. (11)-(16): x_hat = [24.99, 10.18, 17.02, 19.50], theta_hat = 42.0 for Q = [1 0 1 0]."""
-    h = [[1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 0, 1], [0, 0, 1, 0]]
-    h += [[0, 1, 0, 1], [2, 1, 0, 0], [0, 0, 2, -1], [0, -1, 0, 1]]
-    alpha = [0.05, 0.1, 0.05, 0.1, 0.1, 0.05, 0.05, 0.1]
-    y = [30.8, 30.3, 46.9, 20.2, 30.4, 68.9, 38.9, 9.5]
     history = DenseHistory(4)
-    for row, a, value in zip(h, alpha, y):
-        history.append(vector(row), a, value)
+    for row, a, value in zip(EIGHT_BY_FOUR_H, EIGHT_BY_FOUR_ALPHA, EIGHT_BY_FOUR_Y):
+        history.append(vector(row), float(a), value)
 
     def estimate(q: list[int], blue: bool = True) -> float:
         w = history.solve(vector(q), blue=blue)

@@ -9,24 +9,19 @@ from hypothesis import strategies as st
 
 from proxy.engine.estimator import HistoryIndex, combine
 from sqlmap.vector import LinearQuery
-from tests.paper_examples import RUNNING_ALPHA, RUNNING_H, RUNNING_Q
+from tests.paper_examples import (
+    EIGHT_BY_FOUR_ALPHA,
+    EIGHT_BY_FOUR_H,
+    EIGHT_BY_FOUR_Y,
+    RUNNING_ALPHA,
+    RUNNING_H,
+    RUNNING_Q,
+)
 
 # "Bayesian inference under DP", eqs. (11)-(14): H, alpha and the noisy answers y.
-PAPER_H = np.array(
-    [
-        [1, 1, 0, 0],
-        [0, 0, 1, 1],
-        [0, 0, 0, 1],
-        [0, 0, 1, 0],
-        [0, 1, 0, 1],
-        [2, 1, 0, 0],
-        [0, 0, 2, -1],
-        [0, -1, 0, 1],
-    ],
-    dtype=float,
-)
-PAPER_ALPHA = [0.05, 0.1, 0.05, 0.1, 0.1, 0.05, 0.05, 0.1]
-PAPER_Y = np.array([30.8, 30.3, 46.9, 20.2, 30.4, 68.9, 38.9, 9.5])
+PAPER_H = np.array(EIGHT_BY_FOUR_H, dtype=float)
+PAPER_ALPHA = [float(a) for a in EIGHT_BY_FOUR_ALPHA]
+PAPER_Y = np.array(EIGHT_BY_FOUR_Y)
 
 
 def _index(h: np.ndarray, alpha: list[float]) -> HistoryIndex:

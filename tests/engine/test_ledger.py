@@ -11,7 +11,13 @@ import pytest
 from proxy.engine.ledger import Ledger, cell_charges
 from proxy.errors import BudgetExhausted
 from sqlmap.vector import LinearQuery
-from tests.paper_examples import RUNNING_ALPHA, RUNNING_H, RUNNING_Q
+from tests.paper_examples import (
+    EIGHT_BY_FOUR_ALPHA,
+    EIGHT_BY_FOUR_H,
+    RUNNING_ALPHA,
+    RUNNING_H,
+    RUNNING_Q,
+)
 
 
 def _ledger(rows: list[list[int]], alphas: list[Fraction], total: Fraction) -> Ledger:
@@ -37,17 +43,8 @@ def test_running_example_ledger_after_adding_x5_plus_x6() -> None:
 
 def test_eight_by_four_example_ledger() -> None:
     # "Bayesian inference under DP", eq. (35) on eqs. (11)-(12).
-    h = [
-        [1, 1, 0, 0],
-        [0, 0, 1, 1],
-        [0, 0, 0, 1],
-        [0, 0, 1, 0],
-        [0, 1, 0, 1],
-        [2, 1, 0, 0],
-        [0, 0, 2, -1],
-        [0, -1, 0, 1],
-    ]
-    alphas = [Fraction(a) for a in ["0.05", "0.1", "0.05", "0.1", "0.1", "0.05", "0.05", "0.1"]]
+    h = EIGHT_BY_FOUR_H
+    alphas = [Fraction(a) for a in EIGHT_BY_FOUR_ALPHA]
     ledger = _ledger(h, alphas, total=Fraction(1))
     assert [ledger.spent_on(j) for j in range(4)] == [
         Fraction("0.1"),
