@@ -9,9 +9,8 @@ inputs only, and only then, if a fresh measurement is needed, does the privilege
 from __future__ import annotations
 
 import asyncio
-import math
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol
@@ -159,7 +158,7 @@ class DpService:
             # measurements of data that has since changed: charged, not reused
             service.engine(cube).charge_only([s.entry for s in outdated])
             for s in [*stored[cube.qualified_name], *outdated]:
-                service._charge_user(cube, s.user, [s.entry])
+                service._charge_user(cube, s.user, cell_charges(s.entry.query, s.entry.budget))
         return service
 
     def engine(self, cube: Cube) -> PrivacyEngine:
@@ -229,18 +228,16 @@ class DpService:
                 if others:
                     engine.absorb([s.entry for s in others])
                     for s in others:
-                        self._charge_user(cube, s.user, [s.entry])
+                        self._charge_user(cube, s.user, cell_charges(s.entry.query, s.entry.budget))
                     self._last_ids[name] = others[-1].id
                 plan = engine.plan(requests)
                 self._check_user(cube, user, plan)
                 entries = engine.measure(plan, await self._measure(cube, plan))
-                ids = await spend.append(
-                    _new_measurements(plan, entries, user, sql), _charges(cube, entries)
-                )
+                ids = await spend.append(_new_measurements(plan, entries, user, sql), plan.charges)
             # committed: only now may the entries shape answers
             if ids:
                 self._last_ids[name] = max(ids)
-        self._charge_user(cube, user, entries)
+        self._charge_user(cube, user, plan.charges)
         return engine.record(plan, entries)
 
     def _user_ledger(self, cube: Cube, user: str) -> Ledger | None:
@@ -259,11 +256,10 @@ class DpService:
         if ledger is not None and plan.measurements:
             ledger.check(plan.charges, request=describe_batch(plan.requests))
 
-    def _charge_user(self, cube: Cube, user: str | None, entries: Iterable[HistoryEntry]) -> None:
+    def _charge_user(self, cube: Cube, user: str | None, charges: Mapping[int, Fraction]) -> None:
         ledger = self._user_ledger(cube, user) if user is not None else None
         if ledger is not None:
-            for entry in entries:
-                ledger.commit(cell_charges(entry.query, entry.budget))
+            ledger.commit(charges)
 
     async def _measure(self, cube: Cube, plan: Plan) -> list[float]:
         if not plan.measurements:
@@ -332,16 +328,6 @@ def _new_measurements(
             )
         )
     return rows
-
-
-def _charges(cube: Cube, entries: Iterable[HistoryEntry]) -> npt.NDArray[np.float64]:
-    """What the entries cost each cell, as float8 rounded up (for the ledger's inspection)."""
-    charges = np.zeros(cube.n_cells)
-    for entry in entries:
-        for cell, charge in cell_charges(entry.query, entry.budget).items():
-            as_float = float(charge)
-            charges[cell] += math.nextafter(as_float, math.inf) if as_float < charge else as_float
-    return charges
 
 
 def result_columns(spec: AnswerSpec) -> tuple[ResultColumn, ...]:

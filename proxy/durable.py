@@ -23,8 +23,9 @@ answers from history never take that lock.
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from fractions import Fraction
@@ -105,7 +106,6 @@ CREATE TABLE IF NOT EXISTS {schema}.answers (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS answers_table_source ON {schema}.answers (table_id, source);
-CREATE INDEX IF NOT EXISTS measurements_table_user ON {schema}.measurements (table_id, user_name);
 """
 
 #: Ledgers written by development builds before ``cell_spend`` (they have ``tables.spent``).
@@ -337,12 +337,12 @@ class Spend:
         return await _entries(self._conn, self._schema, self._table, after_id)
 
     async def append(
-        self, measurements: Sequence[NewMeasurement], charges: np.ndarray
+        self, measurements: Sequence[NewMeasurement], charges: Mapping[int, Fraction]
     ) -> list[int]:
-        """Write measurements and the per-cell charges; returns the row ids.
+        """Write measurements and what they charge each cell they touch; returns the row ids.
 
-        ``charges`` is the float8 upper bound of what each cell is charged, one per cell. An
-        entry whose key is already stored (a retried write) is not written again.
+        ``charges`` are exact; ``cell_spend`` adds them rounded up to float8. An entry whose key
+        is already stored (a retried write) is not written again.
         """
         s, table = self._schema, self._table
         ids = []
@@ -376,16 +376,15 @@ class Spend:
             )
             if row is not None:
                 ids.append(int(row[0]))
-        touched = np.flatnonzero(charges)
-        if ids and touched.size:
+        if ids and charges:
             # only the cells these measurements touch: a query rarely covers the whole cube
             await self._conn.execute(
                 f"INSERT INTO {s}.cell_spend AS c (table_id, cell, spent) "
                 "SELECT $1, cell, spent FROM unnest($2::int[], $3::float8[]) AS u(cell, spent) "
                 "ON CONFLICT (table_id, cell) DO UPDATE SET spent = c.spent + excluded.spent",
                 table.id,
-                touched.tolist(),
-                charges[touched].tolist(),
+                list(charges),
+                [_float_up(c) for c in charges.values()],
             )
         return ids
 
@@ -470,6 +469,16 @@ async def _entries(
         )
         for r in rows
     ]
+
+
+def _float_up(value: Fraction) -> float:
+    """The least float8 at or above ``value``: spend shown is never less than spent.
+
+    >>> _float_up(Fraction(1, 10)) >= Fraction(1, 10), _float_up(Fraction(1, 3)) >= Fraction(1, 3)
+    (True, True)
+    """
+    nearest = float(value)
+    return math.nextafter(nearest, math.inf) if nearest < value else nearest
 
 
 _ANSWER_COLUMNS = [

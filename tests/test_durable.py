@@ -44,11 +44,9 @@ def test_entries_survive_reopening(pg_dsn: str, ledger_schema: str) -> None:
         first = measurement([1, 1], Fraction(1, 10), 41.5)
         async with ledger.spending(CUBE) as spend:
             assert await spend.since(0) == []
-            charges = np.zeros(CUBE.n_cells)
-            charges[:2] = 0.1
-            ids = await spend.append([first], charges)
+            ids = await spend.append([first], {0: Fraction(1, 10), 1: Fraction(1, 10)})
             # a retried write of the same entry does not create a second one
-            assert await spend.append([first], np.zeros(CUBE.n_cells)) == []
+            assert await spend.append([first], {0: Fraction(1, 10), 1: Fraction(1, 10)}) == []
         await ledger.record_answers(CUBE, [record("fresh", Fraction(1, 10))])
         await ledger.record_answers(CUBE, [record("history", Fraction(0))])
         await ledger.close()
@@ -110,14 +108,15 @@ def test_spending_lock_serializes_writers(pg_dsn: str, ledger_schema: str) -> No
 def test_views_show_budget_and_history(pg_dsn: str, ledger_schema: str) -> None:
     async def run() -> None:
         ledger = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
-        charges = np.zeros(CUBE.n_cells)
         async with ledger.spending(CUBE) as spend:
-            charges[:2] = 0.25
-            await spend.append([measurement([1, 1], Fraction(1, 4), 12.0)], charges)
+            await spend.append(
+                [measurement([1, 1], Fraction(1, 4), 12.0)], {0: Fraction(1, 4), 1: Fraction(1, 4)}
+            )
         async with ledger.spending(CUBE) as spend:
-            charges[:] = 0
-            charges[1:3] = 0.125
-            await spend.append([measurement([0, 1, 1], Fraction(1, 8), 3.0)], charges)
+            await spend.append(
+                [measurement([0, 1, 1], Fraction(1, 8), 3.0)],
+                {1: Fraction(1, 8), 2: Fraction(1, 8)},
+            )
         await ledger.record_answers(
             CUBE,
             [record(source, Fraction(0)) for source in ("fresh", "combined", "history", "refused")],
@@ -156,7 +155,7 @@ def test_ledger_of_an_earlier_layout_is_upgraded(pg_dsn: str, ledger_schema: str
     async def run() -> None:
         ledger = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
         async with ledger.spending(CUBE) as spend:
-            assert await spend.append([measurement([1], Fraction(1, 2), 5.0)], np.ones(1))
+            assert await spend.append([measurement([1], Fraction(1, 2), 5.0)], {0: Fraction(1)})
         await ledger.close()
 
     asyncio.run(run())
