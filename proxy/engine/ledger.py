@@ -116,14 +116,15 @@ class Ledger:
             return
         need = charges[worst_cell]
         left = self.total - self.spent_on(worst_cell)
-        whose = f'user "{self.user}" on table' if self.user is not None else "table"
+        holder = "table" if self.user is None else "user"
+        whose = "table" if self.user is None else f'user "{self.user}" on table'
         raise BudgetExhausted(
             f'privacy budget of {whose} "{self.table}" exhausted',
             detail=(
                 f"Answering {request} needs a fresh measurement costing "
                 f"{format_budget(need, up=True)} on cell {worst_cell}, which has "
                 f"{format_budget(left, up=False)} of its {format_budget(self.total, up=False)} "
-                f"left (the {'user' if self.user is not None else 'table'} has spent "
+                f"left (the {holder} has spent "
                 f"{format_budget(self._max, up=True)})."
             ),
             hint="Ask for a wider interval or a lower confidence, or a query that earlier "
