@@ -240,10 +240,10 @@ class DpService:
         self._charge_user(cube, user, plan.charges)
         return engine.record(plan, entries)
 
-    def _user_ledger(self, cube: Cube, user: str) -> Ledger | None:
+    def _user_ledger(self, cube: Cube, user: str | None) -> Ledger | None:
         """The user's share of the table, if the user has a cap."""
         cap = self._caps.cap(user)
-        if cap is None:
+        if user is None or cap is None:
             return None
         key = (cube.qualified_name, user)
         if key not in self._user_ledgers:
@@ -252,12 +252,12 @@ class DpService:
 
     def _check_user(self, cube: Cube, user: str | None, plan: Plan) -> None:
         """Refuse a plan that would take its user past the user's cap (nothing is spent)."""
-        ledger = self._user_ledger(cube, user) if user is not None else None
+        ledger = self._user_ledger(cube, user)
         if ledger is not None and plan.measurements:
             ledger.check(plan.charges, request=describe_batch(plan.requests))
 
     def _charge_user(self, cube: Cube, user: str | None, charges: Mapping[int, Fraction]) -> None:
-        ledger = self._user_ledger(cube, user) if user is not None else None
+        ledger = self._user_ledger(cube, user)
         if ledger is not None:
             ledger.commit(charges)
 
