@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from proxy.auth import make_verifier
-from proxy.config import Config, load_config
+from proxy.config import PASSTHROUGH_ROLE_TEMPLATE, Config, load_config
 from proxy.engine.ledger import format_budget
 from proxy.errors import ConfigError, DpproxyError
 from proxy.loops import EVENT_LOOPS
@@ -65,10 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     provision = commands.add_parser(
         "provision",
-        help="create the reader and pass-through roles and their grants on a server you administer",
+        help="set up the roles, the analyst database and the grants on a server you administer",
     )
     provision.add_argument(
-        "--dsn", required=True, help="a superuser (or table owner with CREATEROLE) DSN"
+        "--dsn",
+        required=True,
+        help="a superuser DSN, in the database that holds the protected tables",
     )
     provision.add_argument(
         "--load-demo", action="store_true", help="load the Adult demo table first"
@@ -80,7 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     passwd.add_argument("user", nargs="?", help="print a `user: verifier` line for this user")
     ledger = commands.add_parser("ledger", help="inspect, export or maintain the privacy ledger")
     ledger.add_argument(
-        "--dsn", help="the ledger's DSN (default: ledger.dsn, else backend.dsn, else the embedded)"
+        "--dsn",
+        help="the ledger's DSN (default: ledger.dsn, else backend.dsn in the analyst database, "
+        "else the embedded)",
     )
     actions = ledger.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("status", help="budget spent and answers given, per protected table")
@@ -122,7 +126,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _ledger(config: Config, args: argparse.Namespace) -> int:
     from proxy import ledger_admin
 
-    dsn = args.dsn or config.ledger.dsn or (config.backend.dsn if config.backend else None)
+    dsn = (
+        args.dsn
+        or config.ledger.dsn
+        or (config.backend.reader_in_analyst_database if config.backend else None)
+    )
     if dsn is None:
         from proxy.server import embedded_backend
 
@@ -211,18 +219,28 @@ def _provision(config: Config, dsn: str, load_demo: bool) -> int:
     from proxy.demo import load_adult
     from proxy.provision import PASSTHROUGH_ROLE, READER_ROLE, provision_roles
 
+    backend = config.backend
     try:
         if load_demo:
             print(f"adult: {load_adult(dsn)} rows")
-        # without a ledger DSN of its own, the reader role (backend.dsn) writes the ledger
+        # without a ledger DSN of its own, the reader role writes the ledger
         provision_roles(
-            dsn, config.cubes, config.ledger.schema if config.ledger.dsn is None else None
+            dsn,
+            config.cubes,
+            config.ledger.schema if config.ledger.dsn is None else None,
+            users=config.users,
+            analyst_database=backend.analyst_database if backend else config.listen.database,
+            role_template=backend.passthrough_role if backend else PASSTHROUGH_ROLE_TEMPLATE,
+            secret=backend.passthrough_secret if backend else None,
         )
     except psycopg.Error as e:
         print(f"dpproxy: {e.sqlstate or '08006'}: {e}", file=sys.stderr)
         return 1
     tables = ", ".join(c.qualified_name for c in config.cubes)
-    print(f"{READER_ROLE} may read {tables}; {PASSTHROUGH_ROLE} may not")
+    print(
+        f"{READER_ROLE} may read {tables}; the analysts' roles (members of {PASSTHROUGH_ROLE}) "
+        "see empty tables of the same shape in the analyst database"
+    )
     return 0
 
 

@@ -9,6 +9,7 @@ from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final, overload
+from urllib.parse import quote, urlencode
 
 import yaml
 from psycopg.conninfo import conninfo_to_dict
@@ -25,8 +26,10 @@ __all__ = [
     "PrivacyConfig",
     "ListenConfig",
     "BackendConfig",
+    "PASSTHROUGH_ROLE_TEMPLATE",
     "Config",
     "DEMO_USERS",
+    "dsn_with",
     "load_config",
     "parse_config",
 ]
@@ -45,7 +48,10 @@ _LISTEN_KEYS = {
     "shutdown_timeout",
     "event_loop",
 }
-_BACKEND_KEYS = {"dsn", "passthrough_dsn"}
+_BACKEND_KEYS = {"dsn", "passthrough_dsn", "passthrough_role", "passthrough_secret"}
+
+#: The analysts' pass-through role names (``backend.passthrough_role``), one role per analyst.
+PASSTHROUGH_ROLE_TEMPLATE: Final = "dpproxy_pt_{user}"
 
 #: The demo account ``analyst`` / ``analyst`` (its SCRAM-SHA-256 verifier), used when the config
 #: has no ``users`` section.
@@ -133,28 +139,67 @@ class ListenConfig:
 
 @dataclass(frozen=True, slots=True)
 class BackendConfig:
-    """The two PostgreSQL roles dpproxy logs in as.
+    """Where dpproxy logs in: the reader in the private database, analysts in the analyst one.
 
     Args:
-        dsn: the reader role, which may SELECT the protected tables; only dpproxy's generated
-            histogram SQL runs under it.
-        passthrough_dsn: a role with no rights on protected tables; every other statement runs
-            under it, one connection per client session.
+        dsn: the reader role, in the database that holds the protected tables (the *private*
+            database); only dpproxy's generated histogram SQL runs under it.
+        passthrough_dsn: the *analyst* database, where every other statement runs, one backend
+            session per client session, each logged in as its analyst's own role
+            (``passthrough_role``); no user or password of its own.
         ledger_dsn: where the durable ledger lives (a role that may create ``ledger_schema``);
             None keeps the history in memory only, which only tests that embed dpproxy do.
         ledger_schema: the ledger's schema.
+        passthrough_role: the analysts' role names, ``{user}`` standing for the analyst.
+        passthrough_secret: the key their passwords are derived from (`proxy.upstream`); None
+            logs in without a password (the embedded server's trusted Unix socket).
     """
 
     dsn: str
     passthrough_dsn: str
     ledger_dsn: str | None = None
     ledger_schema: str = "dpproxy"
+    passthrough_role: str = PASSTHROUGH_ROLE_TEMPLATE
+    passthrough_secret: str | None = None
 
     def __post_init__(self) -> None:
         for key in ("dsn", "passthrough_dsn", "ledger_dsn"):
             value = getattr(self, key)
             if value is not None:
                 _check_dsn(value, f"backend.{key}")
+        info = conninfo_to_dict(self.passthrough_dsn)
+        if info.get("user") or info.get("password"):
+            raise ConfigError(
+                "backend.passthrough_dsn: give no user or password; each analyst logs in as a "
+                "role of their own (backend.passthrough_role)",
+                hint="e.g. postgresql://db:5432/analytics_dp",
+            )
+        if not info.get("dbname"):
+            raise ConfigError("backend.passthrough_dsn: name the analyst database")
+        if info["dbname"] == conninfo_to_dict(self.dsn).get("dbname"):
+            raise ConfigError(
+                "backend.passthrough_dsn: must name another database than backend.dsn",
+                detail="protected tables live in a database analysts' roles cannot connect to",
+            )
+        if self.passthrough_role.count("{user}") != 1:
+            raise ConfigError(
+                "backend.passthrough_role: must contain {user} once, "
+                f"got {self.passthrough_role!r}"
+            )
+
+    @property
+    def analyst_database(self) -> str:
+        """The database analysts' sessions connect to."""
+        return str(conninfo_to_dict(self.passthrough_dsn)["dbname"])
+
+    @property
+    def reader_in_analyst_database(self) -> str:
+        """The reader role's DSN in the analyst database: the ledger's default home."""
+        return dsn_with(self.dsn, dbname=self.analyst_database)
+
+    def role_for(self, user: str) -> str:
+        """The pass-through role of analyst ``user``."""
+        return self.passthrough_role.replace("{user}", user)
 
     def __repr__(self) -> str:  # DSNs may hold passwords
         return f"BackendConfig(dsn=..., passthrough_dsn=..., ledger_schema={self.ledger_schema!r})"
@@ -165,9 +210,9 @@ class LedgerConfig:
     """Where the durable ledger lives (docs/config.md).
 
     Args:
-        dsn: a role that may create and write ``schema``; None: the embedded server's own, or
-            ``backend.dsn``.
-        schema: the ledger's schema; analysts' pass-through role must have no rights on it.
+        dsn: a role that may create and write ``schema``; None: the reader role, in the
+            analyst database (where analysts read the ``dp`` views).
+        schema: the ledger's schema; analysts' pass-through roles have no rights on it.
     """
 
     dsn: str | None = None
@@ -256,12 +301,14 @@ def _parse(data: object, source: str) -> Config:
         seen.add((cube.schema, cube.table))
     base = Path(source).parent if source != "<config>" else Path.cwd()
     users, user_budgets = _users(data["users"]) if "users" in data else (DEMO_USERS, {})
+    backend = _backend(data.get("backend"))
+    _check_role_names(backend, users)
     return Config(
         privacy,
         cubes,
         source,
         _listen(data.get("listen"), base),
-        _backend(data.get("backend")),
+        backend,
         users,
         _ledger(data.get("ledger")),
         MappingProxyType(user_budgets),
@@ -278,6 +325,38 @@ def _ledger(spec: object) -> LedgerConfig:
     if dsn is not None:
         _check_dsn(dsn, "ledger.dsn")
     return LedgerConfig(dsn, _text(spec, "schema", "ledger") or "dpproxy")
+
+
+def dsn_with(dsn: str, **changes: str | None) -> str:
+    """``dsn`` with some parameters replaced (None removes one), as a URI (asyncpg reads no other).
+
+    >>> dsn_with("host=/tmp/x user=postgres password=pw dbname=postgres", user="r", password=None)
+    'postgresql://r@/postgres?host=%2Ftmp%2Fx'
+    >>> dsn_with("postgresql://u:p%40ss@db:5433/a?sslmode=require", dbname="b")
+    'postgresql://u:p%40ss@db:5433/b?sslmode=require'
+    """
+    params = {k: v for k, v in {**conninfo_to_dict(dsn), **changes}.items() if v is not None}
+    user, password = params.pop("user", None), params.pop("password", None)
+    host, port, dbname = params.pop("host", ""), params.pop("port", None), params.pop("dbname", "")
+    login = ""
+    if user is not None:
+        login = (
+            quote(str(user), safe="")
+            + ("" if password is None else ":" + quote(str(password), safe=""))
+            + "@"
+        )
+    address = ""
+    if host and not str(host).startswith("/") and "," not in str(host):
+        address = str(host) + ("" if port is None else f":{port}")
+    else:
+        if host:
+            params["host"] = host
+        if port is not None:
+            params["port"] = port
+    query = urlencode({k: str(v) for k, v in params.items()})
+    return f"postgresql://{login}{address}/{quote(str(dbname), safe='')}" + (
+        f"?{query}" if query else ""
+    )
 
 
 def _check_dsn(value: str, where: str) -> None:
@@ -322,14 +401,27 @@ def _backend(spec: object) -> BackendConfig | None:
     dsn, passthrough = _text(spec, "dsn", "backend"), _text(spec, "passthrough_dsn", "backend")
     if dsn is None or passthrough is None:
         raise ConfigError(
-            "backend: give both dsn (the reader role) and passthrough_dsn (the pass-through role)",
+            "backend: give both dsn (the reader role) and passthrough_dsn (the analyst database)",
             hint="leave out the backend section to run the embedded demo PostgreSQL",
         )
-    if dsn == passthrough:
-        raise ConfigError(
-            "backend.passthrough_dsn: must log in as a different role than backend.dsn"
-        )
-    return BackendConfig(dsn, passthrough)
+    return BackendConfig(
+        dsn,
+        passthrough,
+        passthrough_role=_text(spec, "passthrough_role", "backend") or PASSTHROUGH_ROLE_TEMPLATE,
+        passthrough_secret=_text(spec, "passthrough_secret", "backend"),
+    )
+
+
+def _check_role_names(backend: BackendConfig | None, users: Mapping[str, Verifier]) -> None:
+    """Every analyst's role name fits PostgreSQL's 63 bytes (longer names are cut short)."""
+    template = backend.passthrough_role if backend else PASSTHROUGH_ROLE_TEMPLATE
+    for user in users:
+        role = template.replace("{user}", user)
+        if len(role.encode()) > 63:
+            raise ConfigError(
+                f"users.{user}: the pass-through role name {role!r} is longer than 63 bytes",
+                hint="shorten the user name or backend.passthrough_role",
+            )
 
 
 def _users(spec: object) -> tuple[Mapping[str, Verifier], dict[str, float]]:

@@ -13,11 +13,15 @@ Layout, in a schema of its own (``dpproxy`` by default) that analysts cannot rea
 * ``answers``: one row per answer given or refused (history, fresh, combined, refused).
 
 Two read-only views in schema ``dp``, ``dp.budget`` and ``dp.history``, are granted to the
-analysts' pass-through role, so analysts query them like any relation (docs/config.md).
+analysts' pass-through roles, so analysts query them like any relation (docs/config.md). The
+ledger lives in the analyst database for that (`proxy.provision`).
 
 A fresh measurement is written inside :meth:`DurableLedger.spending`, which holds a transaction
-and an advisory lock on the table, so processes sharing the ledger spend one after another;
-answers from history never take that lock.
+and the table's row of ``tables`` locked FOR NO KEY UPDATE, so processes sharing the ledger
+spend one after another. Taking that lock needs UPDATE on the ledger, which analysts lack
+(unlike an advisory lock, which any role connected to the database can take and hold); it does
+not conflict with the key-share locks of the audit log's inserts, so answers from history never
+wait for it.
 """
 
 from __future__ import annotations
@@ -45,11 +49,7 @@ __all__ = [
     "StoredEntry",
     "NewMeasurement",
     "AnswerRecord",
-    "LEDGER_LOCK_NAMESPACE",
 ]
-
-#: First key of the two-key advisory locks dpproxy takes (the second is the table's id).
-LEDGER_LOCK_NAMESPACE = 0x6470  # "dp"
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS {schema}.tables (
@@ -280,7 +280,7 @@ class DurableLedger:
         table = self._tables[cube.qualified_name]
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute(
-                "SELECT pg_advisory_xact_lock($1, $2)", LEDGER_LOCK_NAMESPACE, table.id
+                f"SELECT FROM {self._schema}.tables WHERE id = $1 FOR NO KEY UPDATE", table.id
             )
             yield Spend(conn, self._schema, table)
 
@@ -392,51 +392,65 @@ class Spend:
 async def _register(
     pool: asyncpg.Pool, schema: str, cubes: list[Cube], analyst_role: str | None
 ) -> dict[str, _Table]:
+    async with pool.acquire() as conn:
+        for attempt in range(3):
+            try:
+                async with conn.transaction():
+                    return await _register_locked(conn, schema, cubes, analyst_role)
+            except (asyncpg.UniqueViolationError, asyncpg.DuplicateObjectError):
+                if attempt == 2:  # a new ledger created by another process at the same moment
+                    raise
+    raise AssertionError("unreachable")
+
+
+async def _register_locked(
+    conn: asyncpg.Connection, schema: str, cubes: list[Cube], analyst_role: str | None
+) -> dict[str, _Table]:
     tables = {}
-    async with pool.acquire() as conn, conn.transaction():
-        # one creator at a time: concurrent CREATE ... IF NOT EXISTS can still collide
-        await conn.execute("SELECT pg_advisory_xact_lock($1, 0)", LEDGER_LOCK_NAMESPACE)
-        for name in (schema, "dp"):
-            # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the schema
-            # exists; `dpproxy provision` creates both for a reader role that lacks it
-            if await conn.fetchval("SELECT to_regnamespace($1) IS NULL", name):
-                await conn.execute(f"CREATE SCHEMA {name}")
-        await conn.execute(_DDL.format(schema=schema))
-        if await conn.fetchval(
-            "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass "
-            "AND attname = 'spent' AND NOT attisdropped",
-            f"{schema}.tables",
-        ):
-            await conn.execute(_UPGRADE.format(schema=schema))
-        await conn.execute(_VIEWS.format(schema=schema))
-        if analyst_role is not None:
-            role = quote_ident(analyst_role)
-            await conn.execute(
-                f"GRANT USAGE ON SCHEMA dp TO {role}; "
-                f"GRANT SELECT ON dp.budget, dp.history TO {role}"
+    if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{schema}.tables"):
+        # one registrar at a time, by a lock only the ledger's writers may take (analysts could
+        # take any advisory lock); concurrent creations of a new ledger are retried instead
+        await conn.execute(f"LOCK TABLE {schema}.tables IN SHARE ROW EXCLUSIVE MODE")
+    for name in (schema, "dp"):
+        # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the schema
+        # exists; `dpproxy provision` creates both for a reader role that lacks it
+        if await conn.fetchval("SELECT to_regnamespace($1) IS NULL", name):
+            await conn.execute(f"CREATE SCHEMA {name}")
+    await conn.execute(_DDL.format(schema=schema))
+    if await conn.fetchval(
+        "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass "
+        "AND attname = 'spent' AND NOT attisdropped",
+        f"{schema}.tables",
+    ):
+        await conn.execute(_UPGRADE.format(schema=schema))
+    await conn.execute(_VIEWS.format(schema=schema))
+    if analyst_role is not None:
+        role = quote_ident(analyst_role)
+        await conn.execute(
+            f"GRANT USAGE ON SCHEMA dp TO {role}; GRANT SELECT ON dp.budget, dp.history TO {role}"
+        )
+    for cube in cubes:
+        row = await conn.fetchrow(
+            f"INSERT INTO {schema}.tables (name, fingerprint, n_cells, total_budget) "
+            "VALUES ($1, $2, $3, $4) "
+            "ON CONFLICT (name) DO UPDATE SET total_budget = excluded.total_budget "
+            "RETURNING id, fingerprint, n_cells, data_version, carried",
+            cube.qualified_name,
+            cube.fingerprint,
+            cube.n_cells,
+            cube.total_budget,
+        )
+        if row["fingerprint"] != cube.fingerprint:
+            raise ConfigError(
+                f"tables.{cube.qualified_name}: the cube differs from the one its ledger "
+                f"was written for (fingerprint {row['fingerprint']}, now {cube.fingerprint})",
+                detail="history vectors over the old cells cannot be reused over new ones",
+                hint="restore the old dimensions, or run 'dpproxy ledger rekey' to start a new "
+                "history for this table (spent budget is carried over)",
             )
-        for cube in cubes:
-            row = await conn.fetchrow(
-                f"INSERT INTO {schema}.tables (name, fingerprint, n_cells, total_budget) "
-                "VALUES ($1, $2, $3, $4) "
-                "ON CONFLICT (name) DO UPDATE SET total_budget = excluded.total_budget "
-                "RETURNING id, fingerprint, n_cells, data_version, carried",
-                cube.qualified_name,
-                cube.fingerprint,
-                cube.n_cells,
-                cube.total_budget,
-            )
-            if row["fingerprint"] != cube.fingerprint:
-                raise ConfigError(
-                    f"tables.{cube.qualified_name}: the cube differs from the one its ledger "
-                    f"was written for (fingerprint {row['fingerprint']}, now {cube.fingerprint})",
-                    detail="history vectors over the old cells cannot be reused over new ones",
-                    hint="restore the old dimensions, or run 'dpproxy ledger rekey' to start a new "
-                    "history for this table (spent budget is carried over)",
-                )
-            tables[cube.qualified_name] = _Table(
-                int(row["id"]), cube, int(row["data_version"]), Fraction(row["carried"])
-            )
+        tables[cube.qualified_name] = _Table(
+            int(row["id"]), cube, int(row["data_version"]), Fraction(row["carried"])
+        )
     return tables
 
 

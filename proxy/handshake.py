@@ -188,7 +188,9 @@ async def _connect_upstream(session: Session, startup: StartupMessage) -> None:
 
     forwarded = {k: v for k, v in startup.parameters.items() if k.lower() in _FORWARDED}
     forwarded["client_encoding"] = "UTF8"
-    session.upstream = await Upstream.connect(session.ctx.upstream, forwarded)
+    session.upstream = await Upstream.connect(
+        session.ctx.upstream.for_user(session.user), forwarded
+    )
     session.key = session.ctx.new_key()
     session.ctx.sessions[session.key.process_id] = session
     for name, value in session.upstream.parameters.items():

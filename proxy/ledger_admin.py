@@ -14,7 +14,6 @@ from fractions import Fraction
 
 import asyncpg
 
-from proxy.durable import LEDGER_LOCK_NAMESPACE
 from proxy.engine.ledger import Ledger, cell_charges
 from proxy.errors import ConfigError
 from sqlmap.canonical import quote_ident
@@ -113,7 +112,6 @@ async def _table(conn: asyncpg.Connection, schema: str, name: str) -> asyncpg.Re
     )
     if row is None:
         raise ConfigError(f"the ledger has no table {name!r}")
-    await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", LEDGER_LOCK_NAMESPACE, row["id"])
     return row
 
 

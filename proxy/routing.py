@@ -217,7 +217,7 @@ class Router:
                 + list(STATISTICS_NAMES)
                 + list(_STATISTICS_PREFIXES)
                 + ["u&", "dp", "create"],
-                whole_words=["do"],
+                whole_words=["do", "role", "user", "authorization"],
             )
         )
 
@@ -226,7 +226,7 @@ class Router:
 
         A fast check for the common case, without tokenizing: the text names no protected table
         or statistics relation, even as a substring, has no ``U&`` identifier, no ``dp``
-        setting and no ``DO``/``CREATE``. False means only "ask :meth:`route`".
+        setting, no ``DO``/``CREATE`` and no role change. False means only "ask :meth:`route`".
 
         >>> from sqlmap.cube import cube_from_config
         >>> cube = cube_from_config("adult", {"dimensions": {"age": {"bins": [0, 1]}}}, "t", 1.0)
@@ -250,7 +250,7 @@ class Router:
         setting = _dp_setting(tokens) if tokens else None
         if setting is not None:
             return Statement(text, offset, Route.SETTING, setting=setting)
-        code = _server_side_code(tokens) if tokens else None
+        code = (_server_side_code(tokens) or _role_change(tokens)) if tokens else None
         if code is not None:
             raise InsufficientPrivilege(
                 f"permission denied: {code} is not allowed through dpproxy",
@@ -430,4 +430,26 @@ def _server_side_code(tokens: list[Token]) -> str | None:
             "TRIGGER",
         ):
             return f"CREATE {rest[0]}"
+    return None
+
+
+def _role_change(tokens: list[Token]) -> str | None:
+    """``ALTER ROLE``/``USER``/``GROUP``, ``SET ROLE`` or ``SET SESSION AUTHORIZATION``, if so.
+
+    A second line only: each analyst's pass-through role is their own (PostgreSQL lets a role
+    change its own settings and password, which then affects that analyst alone), and it may
+    not become another role (docs/deploy.md).
+    """
+    words = [t.text.upper() for t in tokens[:5]]
+    if words[:1] == ["ALTER"] and words[1:2] in (["ROLE"], ["USER"], ["GROUP"]):
+        return f"ALTER {words[1]}"
+    if words[:1] != ["SET"]:
+        return None
+    rest = words[1:]
+    if rest[:1] in (["SESSION"], ["LOCAL"]) and rest[1:2] != ["AUTHORIZATION"]:
+        rest = rest[1:]
+    if rest[:1] == ["ROLE"]:
+        return "SET ROLE"
+    if rest[:2] == ["SESSION", "AUTHORIZATION"]:
+        return "SET SESSION AUTHORIZATION"
     return None

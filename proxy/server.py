@@ -1,11 +1,11 @@
 """The listening server: accepts clients, runs one `Session` each, and shuts down in stages.
 
 `open_server` checks the backend before it listens (the reader sees every dimension's column;
-the pass-through role cannot read any protected table), and `run` is what ``dpproxy serve``
-does: start the embedded PostgreSQL when the config names no backend, listen (on uvloop unless
-``listen.event_loop`` says otherwise: `proxy.loops`), print how to connect, and on SIGINT/SIGTERM
-stop listening, close idle sessions (57P01), give busy ones ``listen.shutdown_timeout`` seconds
-to finish, then cancel them; a second signal cancels at once.
+no analyst's pass-through role can reach protected rows or their statistics: `check_boundary`),
+and `run` is what ``dpproxy serve`` does: start the embedded PostgreSQL when the config names no
+backend, listen (on uvloop unless ``listen.event_loop`` says otherwise: `proxy.loops`), print how
+to connect, and on SIGINT/SIGTERM stop listening, close idle sessions (57P01), give busy ones
+``listen.shutdown_timeout`` seconds to finish, then cancel them; a second signal cancels at once.
 """
 
 from __future__ import annotations
@@ -34,11 +34,18 @@ from proxy.errors import ConfigError, ConnectionFailure
 from proxy.logs import event
 from proxy.loops import loop_factory, loop_name
 from proxy.memo import DpMemo
+from proxy.provision import (
+    FORBIDDEN_MEMBERSHIPS,
+    PASSTHROUGH_ROLE,
+    STATISTICS_FUNCTIONS_SQL,
+    STATISTICS_VIEWS_SQL,
+)
 from proxy.routing import Router
 from proxy.session import Session, SessionContext
 from proxy.upstream import UpstreamAddress
+from sqlmap.canonical import quote_ident
 
-__all__ = ["Server", "open_server", "embedded_backend", "check_passthrough", "run", "DATA_DIR_ENV"]
+__all__ = ["Server", "open_server", "embedded_backend", "check_boundary", "run", "DATA_DIR_ENV"]
 
 #: Environment variable naming the embedded PostgreSQL's data directory.
 DATA_DIR_ENV: Final = "DPPROXY_DATA_DIR"
@@ -129,37 +136,109 @@ def _tls_context(config: Config) -> ssl.SSLContext | None:
     return context
 
 
-async def check_passthrough(dsn: str, config: Config) -> str:
-    """Refuse to start if the pass-through role could read a protected table itself.
+async def check_boundary(config: Config, backend: BackendConfig) -> None:
+    """Refuse to start if the pass-through path could see protected rows or their statistics.
 
-    Returns the pass-through role's name.
+    Checks, as the first analyst's role in the analyst database, every analyst's role: it exists
+    and may log in, holds no attribute or membership that reads every table or statistic or
+    signals other roles, cannot connect to the private database, and can neither read a
+    statistics view nor run a statistics function there; and every protected table's stand-in
+    exists and is empty.
 
     Raises:
-        ConfigError: the role is a superuser or holds SELECT on a protected table or column.
+        ConfigError: any of these fails.
         ConnectionFailure: the backend cannot be reached.
     """
     try:
-        conn = await asyncpg.connect(dsn)
+        reader = await asyncpg.connect(backend.dsn)
     except (OSError, asyncpg.PostgresError) as e:
-        raise ConnectionFailure(f"backend.passthrough_dsn: cannot connect: {e}") from None
+        raise ConnectionFailure(f"backend.dsn: cannot connect: {e}") from None
     try:
-        role, superuser = await conn.fetchrow(
-            "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user"
+        private = str(await reader.fetchval("SELECT current_database()"))
+    finally:
+        await reader.close()
+    roles = {user: backend.role_for(user) for user in config.users}
+    first = UpstreamAddress.from_dsn(
+        backend.passthrough_dsn, backend.passthrough_role, backend.passthrough_secret
+    ).for_user(next(iter(config.users)))
+    try:
+        conn = await asyncpg.connect(
+            backend.passthrough_dsn, user=first.user, password=first.password
         )
-        if superuser:
-            raise ConfigError(
-                f"backend.passthrough_dsn: role {role} is a superuser "
-                "and could read protected tables"
+    except (OSError, asyncpg.PostgresError) as e:
+        raise ConnectionFailure(
+            f"backend.passthrough_dsn: cannot connect as {first.user}: {e}",
+            hint="run `dpproxy provision` to create the analysts' roles",
+        ) from None
+    where = "backend.passthrough_dsn"
+    try:
+        if await conn.fetchval("SELECT current_database()") == private:
+            raise ConfigError(f"{where}: names {private}, the database of the protected tables")
+        for user, role in roles.items():
+            attributes = await conn.fetchrow(
+                "SELECT rolcanlogin, rolsuper OR rolcreaterole OR rolbypassrls OR rolreplication "
+                "FROM pg_roles WHERE rolname = $1",
+                role,
             )
-        for cube in config.cubes:
-            name = f'"{cube.schema}"."{cube.table}"'
-            if await conn.fetchval("SELECT has_any_column_privilege($1::regclass, 'SELECT')", name):
+            if attributes is None or not attributes[0]:
                 raise ConfigError(
-                    f"backend.passthrough_dsn: role {role} can read protected table "
-                    f"{cube.qualified_name}",
-                    hint=f"REVOKE ALL ON {cube.qualified_name} FROM PUBLIC, {role}",
+                    f"{where}: user {user}'s role {role} does not exist or cannot log in",
+                    hint="run `dpproxy provision` after adding users",
                 )
-        return str(role)
+            if attributes[1]:
+                raise ConfigError(
+                    f"{where}: role {role} is a superuser or may create roles, bypass row "
+                    "security or replicate, and could read protected rows"
+                )
+            member = await conn.fetchval(
+                "SELECT min(r.rolname) FROM pg_roles r WHERE r.rolname <> $1 "
+                "AND (r.rolname = ANY($2::text[]) OR r.rolname = ANY($3::text[])) "
+                "AND pg_has_role($1, r.oid, 'MEMBER')",
+                role,
+                list(FORBIDDEN_MEMBERSHIPS),
+                list(roles.values()),
+            )
+            if member is not None:
+                raise ConfigError(
+                    f"{where}: role {role} is a member of {member}",
+                    detail="it could read protected rows or statistics, or other analysts' "
+                    "sessions",
+                    hint=f"REVOKE {quote_ident(member)} FROM {quote_ident(role)}",
+                )
+            if await conn.fetchval(
+                "SELECT has_database_privilege($1, $2, 'CONNECT')", role, private
+            ):
+                raise ConfigError(
+                    f"{where}: role {role} may connect to {private}, "
+                    "the database of the protected tables",
+                    hint=f"REVOKE CONNECT ON DATABASE {quote_ident(private)} FROM PUBLIC, "
+                    f"{quote_ident(role)}",
+                )
+            for query, kind in ((STATISTICS_FUNCTIONS_SQL, "run"), (STATISTICS_VIEWS_SQL, "read")):
+                leaks = await conn.fetch(query, role)
+                if leaks:
+                    raise ConfigError(
+                        f"{where}: role {role} may {kind} {leaks[0][0]} "
+                        f"({len(leaks)} statistics {'functions' if kind == 'run' else 'views'})",
+                        detail="they show counts and sizes of tables in every database",
+                        hint="run `dpproxy provision`, which revokes them from PUBLIC",
+                    )
+        for cube in config.cubes:
+            name = f"{quote_ident(cube.schema)}.{quote_ident(cube.table)}"
+            if not await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", name):
+                raise ConfigError(
+                    f"{where}: the analyst database has no stand-in for {cube.qualified_name}",
+                    hint="run `dpproxy provision`",
+                )
+            try:
+                rows = await conn.fetchval(f"SELECT EXISTS (SELECT FROM {name})")
+            except asyncpg.InsufficientPrivilegeError:
+                rows = False  # invisible to analysts: harmless, though BI tools miss it
+            if rows:
+                raise ConfigError(
+                    f"{where}: the stand-in of {cube.qualified_name} in the analyst database "
+                    "holds rows; it must be empty"
+                )
     finally:
         await conn.close()
 
@@ -169,7 +248,7 @@ async def open_server(
 ) -> Server:
     """Check the backend, then listen; the caller owns the returned server."""
     tls = _tls_context(config)
-    analyst_role = await check_passthrough(backend.passthrough_dsn, config)
+    await check_boundary(config, backend)
     try:
         reader = await Reader.connect(backend.dsn)
     except (OSError, asyncpg.PostgresError) as e:
@@ -183,7 +262,7 @@ async def open_server(
             service = DpService(config.cubes, InMemoryHistoryStore(), reader, caps=config.caps())
         else:
             ledger = await DurableLedger.open(
-                backend.ledger_dsn, config.cubes, backend.ledger_schema, analyst_role
+                backend.ledger_dsn, config.cubes, backend.ledger_schema, PASSTHROUGH_ROLE
             )
             service = await DpService.open_durable(config.cubes, reader, ledger, caps=config.caps())
             for cube in config.cubes:
@@ -200,7 +279,9 @@ async def open_server(
             service=service,
             memo=DpMemo(router, service),
             defaults=config.privacy.defaults,
-            upstream=UpstreamAddress.from_dsn(backend.passthrough_dsn),
+            upstream=UpstreamAddress.from_dsn(
+                backend.passthrough_dsn, backend.passthrough_role, backend.passthrough_secret
+            ),
             users=config.users,
             database=config.listen.database,
             max_connections=config.listen.max_connections,
@@ -220,7 +301,11 @@ async def open_server(
 
 
 def embedded_backend(config: Config) -> BackendConfig:
-    """Start the embedded PostgreSQL, load the Adult demo table and create both roles."""
+    """Start the embedded PostgreSQL, load the Adult demo table, and set up the boundary.
+
+    The tables stay in the server's ``postgres`` database; analysts' sessions and the ledger
+    go to a database named like ``listen.database`` (`proxy.provision`).
+    """
     from proxy.demo import load_adult
     from proxy.embedded import start_embedded
     from proxy.provision import provision_roles
@@ -230,10 +315,18 @@ def embedded_backend(config: Config) -> BackendConfig:
     admin = start_embedded(data_dir)
     if any(c.qualified_name == "public.adult" for c in config.cubes):
         load_adult(admin)
-    roles = provision_roles(admin, config.cubes)
-    # the ledger lives in the embedded server, written by its owner, out of analysts' reach
+    roles = provision_roles(
+        admin,
+        config.cubes,
+        config.ledger.schema,
+        users=config.users,
+        analyst_database=config.listen.database,
+    )
     return BackendConfig(
-        roles.reader_dsn, roles.passthrough_dsn, config.ledger.dsn or admin, config.ledger.schema
+        roles.reader_dsn,
+        roles.passthrough_dsn,
+        config.ledger.dsn or roles.ledger_dsn,
+        config.ledger.schema,
     )
 
 
@@ -271,7 +364,7 @@ def run(config: Config, host: str | None = None, port: int | None = None) -> int
     else:
         backend = dataclasses.replace(
             config.backend,
-            ledger_dsn=config.ledger.dsn or config.backend.dsn,
+            ledger_dsn=config.ledger.dsn or config.backend.reader_in_analyst_database,
             ledger_schema=config.ledger.schema,
         )
         if config.users is DEMO_USERS:

@@ -9,6 +9,9 @@ message a caller asks for (ReadyForQuery, the end of one extended-protocol reply
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
+import hmac
 import os
 import socket
 import ssl
@@ -46,7 +49,7 @@ from proxy.wire import (
     decode_backend,
 )
 
-__all__ = ["UpstreamAddress", "Upstream", "Action", "Decide"]
+__all__ = ["UpstreamAddress", "Upstream", "Action", "Decide", "passthrough_password"]
 
 _HEADER: Final = struct.Struct("!ci")
 _CONNECT_TIMEOUT: Final = 10.0
@@ -70,11 +73,26 @@ _G: Final = ord("G")
 _STATUSES: Final = {ord(s.value): s for s in TransactionStatus}
 
 
+def passthrough_password(secret: str, role: str) -> str:
+    """The password of pass-through role ``role``: an HMAC of its name under ``secret``.
+
+    `dpproxy provision` installs its SCRAM verifier; dpproxy derives it again to log in, so no
+    per-analyst password is stored anywhere.
+
+    >>> passthrough_password("s", "dpproxy_pt_alice")
+    'EaahoPwfj1-ahDiLJmSsMmJL_C2loFn-oINT41-188c'
+    """
+    digest = hmac.new(secret.encode(), b"dpproxy passthrough\0" + role.encode(), "sha256")
+    return base64.urlsafe_b64encode(digest.digest()).decode().rstrip("=")
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamAddress:
     """Where the pass-through role logs in, read from a libpq connection string or URI.
 
-    ``host`` starting with ``/`` is a Unix-socket directory, as in libpq.
+    ``host`` starting with ``/`` is a Unix-socket directory, as in libpq. With ``role_template``,
+    each analyst logs in as a role of their own (`for_user`), with the password derived from
+    ``secret`` (none without it).
     """
 
     host: str
@@ -83,12 +101,24 @@ class UpstreamAddress:
     password: str | None
     database: str
     sslmode: str = "prefer"
+    role_template: str | None = None
+    secret: str | None = None
+
+    def for_user(self, user: str) -> UpstreamAddress:
+        """The address analyst ``user``'s session logs in at: their own role."""
+        if self.role_template is None:
+            return self
+        role = self.role_template.replace("{user}", user)
+        password = None if self.secret is None else passthrough_password(self.secret, role)
+        return dataclasses.replace(self, user=role, password=password)
 
     def __repr__(self) -> str:  # no password in logs
         return f"UpstreamAddress({self.user}@{self.host}:{self.port}/{self.database})"
 
     @classmethod
-    def from_dsn(cls, dsn: str) -> UpstreamAddress:
+    def from_dsn(
+        cls, dsn: str, role_template: str | None = None, secret: str | None = None
+    ) -> UpstreamAddress:
         """Read a DSN, filling gaps from PG* environment variables as libpq does.
 
         >>> UpstreamAddress.from_dsn("postgresql://u:pw@/db?host=/tmp/s")
@@ -103,7 +133,16 @@ class UpstreamAddress:
         password = info.get("password") or os.environ.get("PGPASSWORD")
         database = str(info.get("dbname") or os.environ.get("PGDATABASE") or user)
         sslmode = str(info.get("sslmode") or os.environ.get("PGSSLMODE") or "prefer")
-        return cls(host, port, user, None if password is None else str(password), database, sslmode)
+        return cls(
+            host,
+            port,
+            user,
+            None if password is None else str(password),
+            database,
+            sslmode,
+            role_template,
+            secret,
+        )
 
     @property
     def is_unix(self) -> bool:
@@ -278,7 +317,8 @@ class Upstream:
     def _password(self) -> str:
         if self.address.password is None:
             raise ConnectionFailure(
-                "the PostgreSQL backend asks for a password; put it in backend.passthrough_dsn"
+                f"the PostgreSQL backend asks for a password for {self.address.user}; "
+                "set backend.passthrough_secret and run `dpproxy provision`"
             )
         return self.address.password
 

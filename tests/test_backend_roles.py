@@ -1,54 +1,227 @@
-"""The two backend roles: the pass-through role cannot read protected rows; the reader can."""
+"""The boundary `dpproxy provision` sets up, and the start-up check that refuses a leaky one.
+
+The reader reads the real table in the private database; each analyst's own role sees, in the
+analyst database, an empty table of the same shape and no statistics of the cluster.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
+from proxy.auth import make_verifier
 from proxy.backend import Reader
-from proxy.config import load_config
+from proxy.config import BackendConfig, Config, dsn_with, load_config
 from proxy.demo import ADULT_ROWS
+from proxy.errors import ConfigError
 from proxy.provision import BackendRoles, provision_roles
+from proxy.server import check_boundary
 
-CUBES = load_config(Path(__file__).parent.parent / "config.yaml").cubes
+CONFIG = load_config(Path(__file__).parent.parent / "config.yaml")
+CUBES = CONFIG.cubes
+USERS = ("analyst", "bob")
 
 
 @pytest.fixture(scope="module")
 def roles(adult_dsn: str) -> BackendRoles:
-    provision_roles(adult_dsn, CUBES)
-    return provision_roles(adult_dsn, CUBES)  # idempotent
+    provision_roles(adult_dsn, CUBES, users=USERS)
+    return provision_roles(adult_dsn, CUBES, users=USERS)  # idempotent
+
+
+@pytest.fixture(scope="module")
+def config() -> Config:
+    verifier = make_verifier("pw")
+    return dataclasses.replace(CONFIG, users=dict.fromkeys(USERS, verifier))
+
+
+@pytest.fixture(scope="module")
+def backend(roles: BackendRoles) -> BackendConfig:
+    return BackendConfig(roles.reader_dsn, roles.passthrough_dsn)
+
+
+def private_dsn(roles: BackendRoles, user: str) -> str:
+    return dsn_with(roles.analyst_dsn(user), dbname=conninfo_to_dict(roles.reader_dsn)["dbname"])
+
+
+@pytest.mark.parametrize("user", USERS)
+def test_analysts_cannot_connect_to_the_private_database(roles: BackendRoles, user: str) -> None:
+    with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
+        psycopg.connect(private_dsn(roles, user))
+
+
+def test_analysts_see_an_empty_table_of_the_same_shape(adult_dsn: str, roles: BackendRoles) -> None:
+    shape = (
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
+        "col_description(a.attrelid, a.attnum) FROM pg_attribute a "
+        "WHERE a.attrelid = 'public.adult'::regclass AND a.attnum > 0 AND NOT a.attisdropped "
+        "ORDER BY a.attnum"
+    )
+    with psycopg.connect(adult_dsn, autocommit=True) as admin:
+        admin.execute("COMMENT ON COLUMN public.adult.age IS 'years'")
+        admin.execute("ALTER TABLE public.adult ALTER COLUMN sex SET NOT NULL")
+        try:
+            provision_roles(adult_dsn, CUBES, users=USERS)
+            real = admin.execute(shape).fetchall()
+        finally:
+            admin.execute("COMMENT ON COLUMN public.adult.age IS NULL")
+            admin.execute("ALTER TABLE public.adult ALTER COLUMN sex DROP NOT NULL")
+    with psycopg.connect(roles.analyst_dsn(), autocommit=True) as conn:
+        assert conn.execute(shape).fetchall() == real
+        assert ("age", "integer", False, "years") in real and ("sex", "text", True, None) in real
+        assert conn.execute("SELECT count(*) FROM adult").fetchone() == (0,)
+        columns = conn.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = 'public' AND table_name = 'adult' ORDER BY ordinal_position"
+        ).fetchall()
+        assert columns[0] == ("age",) and len(columns) == 15
+    provision_roles(adult_dsn, CUBES, users=USERS)  # the shape changed back: so does the stand-in
+    with psycopg.connect(roles.analyst_dsn(), autocommit=True) as conn:
+        assert ("sex", "text", False, None) in conn.execute(shape).fetchall()
 
 
 @pytest.mark.parametrize(
     "sql",
     [
-        "SELECT * FROM adult",
-        "SELECT count(*) FROM adult",
-        "SELECT age FROM public.adult LIMIT 1",
-        "COPY adult TO STDOUT",
-        "SELECT * FROM pg_stats WHERE tablename = 'adult'",
+        "SELECT * FROM pg_stat_database",
+        "SELECT * FROM pg_stat_user_tables",
+        "SELECT * FROM pg_statio_user_tables",
+        "SELECT * FROM pg_stat_io",
+        "SELECT * FROM pg_stat_bgwriter",
+        "SELECT * FROM pg_stat_wal",
+        "SELECT * FROM pg_stat_activity",
+        "SELECT pg_stat_get_db_tuples_returned(1)",
+        "SELECT pg_database_size('postgres')",
+        "SELECT pg_tablespace_size('pg_default')",
+        "SELECT pg_current_wal_lsn()",
     ],
 )
-def test_passthrough_role_cannot_read_protected_rows(roles: BackendRoles, sql: str) -> None:
-    with psycopg.connect(roles.passthrough_dsn, autocommit=True) as conn:
-        if "pg_stats" in sql:  # filtered by privilege: no rows, not an error
-            assert conn.execute(sql).fetchall() == []
-            return
+def test_analysts_cannot_read_cluster_statistics(roles: BackendRoles, sql: str) -> None:
+    with psycopg.connect(roles.analyst_dsn(), autocommit=True) as conn:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(sql)
 
 
-def test_passthrough_role_can_browse_the_catalog(roles: BackendRoles) -> None:
-    with psycopg.connect(roles.passthrough_dsn, autocommit=True) as conn:
-        columns = conn.execute(
-            "SELECT attname FROM pg_attribute "
-            "WHERE attrelid = 'public.adult'::regclass AND attnum > 0"
-        ).fetchall()
-    assert ("age",) in columns
+def test_analysts_cannot_signal_each_other(roles: BackendRoles) -> None:
+    with (
+        psycopg.connect(roles.analyst_dsn("analyst"), autocommit=True) as alice,
+        psycopg.connect(roles.analyst_dsn("bob"), autocommit=True) as bob,
+    ):
+        for function in ("pg_terminate_backend", "pg_cancel_backend"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                alice.execute(f"SELECT {function}(%s)", (bob.info.backend_pid,))
+        # a setting an analyst gives their own role stays theirs
+        alice.execute("ALTER ROLE CURRENT_USER SET statement_timeout = '1ms'")
+        try:
+            with psycopg.connect(roles.analyst_dsn("bob")) as again:
+                assert again.execute("SHOW statement_timeout").fetchone() == ("0",)
+        finally:
+            alice.execute("ALTER ROLE CURRENT_USER RESET statement_timeout")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            alice.execute("ALTER ROLE dpproxy_pt_bob SET statement_timeout = '1ms'")
+
+
+def test_the_boundary_passes_the_start_up_check(config: Config, backend: BackendConfig) -> None:
+    asyncio.run(check_boundary(config, backend))
+
+
+@pytest.fixture()
+def admin(adult_dsn: str, roles: BackendRoles) -> Iterator[dict[str, psycopg.Connection]]:
+    with (
+        psycopg.connect(adult_dsn, autocommit=True) as private,
+        psycopg.connect(roles.analyst_admin_dsn, autocommit=True) as analyst,
+    ):
+        yield {"private": private, "analyst": analyst}
+
+
+@pytest.mark.parametrize(
+    ("where", "breach", "repair", "message"),
+    [
+        (
+            "private",
+            "GRANT CONNECT ON DATABASE postgres TO dpproxy_pt_bob",
+            "REVOKE CONNECT ON DATABASE postgres FROM dpproxy_pt_bob",
+            "dpproxy_pt_bob may connect to postgres",
+        ),
+        (
+            "private",
+            "GRANT pg_read_all_stats TO dpproxy_pt_bob",
+            "REVOKE pg_read_all_stats FROM dpproxy_pt_bob",
+            "dpproxy_pt_bob is a member of pg_read_all_stats",
+        ),
+        (
+            "private",
+            "GRANT pg_signal_backend TO dpproxy_passthrough",
+            "REVOKE pg_signal_backend FROM dpproxy_passthrough",
+            "is a member of pg_signal_backend",
+        ),
+        (
+            "private",
+            "GRANT dpproxy_pt_bob TO dpproxy_pt_analyst",
+            "REVOKE dpproxy_pt_bob FROM dpproxy_pt_analyst",
+            "dpproxy_pt_analyst is a member of dpproxy_pt_bob",
+        ),
+        (
+            "private",
+            "ALTER ROLE dpproxy_pt_bob CREATEROLE",
+            "ALTER ROLE dpproxy_pt_bob NOCREATEROLE",
+            "may create roles",
+        ),
+        (
+            "analyst",
+            "GRANT EXECUTE ON FUNCTION pg_stat_get_live_tuples(oid) TO PUBLIC",
+            "REVOKE EXECUTE ON FUNCTION pg_stat_get_live_tuples(oid) FROM PUBLIC",
+            "may run pg_stat_get_live_tuples(oid)",
+        ),
+        (
+            "analyst",
+            "GRANT SELECT ON pg_stat_database TO dpproxy_passthrough",
+            "REVOKE SELECT ON pg_stat_database FROM dpproxy_passthrough",
+            "may read pg_stat_database",
+        ),
+        (
+            "analyst",
+            "INSERT INTO public.adult (age) VALUES (39)",
+            "TRUNCATE public.adult",
+            "holds rows; it must be empty",
+        ),
+        (
+            "analyst",
+            "ALTER TABLE public.adult RENAME TO adult_gone",
+            "ALTER TABLE public.adult_gone RENAME TO adult",
+            "no stand-in for public.adult",
+        ),
+    ],
+)
+def test_serve_refuses_a_leaky_boundary(
+    config: Config,
+    backend: BackendConfig,
+    admin: dict[str, psycopg.Connection],
+    where: str,
+    breach: str,
+    repair: str,
+    message: str,
+) -> None:
+    admin[where].execute(breach)
+    try:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            asyncio.run(check_boundary(config, backend))
+    finally:
+        admin[where].execute(repair)
+    asyncio.run(check_boundary(config, backend))
+
+
+def test_serve_refuses_an_analyst_without_a_role(config: Config, backend: BackendConfig) -> None:
+    carol = dataclasses.replace(config, users={**config.users, "carol": config.users["bob"]})
+    with pytest.raises(ConfigError, match="user carol's role dpproxy_pt_carol does not exist"):
+        asyncio.run(check_boundary(carol, backend))
 
 
 def test_reader_computes_the_histogram(roles: BackendRoles) -> None:

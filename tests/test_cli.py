@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from proxy.cli import main
+from proxy.config import load_config
+from proxy.provision import provision_roles
 
 ROOT = Path(__file__).parent.parent
 
@@ -79,29 +82,41 @@ def test_passwd_prints_a_verifier_line() -> None:
     assert user == "alice" and verifier.startswith('"SCRAM-SHA-256$4096:')
 
 
-def test_serve_refuses_a_passthrough_role_that_can_read(adult_dsn: str, tmp_path: Path) -> None:
+def test_serve_refuses_a_passthrough_role_that_can_reach_the_tables(
+    adult_dsn: str, tmp_path: Path
+) -> None:
+    roles = provision_roles(
+        adult_dsn, load_config(ROOT / "config.yaml").cubes, role_template="leaky_{user}"
+    )
     config = tmp_path / "config.yaml"
     config.write_text(
         (ROOT / "config.yaml").read_text()
         + f"""
 backend:
-  dsn: "{adult_dsn}"
-  passthrough_dsn: "{adult_dsn}&application_name=x"
+  dsn: "{roles.reader_dsn}"
+  passthrough_dsn: "{roles.passthrough_dsn}"
+  passthrough_role: "leaky_{{user}}"
 """
     )
-    result = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "dpproxy"),
-            "--config",
-            str(config),
-            "serve",
-            "--port",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    with psycopg.connect(adult_dsn, autocommit=True) as conn:
+        conn.execute("GRANT CONNECT ON DATABASE postgres TO leaky_analyst")
+    try:
+        result = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "dpproxy"),
+                "--config",
+                str(config),
+                "serve",
+                "--port",
+                "0",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+    finally:
+        with psycopg.connect(adult_dsn, autocommit=True) as conn:
+            conn.execute("REVOKE CONNECT ON DATABASE postgres FROM leaky_analyst")
     assert result.returncode == 1
-    assert "F0000" in result.stderr and "superuser" in result.stderr
+    assert "F0000" in result.stderr and "leaky_analyst may connect to postgres" in result.stderr

@@ -18,7 +18,7 @@ from proxy.loops import loop_factory, loop_name
 
 ROOT = Path(__file__).parent.parent
 BASE = yaml.safe_load((ROOT / "config.yaml").read_text())
-BACKEND = {"dsn": "postgresql://r@db/x", "passthrough_dsn": "postgresql://p@db/x"}
+BACKEND = {"dsn": "postgresql://r@db/x", "passthrough_dsn": "postgresql://db/y"}
 
 
 def config(**listen: Any) -> Config:

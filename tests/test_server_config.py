@@ -37,15 +37,20 @@ def test_server_keys() -> None:
                 "max_connections": 5,
                 "shutdown_timeout": 1.5,
             },
-            "backend": {"dsn": "postgresql://r@db/x", "passthrough_dsn": "host=db user=p dbname=x"},
+            "backend": {
+                "dsn": "postgresql://r:secret@db/x",
+                "passthrough_dsn": "host=db dbname=y",
+                "passthrough_secret": "secret",
+            },
             "users": {"alice": verifier},
         },
         source="/etc/dpproxy/config.yaml",
     )
     assert config.listen.port == 7000 and config.listen.tls_cert == Path("/etc/dpproxy/c.pem")
-    assert (
-        config.backend is not None and config.backend.passthrough_dsn == "host=db user=p dbname=x"
-    )
+    assert config.backend is not None and config.backend.passthrough_dsn == "host=db dbname=y"
+    assert config.backend.role_for("alice") == "dpproxy_pt_alice"
+    assert config.backend.analyst_database == "y"
+    assert config.backend.reader_in_analyst_database == "postgresql://r:secret@db/y"
     assert str(config.users["alice"]) == verifier
     assert "secret" not in repr(config.backend)
 
@@ -63,8 +68,30 @@ def test_server_keys() -> None:
             "backend.dsn: not a PostgreSQL connection string",
         ),
         (
-            {"backend": {"dsn": "host=h", "passthrough_dsn": "host=h"}},
-            "must log in as a different role",
+            {"backend": {"dsn": "host=h dbname=d", "passthrough_dsn": "host=h dbname=d"}},
+            "backend.passthrough_dsn: must name another database than backend.dsn",
+        ),
+        (
+            {"backend": {"dsn": "host=h dbname=d", "passthrough_dsn": "host=h user=p dbname=a"}},
+            "backend.passthrough_dsn: give no user or password",
+        ),
+        (
+            {"backend": {"dsn": "host=h dbname=d", "passthrough_dsn": "host=h"}},
+            "backend.passthrough_dsn: name the analyst database",
+        ),
+        (
+            {
+                "backend": {
+                    "dsn": "host=h dbname=d",
+                    "passthrough_dsn": "host=h dbname=a",
+                    "passthrough_role": "analysts",
+                }
+            },
+            "backend.passthrough_role: must contain {user} once",
+        ),
+        (
+            {"users": {"a" * 60: make_verifier("pw")}},
+            "is longer than 63 bytes",
         ),
         ({"users": {"analyst": "analyst"}}, "users.analyst: not a SCRAM-SHA-256 verifier"),
         ({"users": []}, "users: expected a mapping"),
@@ -108,7 +135,7 @@ def test_every_key_is_documented_with_a_default() -> None:
     docs = (ROOT / "docs" / "config.md").read_text()
     for section, keys in {
         "listen": ["host", "port", "database", "tls_cert", "max_connections", "shutdown_timeout"],
-        "backend": ["dsn", "passthrough_dsn"],
+        "backend": ["dsn", "passthrough_dsn", "passthrough_role", "passthrough_secret"],
         "privacy": ["user_budget"],
         "users": ["user_budget"],
     }.items():
@@ -144,10 +171,10 @@ def test_docker_files_agree() -> None:
     shipped = load_config(ROOT / "config.yaml")
     assert docker.cubes == shipped.cubes and docker.privacy == shipped.privacy
     assert docker.backend is not None and docker.listen.host == "0.0.0.0"
+    assert docker.backend.passthrough_secret  # the analysts' roles need passwords over TCP
     roles = (ROOT / "docker" / "initdb" / "01-roles.sql").read_text()
-    for dsn in (docker.backend.dsn, docker.backend.passthrough_dsn):
-        user, password = re.match(r"postgresql://(\w+):([^@]+)@", dsn).groups()  # type: ignore[union-attr]
-        assert f"CREATE ROLE {user} LOGIN PASSWORD '{password}'" in roles
+    user, password = re.match(r"postgresql://(\w+):([^@]+)@", docker.backend.dsn).groups()  # type: ignore[union-attr]
+    assert f"CREATE ROLE {user} LOGIN PASSWORD '{password}'" in roles
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     assert {"postgres", "provision", "dpproxy"} <= set(compose["services"])
     assert "6432:6432" in compose["services"]["dpproxy"]["ports"][0]

@@ -1,5 +1,5 @@
--- dpproxy's two backend roles, created when the postgres container initializes its data.
--- Their grants (and the Adult demo table) come from `dpproxy provision --load-demo` (the
--- `provision` service). Change the passwords here and in docker/config.yaml together.
+-- dpproxy's reader role, created when the postgres container initializes its data, with the
+-- password docker/config.yaml's backend.dsn uses (change both together). Everything else (the
+-- analyst database `demo`, the analysts' roles and their passwords, the grants, the Adult demo
+-- table) comes from `dpproxy provision --load-demo` (the `provision` service).
 CREATE ROLE dpproxy_reader LOGIN PASSWORD 'reader-secret';
-CREATE ROLE dpproxy_passthrough LOGIN PASSWORD 'passthrough-secret';

@@ -3,15 +3,18 @@
 Each runs in the simple protocol and as a prepared statement (extended protocol), on a fresh
 connection. A statement passes if it is refused, or if what it returns holds no value of the
 protected table. Most are refused by dpproxy's router (42501) before anything runs; the rest are
-refused by PostgreSQL itself, because the pass-through role has no rights on the table.
+refused by PostgreSQL itself, or see only the empty stand-in of the table: the analysts' roles
+cannot connect to the database that holds the real one.
 """
 
 from __future__ import annotations
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
-from proxy.config import BackendConfig
+from proxy.config import dsn_with
+from proxy.provision import BackendRoles
 from tests.e2e.conftest import Proxy
 
 BYPASSES = [
@@ -151,17 +154,21 @@ def test_refusal_comes_from_dpproxy_before_the_backend(shared_proxy: Proxy) -> N
 
 
 @pytest.mark.parametrize(
-    "sql",
+    ("sql", "expected"),
     [
-        "SELECT * FROM adult",
-        "COPY adult TO STDOUT",
-        "SELECT count(*) FROM adult",
-        "SELECT age FROM public.adult WHERE sex = 'Male' LIMIT 1",
+        ("SELECT * FROM adult", []),
+        ("SELECT count(*) FROM adult", [(0,)]),
+        ("SELECT age FROM public.adult WHERE sex = 'Male' LIMIT 1", []),
     ],
 )
-def test_the_passthrough_role_itself_cannot_read_the_table(
-    backend: BackendConfig, sql: str
+def test_the_passthrough_role_itself_sees_only_the_empty_stand_in(
+    roles: BackendRoles, sql: str, expected: list[tuple[object, ...]]
 ) -> None:
-    with psycopg.connect(backend.passthrough_dsn, autocommit=True) as conn:
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute(sql)
+    with psycopg.connect(roles.analyst_dsn(), autocommit=True) as conn:
+        assert conn.execute(sql).fetchall() == expected
+        with conn.cursor().copy("COPY adult TO STDOUT") as copy:
+            assert b"".join(bytes(chunk) for chunk in copy) == b""
+    # the real table's database is out of its reach altogether
+    private = dsn_with(roles.analyst_dsn(), dbname=conninfo_to_dict(roles.reader_dsn)["dbname"])
+    with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
+        psycopg.connect(private)

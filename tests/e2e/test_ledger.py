@@ -12,6 +12,7 @@ import pytest
 
 from proxy.cli import main
 from proxy.config import BackendConfig
+from proxy.provision import BackendRoles
 
 from .conftest import CONFIG, start_proxy, stop_proxy
 
@@ -19,10 +20,11 @@ SQL = "SELECT COUNT(*) FROM adult WHERE income = '>50K' WITH ACCURACY 60"
 
 
 @pytest.fixture()
-def durable(backend: BackendConfig, adult_dsn: str) -> Iterator[BackendConfig]:
+def durable(backend: BackendConfig, roles: BackendRoles) -> Iterator[BackendConfig]:
+    """A fresh ledger in the analyst database, where analysts read the dp views."""
     schema = f"ledger_{uuid.uuid4().hex[:8]}"
-    yield dataclasses.replace(backend, ledger_dsn=adult_dsn, ledger_schema=schema)
-    with psycopg.connect(adult_dsn, autocommit=True) as conn:
+    yield dataclasses.replace(backend, ledger_dsn=roles.analyst_admin_dsn, ledger_schema=schema)
+    with psycopg.connect(roles.analyst_admin_dsn, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
