@@ -42,7 +42,10 @@ sys.path.insert(0, str(ROOT))
 from proxy.auth import make_verifier  # noqa: E402
 from proxy.config import load_config  # noqa: E402
 from proxy.demo import load_adult  # noqa: E402
-from proxy.provision import PASSTHROUGH_ROLE, provision_roles  # noqa: E402
+from proxy.provision import ANALYST_DATABASE, PASSTHROUGH_ROLE, provision_roles  # noqa: E402
+
+#: The bench user's pass-through role (every analyst logs in as one of their own).
+BENCH_ROLE = "dpproxy_pt_bench"
 
 DP_QUERIES = [
     "SELECT COUNT(*) FROM adult WITH ACCURACY 200",
@@ -122,9 +125,9 @@ def stop_postgres(work: Path) -> None:
 
 
 def start_pgbouncer(work: Path, port: int, pg_port: int, pool: int) -> subprocess.Popen[bytes]:
-    (work / "userlist.txt").write_text(f'"{PASSTHROUGH_ROLE}" ""\n')
+    (work / "userlist.txt").write_text(f'"{BENCH_ROLE}" ""\n')
     (work / "pgbouncer.ini").write_text(f"""[databases]
-postgres = host=127.0.0.1 port={pg_port} dbname=postgres user={PASSTHROUGH_ROLE}
+{ANALYST_DATABASE} = host=127.0.0.1 port={pg_port} dbname={ANALYST_DATABASE} user={BENCH_ROLE}
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = {port}
@@ -367,6 +370,9 @@ def main() -> int:
     start_postgres(work, pg_port)
     try:
         admin = f"postgresql://postgres@127.0.0.1:{pg_port}/postgres"
+        load_adult(admin)
+        # pgbench's tables are public ones, in the analyst database beside Adult's stand-in
+        roles = provision_roles(admin, load_config(ROOT / "config.yaml").cubes, users=["bench"])
         subprocess.run(
             [
                 "pgbench",
@@ -380,14 +386,12 @@ def main() -> int:
                 str(pg_port),
                 "-U",
                 "postgres",
-                "postgres",
+                ANALYST_DATABASE,
             ],
             check=True,
             capture_output=True,
         )
-        load_adult(admin)
-        roles = provision_roles(admin, load_config(ROOT / "config.yaml").cubes)
-        with psycopg.connect(admin, autocommit=True) as conn:
+        with psycopg.connect(roles.analyst_admin_dsn, autocommit=True) as conn:
             conn.execute(
                 "GRANT SELECT ON pgbench_accounts, pgbench_branches, pgbench_tellers "
                 f"TO {PASSTHROUGH_ROLE}"
@@ -396,7 +400,12 @@ def main() -> int:
         try:
             processes.append(
                 start_dpproxy(
-                    work, proxy_port, roles.reader_dsn, roles.passthrough_dsn, admin, args.loop
+                    work,
+                    proxy_port,
+                    roles.reader_dsn,
+                    roles.passthrough_dsn,
+                    roles.analyst_admin_dsn,
+                    args.loop,
                 )
             )
         except TimeoutError:
@@ -417,9 +426,9 @@ def main() -> int:
                 port, user, db, args.clients, args.seconds, password=password
             ))  # fmt: skip
 
-        direct = run(pg_port, PASSTHROUGH_ROLE, "postgres", None)
+        direct = run(pg_port, BENCH_ROLE, ANALYST_DATABASE, None)
         print(f"  direct:    {direct.tps:10.0f} tps")
-        bouncer = run(bouncer_port, PASSTHROUGH_ROLE, "postgres", bouncer_pid)
+        bouncer = run(bouncer_port, BENCH_ROLE, ANALYST_DATABASE, bouncer_pid)
         print(
             f"  pgbouncer: {bouncer.tps:10.0f} tps  "
             f"({bouncer.tps / direct.tps:.2f}x direct; pgbouncer busy {bouncer.proxy_busy:.0%} "
