@@ -235,8 +235,8 @@ class DurableLedger:
             dsn: a role that may create ``schema`` (and schema ``dp``).
             cubes: the protected tables.
             schema: the ledger's schema.
-            analyst_role: the pass-through role, granted SELECT on ``dp.budget`` and
-                ``dp.history`` (never any right on ``schema``).
+            analyst_role: the analysts' group (``dpproxy_passthrough``), granted SELECT on
+                ``dp.budget`` and ``dp.history`` (never any right on ``schema``).
 
         Raises:
             ConfigError: a table's cube differs from the one its ledger was written for.

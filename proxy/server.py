@@ -45,7 +45,15 @@ from proxy.session import Session, SessionContext
 from proxy.upstream import UpstreamAddress
 from sqlmap.canonical import quote_ident
 
-__all__ = ["Server", "open_server", "embedded_backend", "check_boundary", "run", "DATA_DIR_ENV"]
+__all__ = [
+    "Server",
+    "open_server",
+    "embedded_backend",
+    "check_boundary",
+    "check_ledger_home",
+    "run",
+    "DATA_DIR_ENV",
+]
 
 #: Environment variable naming the embedded PostgreSQL's data directory.
 DATA_DIR_ENV: Final = "DPPROXY_DATA_DIR"
@@ -243,12 +251,48 @@ async def check_boundary(config: Config, backend: BackendConfig) -> None:
         await conn.close()
 
 
+async def check_ledger_home(backend: BackendConfig) -> None:
+    """Refuse to start a fresh ledger while an older one sits in the private database.
+
+    The ledger's default home moved there to the analyst database; starting afresh would
+    forget the budget already spent.
+    """
+    if backend.ledger_dsn is None:
+        return
+    # the catalog, not to_regclass: the reader may lack USAGE on an old ledger's schema
+    found = (
+        "SELECT current_database(), EXISTS (SELECT FROM pg_class c JOIN pg_namespace n "
+        "ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'tables')"
+    )
+    try:
+        private, old = await _fetch_row(backend.dsn, found, backend.ledger_schema)
+        home, new = await _fetch_row(backend.ledger_dsn, found, backend.ledger_schema)
+    except (OSError, asyncpg.PostgresError) as e:
+        raise ConnectionFailure(f"ledger: cannot connect: {e}") from None
+    if old and not new and private != home:
+        raise ConfigError(
+            f"ledger: {private} holds a ledger ({backend.ledger_schema}) and {home}, where the "
+            "ledger now lives, has none; starting afresh would forget the budget spent",
+            hint=f"move it: pg_dump -n {backend.ledger_schema} {private} | psql {home} "
+            f"(then drop it from {private}), or set ledger.dsn to {private}",
+        )
+
+
+async def _fetch_row(dsn: str, query: str, *args: object) -> asyncpg.Record:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await conn.fetchrow(query, *args)
+    finally:
+        await conn.close()
+
+
 async def open_server(
     config: Config, backend: BackendConfig, host: str | None = None, port: int | None = None
 ) -> Server:
     """Check the backend, then listen; the caller owns the returned server."""
     tls = _tls_context(config)
     await check_boundary(config, backend)
+    await check_ledger_home(backend)
     try:
         reader = await Reader.connect(backend.dsn)
     except (OSError, asyncpg.PostgresError) as e:

@@ -23,7 +23,7 @@ from proxy.config import BackendConfig, Config, dsn_with, load_config
 from proxy.demo import ADULT_ROWS
 from proxy.errors import ConfigError
 from proxy.provision import BackendRoles, provision_roles
-from proxy.server import check_boundary
+from proxy.server import check_boundary, check_ledger_home
 
 CONFIG = load_config(Path(__file__).parent.parent / "config.yaml")
 CUBES = CONFIG.cubes
@@ -247,3 +247,20 @@ def test_reader_sessions_are_read_only(roles: BackendRoles) -> None:
             await reader.close()
 
     asyncio.run(run())
+
+
+def test_serve_refuses_to_forget_a_ledger_left_in_the_private_database(
+    backend: BackendConfig, roles: BackendRoles, admin: dict[str, psycopg.Connection]
+) -> None:
+    moved = dataclasses.replace(
+        backend, ledger_dsn=roles.analyst_admin_dsn, ledger_schema="ledger_before"
+    )
+    asyncio.run(check_ledger_home(moved))  # no ledger anywhere yet: a fresh one is right
+    admin["private"].execute("CREATE SCHEMA ledger_before; CREATE TABLE ledger_before.tables ()")
+    try:
+        with pytest.raises(ConfigError, match="starting afresh would forget the budget spent"):
+            asyncio.run(check_ledger_home(moved))
+        # where the ledger lives in the private database by choice, it is found there
+        asyncio.run(check_ledger_home(dataclasses.replace(moved, ledger_dsn=backend.dsn)))
+    finally:
+        admin["private"].execute("DROP SCHEMA ledger_before CASCADE")
