@@ -9,6 +9,7 @@ inputs only, and only then, if a fresh measurement is needed, does the privilege
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply, descri
 from proxy.engine.history import HistoryEntry, HistoryStore, InMemoryHistoryStore
 from proxy.engine.ledger import Ledger, UserCaps, cell_charges, format_budget
 from proxy.engine.noise import RandomSource
-from proxy.errors import BudgetExhausted, InvalidParameterValue
+from proxy.errors import BudgetExhausted, DomainViolation, InvalidParameterValue
+from proxy.logs import event
 from sqlmap.cube import CategoricalDimension, Cube
 from sqlmap.translate import AnswerSpec, OutputKind
 
@@ -199,6 +201,9 @@ class DpService:
                 replies = engine.execute(plan, ())
         except BudgetExhausted:
             await self._log(cube, spec, None, user, sql)
+            raise
+        except DomainViolation as e:  # the count is for the DBA: the analyst's error has none
+            event("domain_violation", logging.WARNING, table=e.table, rows=e.rows, user=user)
             raise
         await self._log(cube, spec, replies, user, sql)
         return _result(spec, replies)
