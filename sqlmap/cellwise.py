@@ -108,10 +108,13 @@ def as_float(value: Number, node: exp.Expr) -> float:
     """An exact constant as a double, or 22003 where PostgreSQL's float8 would overflow too.
 
     >>> from sqlglot import parse_one
+    >>> as_float(Fraction(3, 2), parse_one("1.5"))
+    1.5
     >>> as_float(Fraction(10) ** 400, parse_one("1e400"))
     Traceback (most recent call last):
     ...
     proxy.errors.NumericValueOutOfRange: value out of range: overflow
+    DETAIL: 1e400 does not fit a double precision number
     """
     try:
         result = float(value)
