@@ -201,7 +201,7 @@ class ExtendedProtocol:
 
     async def parse(self, message: Parse, raw: RawMessage) -> None:
         """Parse: route the statement; forward it or keep it here."""
-        prepared = self._prepare(message)
+        prepared = await self._prepare(message)
         existing = self.statements.get(message.name)
         both_passthrough = (
             existing is not None and existing.route is prepared.route is Route.PASSTHROUGH
@@ -217,11 +217,11 @@ class ExtendedProtocol:
             self.statements[message.name] = prepared
             self.send(ParseComplete())
 
-    def _prepare(self, message: Parse) -> Prepared:
+    async def _prepare(self, message: Parse) -> Prepared:
         ctx = self.session.ctx
         if ctx.router.plainly_passthrough(message.sql):
             return Prepared(Route.PASSTHROUGH)
-        statements = ctx.memo.route(message.sql)
+        statements = await ctx.memo.route(message.sql)
         if len(statements) > 1:
             if all(s.route is Route.PASSTHROUGH for s in statements):
                 return Prepared(Route.PASSTHROUGH)  # the backend refuses it with its own words
@@ -235,9 +235,8 @@ class ExtendedProtocol:
         assert tree is not None
         source = tree.args["from_"].this
         types = parameter_types(tree, ctx.translator.cube_for(source), message.param_types)
-        spec = (
-            None if types else self.session.translate(tree, message.sql)[0]
-        )  # refuse what cannot be answered now
+        # refuse what cannot be answered now
+        spec = None if types else (await self.session.translate(tree, message.sql))[0]
         return Prepared(Route.DP, tree=tree, param_types=types, spec=spec, text=message.sql)
 
     async def bind(self, message: Bind, raw: RawMessage) -> None:
@@ -254,11 +253,11 @@ class ExtendedProtocol:
         if not await self.drain():
             return
         self.session.refuse_in_failed_transaction()
-        portal = self._bind_local(prepared, message)
+        portal = await self._bind_local(prepared, message)
         self.portals[message.portal] = portal
         self.send(BindComplete())
 
-    def _bind_local(self, prepared: Prepared, message: Bind) -> Portal:
+    async def _bind_local(self, prepared: Prepared, message: Bind) -> Portal:
         if len(message.params) != len(prepared.param_types):
             raise ProtocolViolation(
                 f"bind message supplies {len(message.params)} parameters, "
@@ -272,13 +271,13 @@ class ExtendedProtocol:
         if prepared.param_types:
             formats = tuple(message.param_format(i) for i in range(len(message.params)))
             key = (prepared.text, message.params, formats)
-            spec, key = self.session.translate(
+            spec, key = await self.session.translate(
                 tree,
                 key,
                 lambda: bind_parameters(tree, prepared.param_types, message.params, formats),
             )
         else:
-            spec, key = self.session.translate(tree, key)
+            spec, key = await self.session.translate(tree, key)
         return Portal(
             Route.DP,
             spec=spec,
@@ -295,7 +294,8 @@ class ExtendedProtocol:
                 self.forward(raw, _DESCRIBED)
                 return
             if await self.drain():
-                rows = self._rows(prepared.setting, self._describe_spec(prepared), TEXT_ONLY)
+                spec = await self._describe_spec(prepared)
+                rows = self._rows(prepared.setting, spec, TEXT_ONLY)
                 self.send(ParameterDescription(prepared.param_types), rows)
             return
         portal = self.portals.get(message.name)
@@ -305,14 +305,14 @@ class ExtendedProtocol:
         if await self.drain():
             self.send(self._rows(portal.setting, portal.spec, portal.formats))
 
-    def _describe_spec(self, prepared: Prepared) -> AnswerSpec | None:
+    async def _describe_spec(self, prepared: Prepared) -> AnswerSpec | None:
         if prepared.route is Route.SETTING or prepared.spec is not None:
             return prepared.spec
         assert prepared.tree is not None
         # the columns do not depend on the values: describe it as if every parameter were NULL
         n = len(prepared.param_types)
         nulls = bind_parameters(prepared.tree, prepared.param_types, [None] * n, [0] * n)
-        return self.session.translate(nulls, (prepared.text, (None,) * n))[0]
+        return (await self.session.translate(nulls, (prepared.text, (None,) * n)))[0]
 
     def _rows(
         self, setting: tuple[str, str, str | None] | None, spec: AnswerSpec | None, formats: Formats

@@ -24,6 +24,7 @@ from sqlglot import exp
 
 from proxy.answering import DpResult, DpService
 from proxy.auth import Verifier
+from proxy.config import LimitsConfig
 from proxy.connection import Connection
 from proxy.errors import (
     AdminShutdown,
@@ -110,6 +111,7 @@ class SessionContext:
     users: Mapping[str, Verifier]
     database: str
     max_connections: int = 100
+    limits: LimitsConfig = LimitsConfig()
     tls: ssl.SSLContext | None = None
     mock_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     sessions: dict[int, Session] = field(default_factory=dict)
@@ -543,7 +545,7 @@ class Session:
         try:
             sql = _query_text(raw)
             statements = (
-                None if self.ctx.router.plainly_passthrough(sql) else self.ctx.memo.route(sql)
+                None if self.ctx.router.plainly_passthrough(sql) else await self.ctx.memo.route(sql)
             )
         except DpproxyError as e:
             self.error(e)
@@ -676,7 +678,7 @@ class Session:
         """The RowDescription of SHOW dp.x (a text column named after the setting)."""
         return RowDescription((column(setting[1], Oid.TEXT, formats(0, 1)),))
 
-    def translate(
+    async def translate(
         self, tree: exp.Expr, key: Hashable, bind: Callable[[], exp.Expr] | None = None
     ) -> tuple[AnswerSpec, Hashable]:
         """Translate with the session's accuracy settings, remembered under ``key``.
@@ -692,11 +694,11 @@ class Session:
                 bind() if bind is not None else tree, defaults
             )
 
-        return self.ctx.memo.spec(full_key, translate), full_key
+        return await self.ctx.memo.spec(full_key, translate), full_key
 
     async def answer(self, tree: exp.Expr, key: str) -> DpResult:
         """Translate and answer a DP query with the session's settings; cancellable."""
-        spec, full_key = self.translate(tree, key)
+        spec, full_key = await self.translate(tree, key)
         return await self.answer_spec(spec, full_key, key)
 
     async def answer_spec(self, spec: AnswerSpec, key: Hashable, sql: str) -> DpResult:
