@@ -138,6 +138,7 @@ class ExtendedProtocol:
         self.pending: list[_Pending] = []
         self.batch_upstream = False  # messages went to the backend since the last Sync
         self.local_failure = False  # an error raised here since the last Sync
+        self._forwarded = 0  # bytes forwarded since the backend last replied to all of them
         self._poison = Bind("", f"dpproxy_rollback_{secrets.token_hex(8)}").encode()
 
     # -- dispatch ---------------------------------------------------------------------------
@@ -163,6 +164,23 @@ class ExtendedProtocol:
                 await self.flush()
         except DpproxyError as e:
             await self.fail(e)
+        await self._relieve()
+
+    async def _relieve(self) -> None:
+        """Backpressure inside a batch: a client may pipeline without end before its Sync.
+
+        Past ``limits.max_pipeline_messages`` forwarded messages (or ``max_pipeline_bytes``),
+        the backend is asked for its replies so far and they go to the client, as a Flush would;
+        while the client does not read them, the session stops reading it. Local replies are
+        written once they pass ``max_pipeline_bytes``.
+        """
+        limits = self.session.ctx.limits
+        if (
+            len(self.pending) >= limits.max_pipeline_messages
+            or self._forwarded >= limits.max_pipeline_bytes
+        ):
+            await self.drain()
+        await self.session.relieve_output(limits.max_pipeline_bytes)
 
     async def fail(self, error: DpproxyError) -> None:
         """Report an error (after the replies before it) and discard until Sync."""
@@ -179,7 +197,9 @@ class ExtendedProtocol:
         """Queue a message for the backend; its reply is relayed in order later."""
         from proxy.session import frame
 
-        self.session.up.queue(frame(raw))
+        data = frame(raw)
+        self.session.up.queue(data)
+        self._forwarded += len(data)
         self.pending.append(_Pending(completes, undo))
         self.batch_upstream = True
 
@@ -191,6 +211,7 @@ class ExtendedProtocol:
         if self.pending:
             session.up.queue(_FLUSH)
             await self._relay(stop_when_drained=True)
+        self._forwarded = 0
         return session.state is not State.EXTENDED_ERROR
 
     def send(self, *messages: Message) -> None:
@@ -400,6 +421,7 @@ class ExtendedProtocol:
             session.send_ready()
         session.state = State.READY  # Sync ends the error state on both sides
         self.batch_upstream = False
+        self._forwarded = 0
         if session.status is TransactionStatus.IDLE:
             self.portals.clear()  # portals end with their transaction
 

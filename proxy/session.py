@@ -32,6 +32,7 @@ from proxy.errors import (
     DpproxyError,
     InFailedTransaction,
     InvalidAuthorization,
+    ProgramLimitExceeded,
     ProtocolViolation,
     QueryCanceled,
     UnsupportedQuery,
@@ -74,8 +75,6 @@ _COPY_IN: Final = ord("G")
 _ERROR: Final = ord("E")
 _READY: Final = ord("Z")
 _QUERY: Final = ord("Q")
-#: The longest Query `Session._relay_whole` takes from one chunk (the buffer's cap for Query).
-_WHOLE_LIMIT: Final = FRONTEND_LIMITS[b"Q"] + 1
 
 
 class State(Enum):
@@ -157,7 +156,12 @@ class Session:
         self.ctx = ctx
         self.conn = conn
         self.state = State.STARTUP
-        self.buffer = MessageBuffer(limits=FRONTEND_LIMITS)
+        # a statement over the limit is dropped as it arrives, then refused (54000)
+        statement = ctx.limits.max_statement_bytes + 4  # the length word counts itself
+        self.buffer = MessageBuffer(
+            limits=FRONTEND_LIMITS, oversize={b"Q": statement, b"P": statement}
+        )
+        self._whole_limit = statement + 1  # the longest Query `_relay_whole` takes
         self.user = ""
         self.settings = DpSettings()
         self.upstream: Upstream | None = None
@@ -279,6 +283,12 @@ class Session:
         if self._out:
             self.conn.write(bytes(self._out))
             self._out.clear()
+
+    async def relieve_output(self, limit: int) -> None:
+        """Write the queued replies once they pass ``limit`` bytes; wait while the client lags."""
+        if len(self._out) >= limit:
+            self.flush_client()
+            await self.conn.drain()
 
     # The connection's callbacks (see proxy.connection.Listener).
 
@@ -402,7 +412,7 @@ class Session:
         ):
             return False
         size = len(data)
-        if size < 6 or size > _WHOLE_LIMIT or data[0] != _QUERY:
+        if size < 6 or size > self._whole_limit or data[0] != _QUERY:
             return False
         if _LENGTH.unpack_from(data, 1)[0] != size - 1:
             return False
@@ -511,7 +521,9 @@ class Session:
 
     async def _on_ready(self, raw: RawMessage) -> None:
         kind = raw.type
-        if kind == b"Q":
+        if raw.oversized:
+            await self._refuse_oversized(raw)
+        elif kind == b"Q":
             await self._simple_query(raw)
         elif kind in b"PBDECSH":
             await self.extended.handle(raw)
@@ -524,6 +536,20 @@ class Session:
             pass  # COPY messages outside COPY are ignored, as PostgreSQL does
         else:
             raise ProtocolViolation(f"unexpected message type {kind!r}")
+
+    async def _refuse_oversized(self, raw: RawMessage) -> None:
+        """A Query or Parse over ``limits.max_statement_bytes``: refused, never buffered."""
+        limit = self.ctx.limits.max_statement_bytes
+        error = ProgramLimitExceeded(
+            f"statement of {raw.oversized - 4} bytes is over the limit of {limit} bytes",
+            hint="send smaller statements (the DBA sets limits.max_statement_bytes)",
+        )
+        if raw.type == b"P":
+            await self.extended.fail(error)
+            return
+        self.error(error)
+        await self.poison_if_in_transaction()
+        self.send_ready()
 
     async def _on_extended_error(self, raw: RawMessage) -> None:
         if raw.type == b"S":

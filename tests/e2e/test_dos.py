@@ -15,7 +15,9 @@ import pytest
 import yaml
 
 from proxy.config import Config, parse_config
+from proxy.wire import BackendMessage, Bind, ErrorResponse, Execute, Parse, Query, Sync
 from tests.e2e.conftest import CONFIG, ROOT, Proxy
+from tests.e2e.rawclient import RawClient, kinds
 
 
 def connect(proxy: Proxy) -> psycopg.Connection[tuple[object, ...]]:
@@ -145,3 +147,41 @@ class TestDomainViolation:
                 "SELECT count(*) FROM adult WHERE race NOT IN ('White', 'Black')"
             ).fetchone() or (0,)
         assert outside > 0 and f"rows={outside}" in proxy.log.getvalue()
+
+
+def error_code(messages: list[BackendMessage]) -> str:
+    errors = [m for m in messages if isinstance(m, ErrorResponse)]
+    assert len(errors) == 1, messages
+    return errors[0].sqlstate
+
+
+def test_statement_over_the_size_limit_is_refused_and_the_session_goes_on(proxy: Proxy) -> None:
+    client = RawClient.connect(proxy.port)
+    comment = "/*" + "x" * (2 << 20) + "*/ SELECT COUNT(*) FROM adult"
+    client.send(Query(comment))
+    replies = client.until_ready()
+    assert kinds(replies) == "EZ" and error_code(replies) == "54000"
+    client.send(Query("SELECT 1"))
+    assert kinds(client.until_ready()) == "TDCZ"
+    # in the extended protocol: an error, the rest of the batch skipped until Sync
+    client.send(Parse("", comment), Bind("", ""), Execute(""), Sync())
+    replies = client.until_ready()
+    assert kinds(replies) == "EZ" and error_code(replies) == "54000"
+    client.send(Parse("", "SELECT 1"), Bind("", ""), Execute(""), Sync())
+    assert kinds(client.until_ready()) == "12DCZ"
+
+
+def test_pipelined_messages_without_sync_are_answered_as_they_go(proxy: Proxy) -> None:
+    """10,000 Parse messages and no Sync: the proxy keeps at most a bounded batch of them.
+
+    Past ``limits.max_pipeline_messages`` it hands the backend's replies to the client, so
+    ParseComplete arrives before any Sync; without backpressure nothing would arrive.
+    """
+    count, limit = 10_000, CONFIG.limits.max_pipeline_messages
+    client = RawClient.connect(proxy.port)
+    client.send(*[Parse("", "SELECT 1")] * count)
+    early = [client.read() for _ in range(count - limit)]
+    assert kinds(early) == "1" * (count - limit)
+    client.send(Sync())
+    rest = client.until_ready()
+    assert kinds(rest) == "1" * limit + "Z"
