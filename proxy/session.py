@@ -67,6 +67,8 @@ __all__ = ["State", "SessionContext", "Session", "CancelKey", "Fatal"]
 
 #: Buffered client bytes past which a busy session stops reading its client.
 _BUFFER_LIMIT: Final = 1 << 20
+#: Messages a session handles in a row before it lets the other sessions run.
+_BURST: Final = 16
 #: How long a client may take from connecting to being authenticated (PostgreSQL's
 #: authentication_timeout).
 AUTH_TIMEOUT: Final = 60.0
@@ -495,6 +497,7 @@ class Session:
         return self.upstream
 
     async def _loop(self) -> None:
+        burst = 0  # messages handled since the task last let other sessions run
         while self.state is not State.CLOSED:
             if self._copy_pending:  # the fast relay met COPY FROM STDIN
                 self._copy_pending = False
@@ -516,8 +519,15 @@ class Session:
                     await self._park()
                 finally:
                     self._idle = False
+                burst = 0
                 continue
             await self._handlers[self.state](raw)
+            burst += 1
+            if burst == _BURST:
+                # a pipeline of messages answered from memos never waits on anything: let
+                # the other sessions' callbacks run in between
+                burst = 0
+                await asyncio.sleep(0)
 
     async def _on_ready(self, raw: RawMessage) -> None:
         kind = raw.type
