@@ -241,24 +241,34 @@ class DpService:
         done = replies
         return await self.workers.run(lambda: _result(spec, done))
 
-    async def _in_gate(self, cube: Cube, work: Callable[[], T], deadline: float | None = None) -> T:
-        """Run engine work in a worker, alone on its table's engine.
-
-        With a ``deadline`` (planning), waiting past it raises 57014; the work, if it started,
-        finishes in its thread and only then opens the gate.
-        """
+    async def _enter(self, cube: Cube, deadline: float | None = None) -> asyncio.Lock:
+        """Wait for the table's gate (its engine runs one call at a time); 57014 past deadline."""
         gate = self._gates[cube.qualified_name]
         try:
             async with asyncio.timeout_at(deadline):
                 await gate.acquire()
         except TimeoutError:
             raise _planning_timeout() from None
+        return gate
+
+    def _start(self, gate: asyncio.Lock, work: Callable[[], T]) -> asyncio.Future[T]:
+        """Start engine work in a worker behind the gate the caller holds.
+
+        The gate opens when the work ends; once started, the work runs to its end whatever
+        happens to the caller (a thread cannot be stopped), so state the caller keeps beside
+        the engine may be updated at once.
+        """
         try:
             running = self.workers.submit(work)
         except BaseException:
             gate.release()
             raise
         running.add_done_callback(lambda _: gate.release())
+        return running
+
+    async def _in_gate(self, cube: Cube, work: Callable[[], T], deadline: float | None = None) -> T:
+        """Run engine work in a worker, alone on its table's engine; 57014 past ``deadline``."""
+        running = self._start(await self._enter(cube, deadline), work)
         try:
             async with asyncio.timeout_at(deadline):
                 return await asyncio.shield(running)
@@ -283,32 +293,50 @@ class DpService:
         def plan() -> Plan:
             return engine.plan(requests)
 
+        name = cube.qualified_name
         if self._ledger is None:
             planned = await self._in_gate(cube, plan, deadline)  # again: history may have grown
             self._check_user(cube, user, planned)
             true_answers = await self._measure(cube, planned)
             entries = await self._in_gate(cube, lambda: engine.measure(planned, true_answers))
+            gate = await self._enter(cube)
         else:
-            name = cube.qualified_name
-            async with self._ledger.spending(cube) as spend:
-                others = await spend.since(self._last_ids.get(name, 0))
-                if others:
-                    await self._in_gate(cube, lambda: engine.absorb([s.entry for s in others]))
-                    for s in others:
-                        self._charge_user(cube, s.user, cell_charges(s.entry.query, s.entry.budget))
-                    self._last_ids[name] = others[-1].id
-                planned = await self._in_gate(cube, plan, deadline)
-                self._check_user(cube, user, planned)
-                true_answers = await self._measure(cube, planned)
-                entries = await self._in_gate(cube, lambda: engine.measure(planned, true_answers))
-                ids = await spend.append(
-                    _new_measurements(planned, entries, user, sql), planned.charges
-                )
+            held: asyncio.Lock | None = None
+            try:
+                async with self._ledger.spending(cube) as spend:
+                    others = await spend.since(self._last_ids.get(name, 0))
+                    if others:
+                        absorbed = self._start(
+                            await self._enter(cube),
+                            lambda: engine.absorb([s.entry for s in others]),
+                        )
+                        for s in others:
+                            charges = cell_charges(s.entry.query, s.entry.budget)
+                            self._charge_user(cube, s.user, charges)
+                        self._last_ids[name] = others[-1].id
+                        await asyncio.shield(absorbed)
+                    planned = await self._in_gate(cube, plan, deadline)
+                    self._check_user(cube, user, planned)
+                    true_answers = await self._measure(cube, planned)
+                    entries = await self._in_gate(
+                        cube, lambda: engine.measure(planned, true_answers)
+                    )
+                    ids = await spend.append(
+                        _new_measurements(planned, entries, user, sql), planned.charges
+                    )
+                    # held from the commit to the record, with no wait in between
+                    held = await self._enter(cube)
+            except BaseException:
+                if held is not None:
+                    held.release()
+                raise
+            gate = held
             # committed: only now may the entries shape answers
             if ids:
                 self._last_ids[name] = max(ids)
         self._charge_user(cube, user, planned.charges)
-        return await self._in_gate(cube, lambda: engine.record(planned, entries))
+        recording = self._start(gate, lambda: engine.record(planned, entries))
+        return await asyncio.shield(recording)  # once committed, a cancel does not stop it
 
     def _user_ledger(self, cube: Cube, user: str | None) -> Ledger | None:
         """The user's share of the table, if the user has a cap."""

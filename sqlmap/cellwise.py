@@ -360,7 +360,8 @@ class CellEvaluator:
         for branch in reversed(node.args["ifs"]):
             cond = branch.this
             if subject is not None:  # simple CASE x WHEN v: x = v
-                cond = exp.EQ(this=subject, expression=cond)
+                # of copies: the parsed tree is shared by sessions translating in other threads
+                cond = exp.EQ(this=subject.copy(), expression=cond.copy())
             taken = self.truth(cond).true
             then = self.values(branch.args["true"])
             result = Values(
