@@ -98,9 +98,10 @@ class DpService:
     plans again, measures, writes, and only once the write has committed records the entries and
     releases the answer.
 
-    Planning a statement may take ``planning_timeout`` seconds; then it fails with 57014 and the
-    session goes on. A thread cannot be stopped, so the abandoned plan finishes in the background
-    and keeps its table's gate until then; other tables and pass-through never wait for it.
+    Planning may run ``planning_timeout`` seconds (waiting for the engine does not count); then
+    the statement fails with 57014 and the session goes on. A thread cannot be stopped, so the
+    abandoned plan finishes in the background and keeps its table's gate until then; other
+    tables and pass-through never wait for it.
 
     Args:
         cubes: the protected tables.
@@ -212,7 +213,6 @@ class DpService:
         cube = spec.cube
         engine = self.engine(cube)
         requests = [QueryRequest(q, accuracy) for q in spec.queries]
-        deadline = asyncio.get_running_loop().time() + self._planning_timeout
 
         def answer_free() -> tuple[Reply, ...] | None:
             """The replies if history answers the batch; None if it needs a measurement."""
@@ -227,10 +227,10 @@ class DpService:
             return None if plan.measurements else engine.execute(plan, ())
 
         try:
-            replies = await self._in_gate(cube, answer_free, deadline)
+            replies = await self._in_gate(cube, answer_free, self._planning_timeout)
             if replies is None:
                 async with self._locks[cube.qualified_name]:
-                    replies = await self._spend(cube, engine, requests, user, sql, deadline)
+                    replies = await self._spend(cube, engine, requests, user, sql)
         except BudgetExhausted:
             await self._log(cube, spec, None, user, sql)
             raise
@@ -241,14 +241,10 @@ class DpService:
         done = replies
         return await self.workers.run(lambda: _result(spec, done))
 
-    async def _enter(self, cube: Cube, deadline: float | None = None) -> asyncio.Lock:
-        """Wait for the table's gate (its engine runs one call at a time); 57014 past deadline."""
+    async def _enter(self, cube: Cube) -> asyncio.Lock:
+        """Wait for the table's gate: its engine runs one call at a time."""
         gate = self._gates[cube.qualified_name]
-        try:
-            async with asyncio.timeout_at(deadline):
-                await gate.acquire()
-        except TimeoutError:
-            raise _planning_timeout() from None
+        await gate.acquire()
         return gate
 
     def _start(self, gate: asyncio.Lock, work: Callable[[], T]) -> asyncio.Future[T]:
@@ -266,11 +262,16 @@ class DpService:
         running.add_done_callback(lambda _: gate.release())
         return running
 
-    async def _in_gate(self, cube: Cube, work: Callable[[], T], deadline: float | None = None) -> T:
-        """Run engine work in a worker, alone on its table's engine; 57014 past ``deadline``."""
-        running = self._start(await self._enter(cube, deadline), work)
+    async def _in_gate(
+        self, cube: Cube, work: Callable[[], T], time_limit: float | None = None
+    ) -> T:
+        """Run engine work in a worker, alone on its table's engine.
+
+        Past ``time_limit`` seconds of running (waiting for the gate does not count), 57014.
+        """
+        running = self._start(await self._enter(cube), work)
         try:
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout(time_limit):
                 return await asyncio.shield(running)
         except TimeoutError:
             raise _planning_timeout() from None
@@ -288,14 +289,14 @@ class DpService:
         requests: list[QueryRequest],
         user: str | None,
         sql: str | None,
-        deadline: float,
     ) -> tuple[Reply, ...]:
         def plan() -> Plan:
             return engine.plan(requests)
 
         name = cube.qualified_name
         if self._ledger is None:
-            planned = await self._in_gate(cube, plan, deadline)  # again: history may have grown
+            # again: the history may have grown
+            planned = await self._in_gate(cube, plan, self._planning_timeout)
             self._check_user(cube, user, planned)
             true_answers = await self._measure(cube, planned)
             entries = await self._in_gate(cube, lambda: engine.measure(planned, true_answers))
@@ -315,7 +316,7 @@ class DpService:
                             self._charge_user(cube, s.user, charges)
                         self._last_ids[name] = others[-1].id
                         await asyncio.shield(absorbed)
-                    planned = await self._in_gate(cube, plan, deadline)
+                    planned = await self._in_gate(cube, plan, self._planning_timeout)
                     self._check_user(cube, user, planned)
                     true_answers = await self._measure(cube, planned)
                     entries = await self._in_gate(
