@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeVar
 
@@ -438,7 +438,7 @@ class ExtendedProtocol:
         >>> ext.forget("discard all"); ext.statements
         {}
         """
-        for match in _DEALLOCATE.finditer(sql):
+        for match in _deallocations(sql):
             name = match.group("name")
             if name is None or name.lower() == "all":
                 self.statements.clear()
@@ -500,6 +500,31 @@ class ExtendedProtocol:
             copy_in = False
             await session.copy_in()
             await session.up.flush()
+
+
+def _deallocations(sql: str) -> Iterator[re.Match[str]]:
+    """`_DEALLOCATE`'s matches, found by plain substring search first.
+
+    This runs on the event loop for every relayed query while the session has prepared
+    statements: the regex alone, tried at every word, took 0.1 s on a crafted 1 MB query.
+
+    >>> [m.group("name") for m in _deallocations("select 1; DEALLOCATE x; Discard all")]
+    ['x', None]
+    """
+    lower = sql.lower()
+    if len(lower) != len(sql):  # lower-casing moved offsets: search the text itself
+        yield from _DEALLOCATE.finditer(sql)
+        return
+    starts = []
+    for word in ("deallocate", "discard"):
+        start = lower.find(word)
+        while start >= 0:
+            starts.append(start)
+            start = lower.find(word, start + 1)
+    for start in sorted(starts):
+        match = _DEALLOCATE.match(sql, start)
+        if match is not None:
+            yield match
 
 
 def _checked(message: Bind, columns: int) -> Formats:

@@ -97,7 +97,7 @@ class QueryLimits:
         min_confidence: smallest confidence accepted.
     """
 
-    max_values: int = 1000
+    max_values: int = 500
     max_weight: float = 1e9
     min_accuracy_ratio: float = 1e-6
     max_accuracy_ratio: float = 1e9
