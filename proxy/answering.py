@@ -9,11 +9,12 @@ inputs only, and only then, if a fresh measurement is needed, does the privilege
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +24,9 @@ from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply, descri
 from proxy.engine.history import HistoryEntry, HistoryStore, InMemoryHistoryStore
 from proxy.engine.ledger import Ledger, UserCaps, cell_charges, format_budget
 from proxy.engine.noise import RandomSource
-from proxy.errors import BudgetExhausted, InvalidParameterValue
+from proxy.errors import BudgetExhausted, DomainViolation, InvalidParameterValue, QueryCanceled
+from proxy.logs import event
+from proxy.workers import Workers
 from sqlmap.cube import CategoricalDimension, Cube
 from sqlmap.translate import AnswerSpec, OutputKind
 
@@ -36,6 +39,15 @@ __all__ = [
     "notice_text",
     "result_columns",
 ]
+
+T = TypeVar("T")
+
+
+def _planning_timeout() -> QueryCanceled:
+    return QueryCanceled(
+        "canceling statement due to planning time limit",
+        hint="ask for fewer values or a coarser accuracy (the DBA sets limits.planning_timeout)",
+    )
 
 
 class ColumnType:
@@ -78,11 +90,18 @@ class HistogramSource(Protocol):
 class DpService:
     """One engine per protected table; spends through the durable ledger when there is one.
 
-    Free answers (from history) need no lock: planning and executing them is synchronous and
-    changes nothing. A fresh measurement holds this process's lock on the table and, with a
-    durable ledger, the ledger's lock shared by every process; it absorbs what other processes
-    wrote, plans again, measures, writes, and only once the write has committed records the
-    entries and releases the answer.
+    Engine work runs in a worker thread (:class:`~proxy.workers.Workers`), never on the event
+    loop, and each table's engine runs one call at a time (its gate): a free answer (from
+    history) is planned and executed in one call, so it sees one history and changes nothing. A
+    fresh measurement also holds this process's spending lock on the table and, with a durable
+    ledger, the ledger's lock shared by every process; it absorbs what other processes wrote,
+    plans again, measures, writes, and only once the write has committed records the entries and
+    releases the answer.
+
+    Planning may run ``planning_timeout`` seconds (waiting for the engine does not count); then
+    the statement fails with 57014 and the session goes on. A thread cannot be stopped, so the
+    abandoned plan finishes in the background and keeps its table's gate until then; other
+    tables and pass-through never wait for it.
 
     Args:
         cubes: the protected tables.
@@ -92,6 +111,8 @@ class DpService:
         ledger: the durable ledger, if any; ``last_ids`` then says what was loaded from it.
         carried: per table, budget spent before its cube was redefined (from the ledger).
         caps: per-user budgets on top of the tables' totals.
+        workers: the threads engine work runs in (a pool of its own if None).
+        planning_timeout: seconds the engine may plan one statement.
     """
 
     def __init__(
@@ -104,7 +125,11 @@ class DpService:
         last_ids: dict[str, int] | None = None,
         carried: dict[str, Fraction] | None = None,
         caps: UserCaps | None = None,
+        workers: Workers | None = None,
+        planning_timeout: float = 10.0,
     ) -> None:
+        self.workers = workers or Workers()
+        self._planning_timeout = planning_timeout
         self._source = source
         self._caps = caps or UserCaps()
         # (table, user) -> what that user's measurements charged each cell
@@ -124,6 +149,7 @@ class DpService:
             for c in cubes
         }
         self._locks = {name: asyncio.Lock() for name in self._engines}
+        self._gates = {name: asyncio.Lock() for name in self._engines}
 
     @classmethod
     async def open_durable(
@@ -133,6 +159,8 @@ class DpService:
         ledger: DurableLedger,
         rng: RandomSource | None = None,
         caps: UserCaps | None = None,
+        workers: Workers | None = None,
+        planning_timeout: float = 10.0,
     ) -> DpService:
         """A service whose engines start from, and spend through, the durable ledger."""
         cubes = list(cubes)
@@ -152,6 +180,8 @@ class DpService:
             last_ids,
             carried={c.qualified_name: ledger.carried(c) for c in cubes},
             caps=caps,
+            workers=workers,
+            planning_timeout=planning_timeout,
         )
         for cube in cubes:
             outdated = await ledger.load_outdated(cube)
@@ -183,25 +213,68 @@ class DpService:
         cube = spec.cube
         engine = self.engine(cube)
         requests = [QueryRequest(q, accuracy) for q in spec.queries]
-        try:
+
+        def answer_free() -> tuple[Reply, ...] | None:
+            """The replies if history answers the batch; None if it needs a measurement."""
             try:
-                plan: Plan | None = engine.plan(requests)
+                plan = engine.plan(requests)
             except BudgetExhausted:
                 if self._ledger is None:
                     raise
                 # this process's view may be stale: entries other processes wrote can make the
                 # query free (a cell this process exhausted, plus cells only they measured)
-                plan = None
-            if plan is None or plan.measurements:
+                return None
+            return None if plan.measurements else engine.execute(plan, ())
+
+        try:
+            replies = await self._in_gate(cube, answer_free, self._planning_timeout)
+            if replies is None:
                 async with self._locks[cube.qualified_name]:
                     replies = await self._spend(cube, engine, requests, user, sql)
-            else:
-                replies = engine.execute(plan, ())
         except BudgetExhausted:
             await self._log(cube, spec, None, user, sql)
             raise
+        except DomainViolation as e:  # the count is for the DBA: the analyst's error has none
+            event("domain_violation", logging.WARNING, table=e.table, rows=e.rows, user=user)
+            raise
         await self._log(cube, spec, replies, user, sql)
-        return _result(spec, replies)
+        done = replies
+        return await self.workers.run(lambda: _result(spec, done))
+
+    async def _enter(self, cube: Cube) -> asyncio.Lock:
+        """Wait for the table's gate: its engine runs one call at a time."""
+        gate = self._gates[cube.qualified_name]
+        await gate.acquire()
+        return gate
+
+    def _start(self, gate: asyncio.Lock, work: Callable[[], T]) -> asyncio.Future[T]:
+        """Start engine work in a worker behind the gate the caller holds.
+
+        The gate opens when the work ends; once started, the work runs to its end whatever
+        happens to the caller (a thread cannot be stopped), so state the caller keeps beside
+        the engine may be updated at once.
+        """
+        try:
+            running = self.workers.submit(work)
+        except BaseException:
+            gate.release()
+            raise
+        running.add_done_callback(lambda _: gate.release())
+        return running
+
+    async def _in_gate(
+        self, cube: Cube, work: Callable[[], T], time_limit: float | None = None
+    ) -> T:
+        """Run engine work in a worker, alone on its table's engine.
+
+        Past ``time_limit`` seconds of running (waiting for the gate does not count), 57014.
+        """
+        running = self._start(await self._enter(cube), work)
+        try:
+            async with asyncio.timeout(time_limit):
+                return await asyncio.shield(running)
+        except TimeoutError:
+            raise _planning_timeout() from None
 
     async def log_repeat(
         self, spec: AnswerSpec, result: DpResult, user: str | None, sql: str | None
@@ -217,28 +290,54 @@ class DpService:
         user: str | None,
         sql: str | None,
     ) -> tuple[Reply, ...]:
+        def plan() -> Plan:
+            return engine.plan(requests)
+
+        name = cube.qualified_name
         if self._ledger is None:
-            plan = engine.plan(requests)  # again: the history may have grown while we waited
-            self._check_user(cube, user, plan)
-            entries = engine.measure(plan, await self._measure(cube, plan))
+            # again: the history may have grown
+            planned = await self._in_gate(cube, plan, self._planning_timeout)
+            self._check_user(cube, user, planned)
+            true_answers = await self._measure(cube, planned)
+            entries = await self._in_gate(cube, lambda: engine.measure(planned, true_answers))
+            gate = await self._enter(cube)
         else:
-            name = cube.qualified_name
-            async with self._ledger.spending(cube) as spend:
-                others = await spend.since(self._last_ids.get(name, 0))
-                if others:
-                    engine.absorb([s.entry for s in others])
-                    for s in others:
-                        self._charge_user(cube, s.user, cell_charges(s.entry.query, s.entry.budget))
-                    self._last_ids[name] = others[-1].id
-                plan = engine.plan(requests)
-                self._check_user(cube, user, plan)
-                entries = engine.measure(plan, await self._measure(cube, plan))
-                ids = await spend.append(_new_measurements(plan, entries, user, sql), plan.charges)
+            held: asyncio.Lock | None = None
+            try:
+                async with self._ledger.spending(cube) as spend:
+                    others = await spend.since(self._last_ids.get(name, 0))
+                    if others:
+                        absorbed = self._start(
+                            await self._enter(cube),
+                            lambda: engine.absorb([s.entry for s in others]),
+                        )
+                        for s in others:
+                            charges = cell_charges(s.entry.query, s.entry.budget)
+                            self._charge_user(cube, s.user, charges)
+                        self._last_ids[name] = others[-1].id
+                        await asyncio.shield(absorbed)
+                    planned = await self._in_gate(cube, plan, self._planning_timeout)
+                    self._check_user(cube, user, planned)
+                    true_answers = await self._measure(cube, planned)
+                    entries = await self._in_gate(
+                        cube, lambda: engine.measure(planned, true_answers)
+                    )
+                    ids = await spend.append(
+                        _new_measurements(planned, entries, user, sql), planned.charges
+                    )
+                    # held from the commit to the record, with no wait in between
+                    held = await self._enter(cube)
+            except BaseException:
+                if held is not None:
+                    held.release()
+                raise
+            gate = held
             # committed: only now may the entries shape answers
             if ids:
                 self._last_ids[name] = max(ids)
-        self._charge_user(cube, user, plan.charges)
-        return engine.record(plan, entries)
+        self._charge_user(cube, user, planned.charges)
+        recording = self._start(gate, lambda: engine.record(planned, entries))
+        return await asyncio.shield(recording)  # once committed, a cancel does not stop it
 
     def _user_ledger(self, cube: Cube, user: str | None) -> Ledger | None:
         """The user's share of the table, if the user has a cap."""

@@ -20,10 +20,11 @@ from proxy.errors import ConfigError
 from proxy.loops import EVENT_LOOPS
 from sqlmap.accuracy import AccuracyDefaults
 from sqlmap.cube import Cube, cube_from_config
-from sqlmap.translate import Translator
+from sqlmap.translate import QueryLimits, Translator
 
 __all__ = [
     "PrivacyConfig",
+    "LimitsConfig",
     "ListenConfig",
     "BackendConfig",
     "PASSTHROUGH_ROLE_TEMPLATE",
@@ -34,7 +35,7 @@ __all__ = [
     "parse_config",
 ]
 
-_TOP_KEYS = {"privacy", "tables", "listen", "backend", "users", "ledger"}
+_TOP_KEYS = {"privacy", "tables", "listen", "backend", "users", "ledger", "limits"}
 _LEDGER_KEYS = {"dsn", "schema"}
 _PRIVACY_KEYS = {"total_budget", "default_accuracy", "default_confidence", "user_budget"}
 _USER_KEYS = {"verifier", "user_budget"}
@@ -223,6 +224,38 @@ class LedgerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    """What one statement may cost, so that none stalls the others (docs/config.md, "Limits").
+
+    Args:
+        query: what one DP query may ask for (values, weights, accuracy, confidence).
+        planning_timeout: seconds the engine may plan one statement; then 57014.
+        max_statement_bytes: the longest Query or Parse message; longer ones get 54000.
+        max_pipeline_messages: client messages a session buffers before it stops reading.
+        max_pipeline_bytes: client bytes a session buffers before it stops reading.
+        workers: threads that plan, translate and build results off the event loop.
+    """
+
+    query: QueryLimits = QueryLimits()
+    planning_timeout: float = 10.0
+    max_statement_bytes: int = 1 << 20
+    max_pipeline_messages: int = 1000
+    max_pipeline_bytes: int = 1 << 22
+    workers: int = 2
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.planning_timeout) and self.planning_timeout > 0):
+            raise ConfigError(
+                f"limits.planning_timeout: must be a positive number, got {self.planning_timeout}"
+            )
+        for key in ("max_statement_bytes", "max_pipeline_messages", "max_pipeline_bytes"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"limits.{key}: must be positive, got {getattr(self, key)}")
+        if not 1 <= self.workers <= 64:
+            raise ConfigError(f"limits.workers: must be between 1 and 64, got {self.workers}")
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """The whole configuration.
 
@@ -237,10 +270,11 @@ class Config:
     users: Mapping[str, Verifier] = field(default_factory=lambda: DEMO_USERS)
     ledger: LedgerConfig = LedgerConfig()
     user_budgets: Mapping[str, float] = field(default_factory=dict)
+    limits: LimitsConfig = LimitsConfig()
 
     def translator(self) -> Translator:
-        """A translator for the protected tables with the configured defaults."""
-        return Translator(self.cubes, self.privacy.defaults)
+        """A translator for the protected tables with the configured defaults and limits."""
+        return Translator(self.cubes, self.privacy.defaults, self.limits.query)
 
     def caps(self) -> UserCaps:
         """Per-user budgets: ``users.<name>.user_budget``, else ``privacy.user_budget``."""
@@ -312,6 +346,61 @@ def _parse(data: object, source: str) -> Config:
         users,
         _ledger(data.get("ledger")),
         MappingProxyType(user_budgets),
+        _limits(data.get("limits")),
+    )
+
+
+_QUERY_LIMIT_KEYS = {
+    "max_values",
+    "max_weight",
+    "min_accuracy_ratio",
+    "max_accuracy_ratio",
+    "min_confidence",
+}
+_SERVER_LIMIT_KEYS = {
+    "planning_timeout",
+    "max_statement_bytes",
+    "max_pipeline_messages",
+    "max_pipeline_bytes",
+    "workers",
+}
+
+
+def _limits(spec: object) -> LimitsConfig:
+    if spec is None:
+        return LimitsConfig()
+    if not isinstance(spec, Mapping):
+        raise ConfigError("limits: expected a mapping")
+    _no_unknown_keys(spec, _QUERY_LIMIT_KEYS | _SERVER_LIMIT_KEYS, "limits.")
+    defaults = LimitsConfig()
+    query = defaults.query
+    try:
+        query = QueryLimits(
+            max_values=_integer(spec, "max_values", "limits", query.max_values),
+            max_weight=_number(spec, "max_weight", "limits", query.max_weight),
+            min_accuracy_ratio=_number(
+                spec, "min_accuracy_ratio", "limits", query.min_accuracy_ratio
+            ),
+            max_accuracy_ratio=_number(
+                spec, "max_accuracy_ratio", "limits", query.max_accuracy_ratio
+            ),
+            min_confidence=_number(spec, "min_confidence", "limits", query.min_confidence),
+        )
+    except ValueError as e:
+        raise ConfigError(f"limits: {e}") from None
+    return LimitsConfig(
+        query,
+        planning_timeout=_number(spec, "planning_timeout", "limits", defaults.planning_timeout),
+        max_statement_bytes=_integer(
+            spec, "max_statement_bytes", "limits", defaults.max_statement_bytes
+        ),
+        max_pipeline_messages=_integer(
+            spec, "max_pipeline_messages", "limits", defaults.max_pipeline_messages
+        ),
+        max_pipeline_bytes=_integer(
+            spec, "max_pipeline_bytes", "limits", defaults.max_pipeline_bytes
+        ),
+        workers=_integer(spec, "workers", "limits", defaults.workers),
     )
 
 

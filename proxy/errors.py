@@ -7,6 +7,7 @@ share one, so a SQLSTATE seen by a client names exactly one class here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 __all__ = [
@@ -22,6 +23,8 @@ __all__ = [
     "UnknownSetting",
     "BudgetExhausted",
     "DomainViolation",
+    "NumericValueOutOfRange",
+    "ProgramLimitExceeded",
     "ProtocolViolation",
     "InvalidAuthorization",
     "InvalidPassword",
@@ -147,9 +150,41 @@ class BudgetExhausted(DpproxyError):
 
 
 class DomainViolation(DpproxyError):
-    """The backend holds a value the cube declares impossible (a closed or non-null dimension)."""
+    """The backend holds a value the cube declares impossible (a closed or non-null dimension).
+
+    The message names the table and what the DBA must fix, never how many rows break the
+    promise: that count would be an exact answer about protected rows, free and repeatable.
+    ``rows`` is for the DBA's log only.
+
+    >>> e = DomainViolation("public.t", ("a", "b"), rows=271)
+    >>> any(c.isdigit() for c in str(e)), e.rows
+    (False, 271)
+    """
 
     sqlstate = "23514"  # check_violation
+
+    def __init__(self, table: str, promised: Sequence[str], rows: int) -> None:
+        super().__init__(
+            f"rows of {table} lie outside the domain that config.yaml declares",
+            detail="a dimension declared 'closed: true' or 'nullable: false' "
+            f"({', '.join(promised)}) holds other values",
+            hint="the DBA must fix the data or the dimension's declaration "
+            "(dpproxy's log has the details)",
+        )
+        self.table = table
+        self.rows = rows
+
+
+class NumericValueOutOfRange(DpproxyError):
+    """A constant or weight of the query does not fit a double precision number."""
+
+    sqlstate = "22003"  # numeric_value_out_of_range
+
+
+class ProgramLimitExceeded(DpproxyError):
+    """A statement is larger than a configured limit (``limits`` in config.yaml)."""
+
+    sqlstate = "54000"  # program_limit_exceeded
 
 
 class ProtocolViolation(DpproxyError):
@@ -189,7 +224,7 @@ class AdminShutdown(DpproxyError):
 
 
 class QueryCanceled(DpproxyError):
-    """A CancelRequest stopped the statement."""
+    """A CancelRequest, or the planning time limit, stopped the statement."""
 
     sqlstate = "57014"  # query_canceled
 

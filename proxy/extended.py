@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeVar
 
@@ -138,6 +138,7 @@ class ExtendedProtocol:
         self.pending: list[_Pending] = []
         self.batch_upstream = False  # messages went to the backend since the last Sync
         self.local_failure = False  # an error raised here since the last Sync
+        self._forwarded = 0  # bytes forwarded since the backend last replied to all of them
         self._poison = Bind("", f"dpproxy_rollback_{secrets.token_hex(8)}").encode()
 
     # -- dispatch ---------------------------------------------------------------------------
@@ -163,6 +164,23 @@ class ExtendedProtocol:
                 await self.flush()
         except DpproxyError as e:
             await self.fail(e)
+        await self._relieve()
+
+    async def _relieve(self) -> None:
+        """Backpressure inside a batch: a client may pipeline without end before its Sync.
+
+        Past ``limits.max_pipeline_messages`` forwarded messages (or ``max_pipeline_bytes``),
+        the backend is asked for its replies so far and they go to the client, as a Flush would;
+        while the client does not read them, the session stops reading it. Local replies are
+        written once they pass ``max_pipeline_bytes``.
+        """
+        limits = self.session.ctx.limits
+        if (
+            len(self.pending) >= limits.max_pipeline_messages
+            or self._forwarded >= limits.max_pipeline_bytes
+        ):
+            await self.drain()
+        await self.session.relieve_output(limits.max_pipeline_bytes)
 
     async def fail(self, error: DpproxyError) -> None:
         """Report an error (after the replies before it) and discard until Sync."""
@@ -179,7 +197,9 @@ class ExtendedProtocol:
         """Queue a message for the backend; its reply is relayed in order later."""
         from proxy.session import frame
 
-        self.session.up.queue(frame(raw))
+        data = frame(raw)
+        self.session.up.queue(data)
+        self._forwarded += len(data)
         self.pending.append(_Pending(completes, undo))
         self.batch_upstream = True
 
@@ -191,6 +211,7 @@ class ExtendedProtocol:
         if self.pending:
             session.up.queue(_FLUSH)
             await self._relay(stop_when_drained=True)
+        self._forwarded = 0
         return session.state is not State.EXTENDED_ERROR
 
     def send(self, *messages: Message) -> None:
@@ -201,7 +222,7 @@ class ExtendedProtocol:
 
     async def parse(self, message: Parse, raw: RawMessage) -> None:
         """Parse: route the statement; forward it or keep it here."""
-        prepared = self._prepare(message)
+        prepared = await self._prepare(message)
         existing = self.statements.get(message.name)
         both_passthrough = (
             existing is not None and existing.route is prepared.route is Route.PASSTHROUGH
@@ -217,11 +238,11 @@ class ExtendedProtocol:
             self.statements[message.name] = prepared
             self.send(ParseComplete())
 
-    def _prepare(self, message: Parse) -> Prepared:
+    async def _prepare(self, message: Parse) -> Prepared:
         ctx = self.session.ctx
         if ctx.router.plainly_passthrough(message.sql):
             return Prepared(Route.PASSTHROUGH)
-        statements = ctx.memo.route(message.sql)
+        statements = await ctx.memo.route(message.sql)
         if len(statements) > 1:
             if all(s.route is Route.PASSTHROUGH for s in statements):
                 return Prepared(Route.PASSTHROUGH)  # the backend refuses it with its own words
@@ -235,9 +256,8 @@ class ExtendedProtocol:
         assert tree is not None
         source = tree.args["from_"].this
         types = parameter_types(tree, ctx.translator.cube_for(source), message.param_types)
-        spec = (
-            None if types else self.session.translate(tree, message.sql)[0]
-        )  # refuse what cannot be answered now
+        # refuse what cannot be answered now
+        spec = None if types else (await self.session.translate(tree, message.sql))[0]
         return Prepared(Route.DP, tree=tree, param_types=types, spec=spec, text=message.sql)
 
     async def bind(self, message: Bind, raw: RawMessage) -> None:
@@ -254,11 +274,11 @@ class ExtendedProtocol:
         if not await self.drain():
             return
         self.session.refuse_in_failed_transaction()
-        portal = self._bind_local(prepared, message)
+        portal = await self._bind_local(prepared, message)
         self.portals[message.portal] = portal
         self.send(BindComplete())
 
-    def _bind_local(self, prepared: Prepared, message: Bind) -> Portal:
+    async def _bind_local(self, prepared: Prepared, message: Bind) -> Portal:
         if len(message.params) != len(prepared.param_types):
             raise ProtocolViolation(
                 f"bind message supplies {len(message.params)} parameters, "
@@ -272,13 +292,13 @@ class ExtendedProtocol:
         if prepared.param_types:
             formats = tuple(message.param_format(i) for i in range(len(message.params)))
             key = (prepared.text, message.params, formats)
-            spec, key = self.session.translate(
+            spec, key = await self.session.translate(
                 tree,
                 key,
                 lambda: bind_parameters(tree, prepared.param_types, message.params, formats),
             )
         else:
-            spec, key = self.session.translate(tree, key)
+            spec, key = await self.session.translate(tree, key)
         return Portal(
             Route.DP,
             spec=spec,
@@ -295,7 +315,8 @@ class ExtendedProtocol:
                 self.forward(raw, _DESCRIBED)
                 return
             if await self.drain():
-                rows = self._rows(prepared.setting, self._describe_spec(prepared), TEXT_ONLY)
+                spec = await self._describe_spec(prepared)
+                rows = self._rows(prepared.setting, spec, TEXT_ONLY)
                 self.send(ParameterDescription(prepared.param_types), rows)
             return
         portal = self.portals.get(message.name)
@@ -305,14 +326,14 @@ class ExtendedProtocol:
         if await self.drain():
             self.send(self._rows(portal.setting, portal.spec, portal.formats))
 
-    def _describe_spec(self, prepared: Prepared) -> AnswerSpec | None:
+    async def _describe_spec(self, prepared: Prepared) -> AnswerSpec | None:
         if prepared.route is Route.SETTING or prepared.spec is not None:
             return prepared.spec
         assert prepared.tree is not None
         # the columns do not depend on the values: describe it as if every parameter were NULL
         n = len(prepared.param_types)
         nulls = bind_parameters(prepared.tree, prepared.param_types, [None] * n, [0] * n)
-        return self.session.translate(nulls, (prepared.text, (None,) * n))[0]
+        return (await self.session.translate(nulls, (prepared.text, (None,) * n)))[0]
 
     def _rows(
         self, setting: tuple[str, str, str | None] | None, spec: AnswerSpec | None, formats: Formats
@@ -400,6 +421,7 @@ class ExtendedProtocol:
             session.send_ready()
         session.state = State.READY  # Sync ends the error state on both sides
         self.batch_upstream = False
+        self._forwarded = 0
         if session.status is TransactionStatus.IDLE:
             self.portals.clear()  # portals end with their transaction
 
@@ -416,7 +438,7 @@ class ExtendedProtocol:
         >>> ext.forget("discard all"); ext.statements
         {}
         """
-        for match in _DEALLOCATE.finditer(sql):
+        for match in _deallocations(sql):
             name = match.group("name")
             if name is None or name.lower() == "all":
                 self.statements.clear()
@@ -478,6 +500,31 @@ class ExtendedProtocol:
             copy_in = False
             await session.copy_in()
             await session.up.flush()
+
+
+def _deallocations(sql: str) -> Iterator[re.Match[str]]:
+    """`_DEALLOCATE`'s matches, found by plain substring search first.
+
+    This runs on the event loop for every relayed query while the session has prepared
+    statements: the regex alone, tried at every word, took 0.1 s on a crafted 1 MB query.
+
+    >>> [m.group("name") for m in _deallocations("select 1; DEALLOCATE x; Discard all")]
+    ['x', None]
+    """
+    lower = sql.lower()
+    if len(lower) != len(sql):  # lower-casing moved offsets: search the text itself
+        yield from _DEALLOCATE.finditer(sql)
+        return
+    starts = []
+    for word in ("deallocate", "discard"):
+        start = lower.find(word)
+        while start >= 0:
+            starts.append(start)
+            start = lower.find(word, start + 1)
+    for start in sorted(starts):
+        match = _DEALLOCATE.match(sql, start)
+        if match is not None:
+            yield match
 
 
 def _checked(message: Bind, columns: int) -> Formats:

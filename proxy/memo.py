@@ -70,19 +70,25 @@ class DpMemo:
         self._specs: LRU[Hashable, AnswerSpec] = LRU(size)
         self._answers: LRU[Hashable, tuple[int, DpResult]] = LRU(size)
 
-    def route(self, sql: str) -> list[Statement]:
-        """`Router.route`, remembered by text (refusals are not remembered: they raise)."""
+    async def route(self, sql: str) -> list[Statement]:
+        """`Router.route`, remembered by text (refusals are not remembered: they raise).
+
+        Parsing runs in a worker: a long statement must not hold up the event loop.
+        """
         statements = self._routes.get(sql)
         if statements is None:
-            statements = self._router.route(sql)
+            statements = await self._service.workers.run(lambda: self._router.route(sql))
             self._routes.put(sql, statements)
         return statements
 
-    def spec(self, key: Hashable, translate: Callable[[], AnswerSpec]) -> AnswerSpec:
-        """The translation kept under ``key`` (SQL text, bound values, accuracy defaults)."""
+    async def spec(self, key: Hashable, translate: Callable[[], AnswerSpec]) -> AnswerSpec:
+        """The translation kept under ``key`` (SQL text, bound values, accuracy defaults).
+
+        Translating runs in a worker, as parsing does.
+        """
         spec = self._specs.get(key)
         if spec is None:
-            spec = translate()
+            spec = await self._service.workers.run(translate)
             self._specs.put(key, spec)
         return spec
 

@@ -9,6 +9,7 @@ numeric ones, text for text ones), as PostgreSQL infers an unknown parameter's t
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Sequence
 from decimal import Decimal
@@ -93,11 +94,16 @@ def _decode(data: bytes, oid: int, format_code: int) -> Value:
     return value
 
 
-def _literal(value: Value | None) -> exp.Expr:
+def _literal(value: Value | None, number: int) -> exp.Expr:
     if value is None:
         return exp.Null()
     if isinstance(value, bool):
         return exp.Boolean(this=value)
+    if isinstance(value, (float, Decimal)) and not math.isfinite(value):
+        # no bin holds NaN or Infinity, and no weight may be one
+        raise InvalidParameterValue(
+            f"parameter ${number} is {value}: NaN and Infinity are not allowed in DP queries"
+        )
     if isinstance(value, (int, float, Decimal)):
         return exp.Literal.number(str(value))
     return exp.Literal.string(value)
@@ -137,7 +143,8 @@ def bind(
 
     def replace(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Parameter):
-            return _literal(decoded[_number(node) - 1])
+            number = _number(node)
+            return _literal(decoded[number - 1], number)
         return node
 
     return tree.copy().transform(replace)

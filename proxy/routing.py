@@ -393,20 +393,23 @@ def _dp_setting(tokens: list[Token]) -> tuple[str, str, str | None] | None:
     return ("SET", name, None if value.upper() == "DEFAULT" else value)
 
 
-_STATISTICS_WORDS = re.compile(
-    r"\b("
-    + "|".join(sorted(STATISTICS_NAMES))
-    + "|"
-    + "|".join(p + r"\w*" for p in _STATISTICS_PREFIXES)
-    + r")\b",
-    re.IGNORECASE,
-)
+# A trie (see _any_of): the plain alternation took 0.4 s on a 1 MB statement, holding the GIL.
+_STATISTICS_WORDS = re.compile(_any_of(_STATISTICS_PREFIXES, whole_words=STATISTICS_NAMES))
+_WORD_REST = re.compile(r"\w*")
 
 
 def _statistics_name(text: str) -> str | None:
-    """A statistics relation, column or function named anywhere, strings and bodies included."""
-    match = _STATISTICS_WORDS.search(text)
-    return match.group(1).lower() if match else None
+    """A statistics relation, column or function named anywhere, strings and bodies included.
+
+    >>> _statistics_name("SELECT U&pg_stat_get_live_tuples(1), n_live_tup FROM pg_stats")
+    'pg_stat_get_live_tuples'
+    """
+    lower = text.lower()  # searched faster than with re.IGNORECASE
+    match = _STATISTICS_WORDS.search(lower)
+    if match is None:
+        return None
+    rest = _WORD_REST.match(lower, match.end())
+    return match.group(0) + (rest.group(0) if rest else "")
 
 
 def _server_side_code(tokens: list[Token]) -> str | None:

@@ -43,6 +43,7 @@ from proxy.provision import (
 from proxy.routing import Router
 from proxy.session import Session, SessionContext
 from proxy.upstream import UpstreamAddress
+from proxy.workers import Workers
 from sqlmap.canonical import quote_ident
 
 __all__ = [
@@ -302,13 +303,29 @@ async def open_server(
         for cube in config.cubes:
             await reader.check_columns(cube)
         router = Router(config.translator(), config.cubes)
+        workers = Workers(config.limits.workers)
+        timeout = config.limits.planning_timeout
         if backend.ledger_dsn is None:
-            service = DpService(config.cubes, InMemoryHistoryStore(), reader, caps=config.caps())
+            service = DpService(
+                config.cubes,
+                InMemoryHistoryStore(),
+                reader,
+                caps=config.caps(),
+                workers=workers,
+                planning_timeout=timeout,
+            )
         else:
             ledger = await DurableLedger.open(
                 backend.ledger_dsn, config.cubes, backend.ledger_schema, PASSTHROUGH_ROLE
             )
-            service = await DpService.open_durable(config.cubes, reader, ledger, caps=config.caps())
+            service = await DpService.open_durable(
+                config.cubes,
+                reader,
+                ledger,
+                caps=config.caps(),
+                workers=workers,
+                planning_timeout=timeout,
+            )
             for cube in config.cubes:
                 event(
                     "ledger_loaded",
@@ -329,6 +346,7 @@ async def open_server(
             users=config.users,
             database=config.listen.database,
             max_connections=config.listen.max_connections,
+            limits=config.limits,
             tls=tls,
             mock_secret=hashlib.sha256(
                 "\n".join(sorted(map(str, config.users.values()))).encode()

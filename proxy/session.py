@@ -24,6 +24,7 @@ from sqlglot import exp
 
 from proxy.answering import DpResult, DpService
 from proxy.auth import Verifier
+from proxy.config import LimitsConfig
 from proxy.connection import Connection
 from proxy.errors import (
     AdminShutdown,
@@ -31,6 +32,7 @@ from proxy.errors import (
     DpproxyError,
     InFailedTransaction,
     InvalidAuthorization,
+    ProgramLimitExceeded,
     ProtocolViolation,
     QueryCanceled,
     UnsupportedQuery,
@@ -65,6 +67,8 @@ __all__ = ["State", "SessionContext", "Session", "CancelKey", "Fatal"]
 
 #: Buffered client bytes past which a busy session stops reading its client.
 _BUFFER_LIMIT: Final = 1 << 20
+#: Messages a session handles in a row before it lets the other sessions run.
+_BURST: Final = 16
 #: How long a client may take from connecting to being authenticated (PostgreSQL's
 #: authentication_timeout).
 AUTH_TIMEOUT: Final = 60.0
@@ -73,8 +77,6 @@ _COPY_IN: Final = ord("G")
 _ERROR: Final = ord("E")
 _READY: Final = ord("Z")
 _QUERY: Final = ord("Q")
-#: The longest Query `Session._relay_whole` takes from one chunk (the buffer's cap for Query).
-_WHOLE_LIMIT: Final = FRONTEND_LIMITS[b"Q"] + 1
 
 
 class State(Enum):
@@ -110,6 +112,7 @@ class SessionContext:
     users: Mapping[str, Verifier]
     database: str
     max_connections: int = 100
+    limits: LimitsConfig = LimitsConfig()
     tls: ssl.SSLContext | None = None
     mock_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     sessions: dict[int, Session] = field(default_factory=dict)
@@ -155,7 +158,12 @@ class Session:
         self.ctx = ctx
         self.conn = conn
         self.state = State.STARTUP
-        self.buffer = MessageBuffer(limits=FRONTEND_LIMITS)
+        # a statement over the limit is dropped as it arrives, then refused (54000)
+        statement = ctx.limits.max_statement_bytes + 4  # the length word counts itself
+        self.buffer = MessageBuffer(
+            limits=FRONTEND_LIMITS, oversize={b"Q": statement, b"P": statement}
+        )
+        self._whole_limit = statement + 1  # the longest Query `_relay_whole` takes
         self.user = ""
         self.settings = DpSettings()
         self.upstream: Upstream | None = None
@@ -277,6 +285,12 @@ class Session:
         if self._out:
             self.conn.write(bytes(self._out))
             self._out.clear()
+
+    async def relieve_output(self, limit: int) -> None:
+        """Write the queued replies once they pass ``limit`` bytes; wait while the client lags."""
+        if len(self._out) >= limit:
+            self.flush_client()
+            await self.conn.drain()
 
     # The connection's callbacks (see proxy.connection.Listener).
 
@@ -400,7 +414,7 @@ class Session:
         ):
             return False
         size = len(data)
-        if size < 6 or size > _WHOLE_LIMIT or data[0] != _QUERY:
+        if size < 6 or size > self._whole_limit or data[0] != _QUERY:
             return False
         if _LENGTH.unpack_from(data, 1)[0] != size - 1:
             return False
@@ -483,6 +497,7 @@ class Session:
         return self.upstream
 
     async def _loop(self) -> None:
+        burst = 0  # messages handled since the task last let other sessions run
         while self.state is not State.CLOSED:
             if self._copy_pending:  # the fast relay met COPY FROM STDIN
                 self._copy_pending = False
@@ -504,12 +519,21 @@ class Session:
                     await self._park()
                 finally:
                     self._idle = False
+                burst = 0
                 continue
             await self._handlers[self.state](raw)
+            burst += 1
+            if burst == _BURST:
+                # a pipeline of messages answered from memos never waits on anything: let
+                # the other sessions' callbacks run in between
+                burst = 0
+                await asyncio.sleep(0)
 
     async def _on_ready(self, raw: RawMessage) -> None:
         kind = raw.type
-        if kind == b"Q":
+        if raw.oversized:
+            await self._refuse_oversized(raw)
+        elif kind == b"Q":
             await self._simple_query(raw)
         elif kind in b"PBDECSH":
             await self.extended.handle(raw)
@@ -522,6 +546,20 @@ class Session:
             pass  # COPY messages outside COPY are ignored, as PostgreSQL does
         else:
             raise ProtocolViolation(f"unexpected message type {kind!r}")
+
+    async def _refuse_oversized(self, raw: RawMessage) -> None:
+        """A Query or Parse over ``limits.max_statement_bytes``: refused, never buffered."""
+        limit = self.ctx.limits.max_statement_bytes
+        error = ProgramLimitExceeded(
+            f"statement of {raw.oversized - 4} bytes is over the limit of {limit} bytes",
+            hint="send smaller statements (the DBA sets limits.max_statement_bytes)",
+        )
+        if raw.type == b"P":
+            await self.extended.fail(error)
+            return
+        self.error(error)
+        await self.poison_if_in_transaction()
+        self.send_ready()
 
     async def _on_extended_error(self, raw: RawMessage) -> None:
         if raw.type == b"S":
@@ -543,7 +581,7 @@ class Session:
         try:
             sql = _query_text(raw)
             statements = (
-                None if self.ctx.router.plainly_passthrough(sql) else self.ctx.memo.route(sql)
+                None if self.ctx.router.plainly_passthrough(sql) else await self.ctx.memo.route(sql)
             )
         except DpproxyError as e:
             self.error(e)
@@ -676,7 +714,7 @@ class Session:
         """The RowDescription of SHOW dp.x (a text column named after the setting)."""
         return RowDescription((column(setting[1], Oid.TEXT, formats(0, 1)),))
 
-    def translate(
+    async def translate(
         self, tree: exp.Expr, key: Hashable, bind: Callable[[], exp.Expr] | None = None
     ) -> tuple[AnswerSpec, Hashable]:
         """Translate with the session's accuracy settings, remembered under ``key``.
@@ -692,11 +730,11 @@ class Session:
                 bind() if bind is not None else tree, defaults
             )
 
-        return self.ctx.memo.spec(full_key, translate), full_key
+        return await self.ctx.memo.spec(full_key, translate), full_key
 
     async def answer(self, tree: exp.Expr, key: str) -> DpResult:
         """Translate and answer a DP query with the session's settings; cancellable."""
-        spec, full_key = self.translate(tree, key)
+        spec, full_key = await self.translate(tree, key)
         return await self.answer_spec(spec, full_key, key)
 
     async def answer_spec(self, spec: AnswerSpec, key: Hashable, sql: str) -> DpResult:

@@ -112,13 +112,8 @@ def histogram_from_rows(
     x = np.zeros(cube.n_cells, dtype=np.int64)
     for cell, n in rows:
         if cell is None:
-            raise DomainViolation(
-                f"{n} row(s) of {cube.qualified_name} lie outside the domain that "
-                "config.yaml declares",
-                detail="a dimension declared 'closed: true' or 'nullable: false' holds other "
-                "values",
-                hint="fix the data or the dimension's declaration",
-            )
+            promised = [d.name for d in cube.dimensions if d.closed or not d.nullable]
+            raise DomainViolation(cube.qualified_name, promised, rows=n)
         x[cell] = n
     return x
 

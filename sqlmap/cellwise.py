@@ -23,10 +23,18 @@ import numpy as np
 import numpy.typing as npt
 from sqlglot import exp
 
-from proxy.errors import DatatypeMismatch, UnsupportedQuery
+from proxy.errors import DatatypeMismatch, NumericValueOutOfRange, UnsupportedQuery
 from sqlmap.cube import Bin, BinKind, CategoricalDimension, Cube, Dimension, NumericDimension
 
-__all__ = ["Truth", "Values", "CellEvaluator", "position_of", "constant", "refuse_division"]
+__all__ = [
+    "Truth",
+    "Values",
+    "CellEvaluator",
+    "position_of",
+    "constant",
+    "refuse_division",
+    "as_float",
+]
 
 Bools = npt.NDArray[np.bool_]
 Floats = npt.NDArray[np.float64]
@@ -94,6 +102,31 @@ def refuse_division(node: exp.Expr) -> None:
             "(PostgreSQL divides integers with truncation)",
             position=position_of(node),
         )
+
+
+def as_float(value: Number, node: exp.Expr) -> float:
+    """An exact constant as a double, or 22003 where PostgreSQL's float8 would overflow too.
+
+    >>> from sqlglot import parse_one
+    >>> as_float(Fraction(3, 2), parse_one("1.5"))
+    1.5
+    >>> as_float(Fraction(10) ** 400, parse_one("1e400"))
+    Traceback (most recent call last):
+    ...
+    proxy.errors.NumericValueOutOfRange: value out of range: overflow
+    DETAIL: 1e400 does not fit a double precision number
+    """
+    try:
+        result = float(value)
+    except OverflowError:
+        result = math.inf
+    if not math.isfinite(result):
+        raise NumericValueOutOfRange(
+            "value out of range: overflow",
+            detail=f"{node.sql('postgres')[:60]} does not fit a double precision number",
+            position=position_of(node),
+        )
+    return result
 
 
 def constant(node: exp.Expr) -> Number | str | None:
@@ -273,7 +306,7 @@ class CellEvaluator:
                 raise DatatypeMismatch(
                     f"cannot sum the string {value!r}", position=position_of(node)
                 )
-            return Values.const(None if value is None else float(value), self.ndim)
+            return Values.const(None if value is None else as_float(value, node), self.ndim)
         if isinstance(node, exp.Neg):
             return Values.const(0.0, self.ndim).combine(self.values(node.this), np.subtract)
         arith: dict[type[exp.Expr], Callable[[Floats, Floats], Floats]] = {
@@ -327,7 +360,8 @@ class CellEvaluator:
         for branch in reversed(node.args["ifs"]):
             cond = branch.this
             if subject is not None:  # simple CASE x WHEN v: x = v
-                cond = exp.EQ(this=subject, expression=cond)
+                # of copies: the parsed tree is shared by sessions translating in other threads
+                cond = exp.EQ(this=subject.copy(), expression=cond.copy())
             taken = self.truth(cond).true
             then = self.values(branch.args["true"])
             result = Values(

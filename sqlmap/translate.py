@@ -9,6 +9,7 @@ bin of the grouped dimensions, empty or not.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -21,17 +22,28 @@ from sqlglot.errors import ParseError, TokenError
 
 from proxy.errors import (
     DatatypeMismatch,
+    InvalidParameterValue,
+    NumericValueOutOfRange,
+    ProgramLimitExceeded,
     SqlSyntaxError,
     UndefinedColumn,
     UndefinedTable,
     UnsupportedQuery,
 )
 from sqlmap.accuracy import AccuracyDefaults, AccuracyRequest, DPPostgres
-from sqlmap.cellwise import CellEvaluator, constant, position_of, refuse_division
+from sqlmap.cellwise import CellEvaluator, as_float, constant, position_of, refuse_division
 from sqlmap.cube import Bin, BinKind, CategoricalDimension, Cube, Dimension, Scalar
 from sqlmap.vector import LinearQuery
 
-__all__ = ["Translator", "AnswerSpec", "AnswerRow", "OutputColumn", "OutputKind", "GroupValue"]
+__all__ = [
+    "Translator",
+    "QueryLimits",
+    "AnswerSpec",
+    "AnswerRow",
+    "OutputColumn",
+    "OutputKind",
+    "GroupValue",
+]
 
 _DIALECT = DPPostgres()
 
@@ -67,6 +79,92 @@ SUPPORTED_FORMS = (
     "dpproxy answers SELECT <aggregates> FROM <protected table> [WHERE ...] [GROUP BY dims] "
     "with COUNT(*), COUNT(dim), SUM(...) and FILTER (WHERE ...), combined linearly"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class QueryLimits:
+    """What one DP query may ask for (config.yaml's ``limits``), checked before the engine plans.
+
+    Accuracies are judged against the query's largest weight (one row's largest effect on an
+    answer): an interval a billion rows wide says nothing, and one a millionth of a row wide
+    costs more budget than any table has; both are refused up front.
+
+    Args:
+        max_values: values (groups times aggregates) one statement may ask for.
+        max_weight: largest absolute weight a query may give a row.
+        min_accuracy_ratio: smallest accuracy, as a multiple of the largest weight.
+        max_accuracy_ratio: largest accuracy, as a multiple of the largest weight.
+        min_confidence: smallest confidence accepted.
+    """
+
+    max_values: int = 500
+    max_weight: float = 1e9
+    min_accuracy_ratio: float = 1e-6
+    max_accuracy_ratio: float = 1e9
+    min_confidence: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.max_values < 1:
+            raise ValueError("max_values must be at least 1")
+        if not 0 < self.max_weight < math.inf:
+            raise ValueError("max_weight must be a positive number")
+        if not 0 < self.min_accuracy_ratio <= self.max_accuracy_ratio < math.inf:
+            raise ValueError("accuracy ratios must satisfy 0 < min <= max")
+        if not 0 < self.min_confidence < 1:
+            raise ValueError("min_confidence must lie strictly between 0 and 1")
+
+    def check_batch(self, rows: int, aggregates: int, node: exp.Expr) -> None:
+        """Refuse a statement asking for more values than ``max_values`` (54000)."""
+        if rows * aggregates > self.max_values:
+            raise ProgramLimitExceeded(
+                f"the query asks for {rows * aggregates} values "
+                f"({rows} groups x {aggregates} aggregates), "
+                f"more than the limit of {self.max_values}",
+                hint="group by fewer dimensions or split the query "
+                "(the DBA sets limits.max_values)",
+                position=position_of(node),
+            )
+
+    def check_weights(self, weights: Floats, node: exp.Expr) -> float:
+        """The largest absolute weight of an aggregate, refused if absurd.
+
+        Raises:
+            NumericValueOutOfRange: a weight overflowed a double (22003).
+            InvalidParameterValue: a weight is over ``max_weight`` (22023).
+        """
+        if not np.all(np.isfinite(weights)):
+            raise NumericValueOutOfRange(
+                "value out of range: overflow",
+                detail=f"a weight of {node.sql('postgres')[:60]} does not fit a double",
+                position=position_of(node),
+            )
+        largest = float(np.max(np.abs(weights), initial=0.0))
+        if largest > self.max_weight:
+            raise InvalidParameterValue(
+                f"weight {largest:g} in {node.sql('postgres')[:60]} is over the limit of "
+                f"{self.max_weight:g}",
+                hint="scale the aggregate down (the DBA sets limits.max_weight)",
+                position=position_of(node),
+            )
+        return largest
+
+    def check_accuracy(self, accuracy: AccuracyRequest, largest_weight: float) -> None:
+        """Refuse an absurd accuracy or confidence for weights up to ``largest_weight`` (22023)."""
+        if accuracy.confidence < self.min_confidence:
+            raise InvalidParameterValue(
+                f"confidence {accuracy.confidence:g} is below the limit of {self.min_confidence:g}",
+                hint="an interval that misses the truth that often says nothing "
+                "(the DBA sets limits.min_confidence)",
+            )
+        scale = largest_weight if largest_weight > 0 else 1.0
+        low, high = self.min_accuracy_ratio * scale, self.max_accuracy_ratio * scale
+        if not low <= accuracy.eps <= high:
+            raise InvalidParameterValue(
+                f"accuracy {accuracy.eps:g} is outside [{low:g}, {high:g}] for this query",
+                detail=f"the accuracy may range from {self.min_accuracy_ratio:g} to "
+                f"{self.max_accuracy_ratio:g} times the query's largest weight ({scale:g})",
+                hint="the DBA sets limits.min_accuracy_ratio and limits.max_accuracy_ratio",
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,15 +252,18 @@ class Translator:
     Args:
         cubes: the protected tables' cubes.
         defaults: what a query asks for without (a complete) ``WITH ACCURACY`` clause.
+        limits: what one query may ask for.
     """
 
     def __init__(
         self,
         cubes: Iterable[Cube],
         defaults: AccuracyDefaults | None = None,
+        limits: QueryLimits | None = None,
     ) -> None:
         self.cubes = {(c.schema, c.table): c for c in cubes}
         self.defaults = defaults or AccuracyDefaults()
+        self.limits = limits or QueryLimits()
 
     def translate(self, sql: str, defaults: AccuracyDefaults | None = None) -> AnswerSpec:
         """Translate one SQL query; raise a :class:`proxy.errors.DpproxyError` if it cannot be.
@@ -176,7 +277,9 @@ class Translator:
     ) -> AnswerSpec:
         """Translate a statement that :meth:`parse` returned."""
         accuracy = (defaults or self.defaults).resolve(statement)
-        return _Query(self, statement).spec(accuracy)
+        # overflows become infinities here and are refused, with their node, by QueryLimits
+        with np.errstate(over="ignore", invalid="ignore"):
+            return _Query(self, statement).spec(accuracy)
 
     @staticmethod
     def parse(sql: str) -> exp.Expr:
@@ -243,6 +346,7 @@ class _Query:
         self.statement = _require_select(statement)
         table = self.statement.args["from_"].this
         self.cube = translator.cube_for(table)
+        self.limits = translator.limits
         alias = table.args.get("alias")
         if alias is not None and alias.args.get("columns"):
             raise UnsupportedQuery(
@@ -298,6 +402,7 @@ class _Query:
         columns: list[OutputColumn] = []
         aggregates: list[tuple[Floats, float]] = []
         aggregate_bodies: list[exp.Expr] = []
+        largest = 0.0  # the largest absolute weight of any aggregate
         for item in self.statement.expressions:
             name, body = _output_name(item), item.unalias() if isinstance(item, exp.Alias) else item
             interval = _interval_kind(body)
@@ -305,9 +410,9 @@ class _Query:
                 columns.append(OutputColumn(name, body.sql("postgres"), interval))
             elif _has_aggregate(body):
                 weights, offset = self._linear(body)
-                aggregates.append(
-                    (np.broadcast_to(weights * rows_mask, self.cube.shape), float(offset))
-                )
+                weights = np.broadcast_to(weights * rows_mask, self.cube.shape)
+                largest = max(largest, self.limits.check_weights(weights, body))
+                aggregates.append((weights, as_float(offset, body)))
                 aggregate_bodies.append(body)
                 columns.append(OutputColumn(name, body.sql("postgres")))
             else:
@@ -323,6 +428,10 @@ class _Query:
                 hint=SUPPORTED_FORMS,
                 position=position_of(self.statement),
             )
+        if accuracy is not None:
+            self.limits.check_accuracy(accuracy, largest)
+        groups = math.prod(d.size for d in group_dims)
+        self.limits.check_batch(groups, len(aggregates), self.statement)
         rows = self._rows(group_dims, aggregates)
         return AnswerSpec(
             self.cube, accuracy, tuple(columns), tuple(d.name for d in group_dims), rows
@@ -484,7 +593,7 @@ class _Query:
                     position=position_of(factor_node),
                 )
             weights, offset = self._linear(agg_node)
-            return weights * float(factor), offset * factor
+            return weights * as_float(factor, factor_node), offset * factor
         refuse_division(node)
         raise UnsupportedQuery(
             f"unsupported expression around an aggregate: {node.sql('postgres')}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,11 +11,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from proxy.answering import ColumnType, DpService
+from proxy.answering import ColumnType, DpResult, DpService
 from proxy.backend import Reader
 from proxy.config import load_config
 from proxy.engine.history import InMemoryHistoryStore
-from proxy.errors import BudgetExhausted, DpproxyError
+from proxy.errors import BudgetExhausted, DpproxyError, QueryCanceled
 from proxy.provision import provision_roles
 from sqlmap.cube import Cube
 
@@ -100,3 +101,65 @@ def test_interval_columns(run: tuple[asyncio.AbstractEventLoop, DpService]) -> N
     assert [c.name for c in result.columns] == ["n", "dp_interval_low", "dp_interval_high"]
     assert (low, high) == (reply.low, reply.high) and low <= n <= high
     assert high - low == pytest.approx(80, rel=1e-6)
+
+
+def test_engine_calls_of_concurrent_answers_never_overlap(
+    run: tuple[asyncio.AbstractEventLoop, DpService],
+) -> None:
+    """Engine work runs in worker threads, but one call at a time per table (its gate)."""
+    loop, service = run
+    engine = service.engine(CONFIG.cubes[0])
+    spans: list[tuple[float, float]] = []
+
+    def timed(method):  # type: ignore[no-untyped-def]
+        def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+            started = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spans.append((started, time.perf_counter()))
+
+        return call
+
+    for name in ("plan", "execute", "measure", "record"):
+        setattr(engine, name, timed(getattr(engine, name)))
+    queries = [
+        f"SELECT COUNT(*) FROM adult WHERE {c} WITH ACCURACY {a}"
+        for c in ("age >= 25", "sex = 'Male'", "income = '>50K'", "age < 45")
+        for a in (200, 300)
+    ]
+
+    async def all_at_once() -> list[DpResult]:
+        return await asyncio.gather(*(service.answer(TRANSLATOR.translate(q)) for q in queries))
+
+    results = loop.run_until_complete(all_at_once())
+    assert {r.source for result in results for r in result.replies} >= {"fresh"}
+    spans.sort()
+    assert len(spans) >= 2 * len(queries)
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
+
+
+def test_planning_past_its_time_limit_is_57014_and_the_table_still_answers(
+    adult_dsn: str,
+) -> None:
+    roles = provision_roles(adult_dsn, CONFIG.cubes)
+
+    async def scenario() -> tuple[str, float]:
+        reader = await Reader.connect(roles.reader_dsn)
+        try:
+            impatient = DpService(
+                CONFIG.cubes, InMemoryHistoryStore(), reader, planning_timeout=1e-4
+            )
+            spec = TRANSLATOR.translate(
+                "SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race WITH ACCURACY 200"
+            )
+            with pytest.raises(QueryCanceled, match="planning time limit") as raised:
+                await impatient.answer(spec)
+            impatient._planning_timeout = 60.0  # the abandoned plan still holds the engine
+            again = await impatient.answer(spec)
+            return raised.value.sqlstate, again.replies[0].estimate
+        finally:
+            await reader.close()
+
+    sqlstate, estimate = asyncio.run(scenario())
+    assert sqlstate == "57014" and estimate > 0

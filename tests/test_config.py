@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.config import load_config, parse_config
+from proxy.config import LimitsConfig, load_config, parse_config
 from proxy.errors import ConfigError
 from sqlmap.accuracy import AccuracyDefaults
 from sqlmap.cube import BinKind, CategoricalDimension, NumericDimension
@@ -154,6 +154,20 @@ def test_valid_config_values() -> None:
         ("privacy.default_accuracy", -3, "privacy.default_accuracy: must be a positive number"),
         ("privacy.epsilon", 1, "privacy.epsilon: unknown key"),
         ("listen_port", 1, "listen_port: unknown key"),
+        ("limits", [1], "limits: expected a mapping"),
+        ("limits", {"max_groups": 5}, "limits.max_groups: unknown key"),
+        ("limits", {"max_values": 0}, "limits: max_values must be at least 1"),
+        ("limits", {"max_values": 1.5}, "limits.max_values: expected an integer"),
+        ("limits", {"max_weight": "big"}, "limits.max_weight: expected a number"),
+        (
+            "limits",
+            {"min_accuracy_ratio": 10, "max_accuracy_ratio": 1},
+            "limits: accuracy ratios must satisfy 0 < min <= max",
+        ),
+        ("limits", {"min_confidence": 1}, "limits: min_confidence must lie strictly between"),
+        ("limits", {"planning_timeout": 0}, "limits.planning_timeout: must be a positive number"),
+        ("limits", {"max_statement_bytes": 0}, "limits.max_statement_bytes: must be positive"),
+        ("limits", {"workers": 0}, "limits.workers: must be between 1 and 64"),
     ],
 )
 def test_malformed_config_names_key(path: str, value: Any, message: str) -> None:
@@ -207,3 +221,13 @@ def test_fingerprint_changes_with_the_cells_only() -> None:
         ("tables.adult.dimensions.sex.closed", False),
     ]:
         assert parse_config(with_change(path, value)).cubes[0].fingerprint != base.fingerprint, path
+
+
+def test_limits_default_and_override() -> None:
+    assert parse_config(VALID).limits == LimitsConfig()
+    config = parse_config(
+        with_change("limits", {"max_values": 50, "planning_timeout": 2.5, "workers": 4})
+    )
+    assert config.limits.query.max_values == 50 and config.limits.query.max_weight == 1e9
+    assert config.limits.planning_timeout == 2.5 and config.limits.workers == 4
+    assert config.translator().limits is config.limits.query

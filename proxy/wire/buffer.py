@@ -37,6 +37,9 @@ class MessageBuffer:
             reading a client, so a client cannot make us buffer 1 GiB of "Sync".
         max_length: cap on any typed message's length word.
         max_startup_length: cap on a startup packet's length word.
+        oversize: optional soft cap per type byte (on the length word): a longer message is
+            not kept but dropped as its bytes arrive, and then taken as a `RawMessage` with an
+            empty payload and ``oversized`` set, so that the session can refuse it and go on.
 
     >>> buf = MessageBuffer()
     >>> buf.feed(b"Q\x00\x00\x00\rSELECT")
@@ -47,9 +50,26 @@ class MessageBuffer:
     RawMessage(type=b'Q', payload=b'SELECT 1\x00')
     >>> buf.pending
     1
+    >>> small = MessageBuffer(oversize={b"Q": 8})
+    >>> small.feed(b"Q\x00\x00\x00\x0eSELECT")
+    >>> small.take_message() is None, small.pending   # dropped as it arrives
+    (True, 0)
+    >>> small.feed(b" 12\x00S\x00\x00\x00\x04")
+    >>> small.take_message().oversized, small.take_message()
+    (14, RawMessage(type=b'S', payload=b''))
     """
 
-    __slots__ = ("_buf", "_pos", "_limits", "_max_length", "_max_startup", "_failure")
+    __slots__ = (
+        "_buf",
+        "_pos",
+        "_limits",
+        "_max_length",
+        "_max_startup",
+        "_failure",
+        "_oversize",
+        "_skip",
+        "_dropped",
+    )
 
     def __init__(
         self,
@@ -57,6 +77,7 @@ class MessageBuffer:
         limits: Mapping[bytes, int] | None = None,
         max_length: int = MAX_MESSAGE_LENGTH,
         max_startup_length: int = MAX_STARTUP_LENGTH,
+        oversize: Mapping[bytes, int] | None = None,
     ) -> None:
         if max_length < 4 or max_startup_length < 8:
             raise ValueError("message limits must allow at least an empty message")
@@ -66,6 +87,9 @@ class MessageBuffer:
         self._max_length = max_length
         self._max_startup = max_startup_length
         self._failure: str | None = None
+        self._oversize = oversize or {}
+        self._skip = 0  # bytes of a dropped message still to come
+        self._dropped: RawMessage | None = None  # a dropped message, taken once it has passed
 
     @property
     def pending(self) -> int:
@@ -78,6 +102,10 @@ class MessageBuffer:
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append bytes read from the socket."""
+        if self._skip:
+            skipped = min(self._skip, len(data))
+            self._skip -= skipped
+            data = memoryview(data)[skipped:]
         self._buf += data
 
     def take_startup(self) -> bytes | None:
@@ -111,6 +139,11 @@ class MessageBuffer:
                 connection must close.
         """
         self._check_alive()
+        if self._skip:
+            return None
+        if self._dropped is not None:
+            dropped, self._dropped = self._dropped, None
+            return dropped
         if self.pending < 1:
             return None
         type_byte = bytes(self._buf[self._pos : self._pos + 1])
@@ -124,9 +157,23 @@ class MessageBuffer:
             self._fail(
                 f"message type {type_name(type_byte)} has length {length}, over the limit of {cap}"
             )
+        soft = self._oversize.get(type_byte)
+        if soft is not None and length > soft:
+            return self._drop(type_byte, length)
         if self.pending < 1 + length:
             return None
         return RawMessage(type_byte, self._consume(self._pos + 5, self._pos + 1 + length))
+
+    def _drop(self, type_byte: bytes, length: int) -> RawMessage | None:
+        """Drop a message over its soft cap: what is here now, and the rest as it arrives."""
+        here = min(self.pending, 1 + length)
+        self._skip = 1 + length - here
+        self._consume(self._pos, self._pos + here)
+        dropped = RawMessage(type_byte, b"", oversized=length)
+        if self._skip:
+            self._dropped = dropped
+            return None
+        return dropped
 
     def _cap(self, type_byte: bytes) -> int:
         if self._limits is None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Self, TypeVar
 
 from proxy.errors import ProtocolViolation
@@ -64,10 +64,13 @@ class RawMessage:
     Args:
         type: the one-byte message type, e.g. ``b"Q"``.
         payload: the bytes after the length word.
+        oversized: for a message dropped for being over its type's soft limit (see
+            `MessageBuffer`), its length word; the payload is then empty.
     """
 
     type: bytes
     payload: bytes
+    oversized: int = field(default=0, repr=False)
 
 
 def type_name(type_byte: bytes) -> str:

@@ -84,8 +84,10 @@ def test_broken_domain_promise_is_refused(
 ) -> None:
     conn.execute("CREATE TEMP TABLE c (a text)")
     conn.execute(f"INSERT INTO c VALUES ('x'), ({value})")
-    with pytest.raises(DomainViolation, match="1 row\\(s\\) of pg_temp.c lie outside the domain"):
+    with pytest.raises(DomainViolation, match="rows of pg_temp.c lie outside the domain") as e:
         histogram(conn, Cube("pg_temp", "c", (dimension,)))
+    assert not any(c.isdigit() for c in str(e.value))  # the count is for the DBA's log only
+    assert e.value.rows == 1
 
 
 def column_types(conn: psycopg.Connection, schema: str, table: str) -> dict[str, str]:

@@ -172,3 +172,29 @@ def test_bytes_after_sslrequest_are_visible() -> None:
     buffer.feed(SSLRequest().encode() + Query("injected").encode())
     assert buffer.take_startup() == bytes.fromhex("04d2162f")
     assert buffer.pending == len(Query("injected").encode())
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_oversized_message_is_dropped_as_it_arrives(chunk: int) -> None:
+    big = Query("x" * 10_000).encode()
+    stream = big + Query("SELECT 1").encode() + big[:5]
+    buf = MessageBuffer(oversize={b"Q": 1000})
+    taken = []
+    for i in range(0, len(stream), chunk):
+        buf.feed(stream[i : i + chunk])
+        assert buf.pending <= max(chunk, 1000)  # never the whole statement
+        while (raw := buf.take_message()) is not None:
+            taken.append(raw)
+    assert [(r.type, r.payload, r.oversized) for r in taken] == [
+        (b"Q", b"", len(big) - 1),
+        (b"Q", b"SELECT 1\x00", 0),
+    ]
+    assert buf.take_message() is None  # the third has only begun: still dropping it
+
+
+def test_message_at_the_soft_cap_is_kept() -> None:
+    message = Query("x" * 995).encode()  # length word 1000
+    buf = MessageBuffer(oversize={b"Q": 1000})
+    buf.feed(message)
+    raw = buf.take_message()
+    assert raw is not None and raw.oversized == 0 and len(raw.payload) == 996
