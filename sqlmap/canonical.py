@@ -1,20 +1,25 @@
 """The SQL that dpproxy itself runs on protected tables, generated from the cube alone.
 
-This is the only SQL the privileged backend role ever executes: it maps every row to its cell
-and counts rows per cell. No part of it comes from a user's query text; identifiers and values
-come from config.yaml and are quoted here.
+This is the only SQL the privileged backend role ever executes. :func:`measurement_sql` computes
+the true answers a plan needs: it reads only the rows the query vectors weigh and groups them only
+by the dimensions their weights vary on. :func:`histogram_sql` counts the rows of every cell (a
+reference for tests). No part of either comes from a user's query text: they are built from the
+cube and the vectors, and identifiers and values come from config.yaml and are quoted here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
 
 from proxy.errors import ConfigError, DomainViolation
 from sqlmap.cube import BinKind, CategoricalDimension, Cube, Dimension, NumericDimension, Scalar
+from sqlmap.vector import LinearQuery
 
 __all__ = [
     "quote_ident",
@@ -22,6 +27,8 @@ __all__ = [
     "cell_index_sql",
     "histogram_sql",
     "histogram_from_rows",
+    "MeasurementSql",
+    "measurement_sql",
     "COLUMN_TYPES_SQL",
     "check_column_types",
 ]
@@ -112,15 +119,188 @@ def histogram_from_rows(
     x = np.zeros(cube.n_cells, dtype=np.int64)
     for cell, n in rows:
         if cell is None:
-            raise DomainViolation(
-                f"{n} row(s) of {cube.qualified_name} lie outside the domain that "
-                "config.yaml declares",
-                detail="a dimension declared 'closed: true' or 'nullable: false' holds other "
-                "values",
-                hint="fix the data or the dimension's declaration",
-            )
+            raise _domain_violation(cube, n)
         x[cell] = n
     return x
+
+
+def _domain_violation(cube: Cube, n: int) -> DomainViolation:
+    return DomainViolation(
+        f"{n} row(s) of {cube.qualified_name} lie outside the domain that config.yaml declares",
+        detail="a dimension declared 'closed: true' or 'nullable: false' holds other values",
+        hint="fix the data or the dimension's declaration",
+    )
+
+
+def _numeric_segments(dim: NumericDimension) -> list[tuple[int | None, float, float]]:
+    """The number line in order as ``(bin, lo, hi)``, following :func:`_bin_case`.
+
+    ``bin`` is None for a segment a closed dimension rules out. PostgreSQL orders NaN above
+    every number, so it lies in the last segment, as in the CASE.
+    """
+    index = {b: i for i, b in enumerate(dim.bins)}
+    by_kind = {b.kind: i for b, i in index.items()}
+    first, last = dim.edges[0], dim.edges[-1]
+    segments: list[tuple[int | None, float, float]] = []
+    if math.isfinite(first):
+        segments.append((by_kind.get(BinKind.BELOW), -math.inf, first))
+    segments += [(i, b.lo, b.hi) for b, i in index.items() if b.kind is BinKind.RANGE]
+    if math.isfinite(last):
+        segments.append((by_kind.get(BinKind.ABOVE), last, math.inf))
+    return segments
+
+
+def _bins_predicate(dim: Dimension, bins: set[int]) -> str:
+    """A condition true exactly for the rows :func:`_bin_case` puts in one of ``bins``.
+
+    False or NULL for every other row, including rows that break a closed domain.
+    """
+    col = quote_ident(dim.name)
+    terms = []
+    if isinstance(dim, NumericDimension):
+        segments = _numeric_segments(dim)
+        start = None
+        for k, (b, _, _) in enumerate([*segments, (None, 0.0, 0.0)]):
+            inside = b is not None and b in bins
+            if inside and start is None:
+                start = k
+            elif not inside and start is not None:
+                lo, hi = segments[start][1], segments[k - 1][2]
+                bounds = ([f"{col} >= {quote_literal(lo)}"] if math.isfinite(lo) else []) + (
+                    [f"{col} < {quote_literal(hi)}"] if math.isfinite(hi) else []
+                )
+                terms.append(" AND ".join(bounds) or f"{col} IS NOT NULL")
+                start = None
+    else:
+        values = [
+            quote_literal(b.value)
+            for i, b in enumerate(dim.bins)
+            if i in bins and b.kind is BinKind.VALUE and b.value is not None
+        ]
+        if values:
+            terms.append(
+                f"{col} = {values[0]}" if len(values) == 1 else f"{col} IN ({', '.join(values)})"
+            )
+        if any(dim.bins[i].kind is BinKind.OTHER for i in bins):
+            declared = ", ".join(quote_literal(v) for v in dim.values)
+            terms.append(f"{col} NOT IN ({declared})")
+    if any(dim.bins[i].kind is BinKind.NULL for i in bins):
+        terms.append(f"{col} IS NULL")
+    return " OR ".join(f"({t})" for t in terms) if len(terms) > 1 else terms[0]
+
+
+def _promised(dim: Dimension) -> bool:
+    """Whether some value of the column lies in no bin (a closed or non-null domain)."""
+    return dim.closed or not dim.nullable
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class MeasurementSql:
+    """The SQL computing the true answers of some query vectors, and how to read its rows.
+
+    ``sql`` returns ``(group, n)`` rows: the number of rows in each group of the dimensions the
+    vectors' weights vary on; ``group`` is NULL for rows that break a closed domain. It is None
+    when the vectors weigh no cell (every answer is 0 without reading anything).
+
+    ``weights[k]`` gives query k's weight per group, as ``(groups, weights)`` arrays.
+    """
+
+    cube: Cube
+    sql: str | None
+    weights: tuple[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]], ...]
+
+    def answers(self, rows: Iterable[tuple[int | None, int]]) -> list[float]:
+        """Each query's exact answer ``q . x``, rounded once, from the rows of :attr:`sql`.
+
+        Raises DomainViolation if some rows the vectors weigh break a ``closed`` or
+        ``nullable: false`` promise, as :func:`histogram_from_rows` does.
+        """
+        counts: dict[int, int] = {}
+        for group, n in rows:
+            if group is None:
+                raise _domain_violation(self.cube, n)
+            counts[group] = n
+        answers = []
+        for groups, weights in self.weights:
+            sizes = [counts.get(int(g), 0) for g in groups]
+            if np.all(weights == np.trunc(weights)):  # integer weights: exact in ints
+                answers.append(float(sum(int(w) * k for w, k in zip(weights, sizes))))
+            else:
+                answers.append(float(sum(Fraction(float(w)) * k for w, k in zip(weights, sizes))))
+        return answers
+
+
+def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSql:
+    """The SQL that computes ``q . x`` for each query, reading only what the queries weigh.
+
+    The hull of the queries' support (per dimension, the bins some weighted cell lies in)
+    restricts the rows; within it, the query weights vary along only some dimensions, and the
+    SQL groups by those dimensions' bins alone. A range count over the bins of a few
+    dimensions is then one filtered count, a GROUP BY one group per key, as PostgreSQL would
+    compute the user's own query.
+
+    Domain violations are refused as by :func:`histogram_from_rows` in every dimension the
+    queries read: the restriction lets through rows that break a dimension's promise (it
+    excludes only rows in declared bins outside the hull), and the group is NULL for them.
+    Rows breaking the promise of a dimension the queries do not depend on count where any of
+    its bins would put them, which every answer of such queries agrees with.
+    """
+    if any(q.n_cells != cube.n_cells or q.offset for q in queries):
+        raise ValueError("measurements are offset-free vectors over this cube's cells")
+    nonempty = [q.cells for q in queries if q.cells.size]
+    if not nonempty:
+        return MeasurementSql(cube, None, tuple((q.cells, q.weights) for q in queries))
+    support = np.unique(np.concatenate(nonempty))
+    coords = np.unravel_index(support, cube.shape)
+    hull = [np.unique(c) for c in coords]
+
+    # cells with equal weights in every query share an atom id (0: weighed by none)
+    atom = np.zeros(support.size, dtype=np.int64)
+    next_id = 1
+    for q in queries:
+        pos = np.searchsorted(support, q.cells)
+        weight_ids = np.unique(q.weights, return_inverse=True)[1]
+        keys = atom[pos] * (q.cells.size + 1) + weight_ids
+        distinct, inverse = np.unique(keys, return_inverse=True)
+        atom[pos] = next_id + inverse
+        next_id += distinct.size
+    dense = np.zeros(tuple(h.size for h in hull), dtype=np.int64)
+    dense[tuple(np.searchsorted(h, c) for h, c in zip(hull, coords))] = atom
+    grouped = [
+        d
+        for d in range(len(cube.dimensions))
+        if hull[d].size > 1 and not np.all(dense == dense.take([0], axis=d))
+    ]
+    restricted = [d for d, dim in enumerate(cube.dimensions) if hull[d].size < dim.size]
+
+    strides = {d: int(np.prod([cube.shape[e] for e in grouped if e > d])) for d in grouped}
+    terms = [f"({_bin_case(cube.dimensions[d], strides[d])})" for d in grouped]
+    where = []
+    for d in restricted:
+        dim, inside = cube.dimensions[d], {int(b) for b in hull[d]}
+        if _promised(dim):
+            # exclude only rows in declared bins outside the hull: violations get through
+            outside = set(range(dim.size)) - inside
+            where.append(f"({_bins_predicate(dim, outside)}) IS NOT TRUE")
+            if d not in grouped:
+                terms.append(f"(CASE WHEN {_bins_predicate(dim, inside)} THEN 0 END)")
+        else:
+            where.append(f"({_bins_predicate(dim, inside)})")
+    table = f"{quote_ident(cube.schema)}.{quote_ident(cube.table)}"
+    sql = f"SELECT {' + '.join(terms) or '0'} AS grp, count(*) AS n FROM {table}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    if terms:
+        sql += " GROUP BY 1"
+
+    weights = []
+    for q in queries:
+        q_coords = np.unravel_index(q.cells, cube.shape)
+        group = sum((q_coords[d] * strides[d] for d in grouped), np.zeros(q.cells.size, np.int64))
+        # within the hull every cell of a group has the same weight: take the first
+        groups, first = np.unique(group, return_index=True)
+        weights.append((groups.astype(np.int64), q.weights[first]))
+    return MeasurementSql(cube, sql, tuple(weights))
 
 
 #: Column name -> type of a table; parameters $1 = schema, $2 = table.
