@@ -1,13 +1,11 @@
-"""DP answers end to end below the wire: translator, engine, real backend histogram."""
+"""DP answers end to end below the wire: translator, engine, real backend measurements."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
 import pytest
 
 from proxy.answering import ColumnType, DpService
@@ -17,6 +15,7 @@ from proxy.engine.history import InMemoryHistoryStore
 from proxy.errors import BudgetExhausted, DpproxyError
 from proxy.provision import provision_roles
 from sqlmap.cube import Cube
+from sqlmap.vector import LinearQuery
 
 CONFIG = load_config(Path(__file__).parent.parent / "config.yaml")
 TRANSLATOR = CONFIG.translator()
@@ -27,9 +26,9 @@ class CountingReader(Reader):
 
     reads = 0
 
-    async def histogram(self, cube: Cube) -> npt.NDArray[np.int64]:
+    async def measure(self, cube: Cube, queries: Sequence[LinearQuery]) -> list[float]:
         CountingReader.reads += 1
-        return await super().histogram(cube)
+        return await super().measure(cube, queries)
 
 
 @pytest.fixture()
