@@ -42,7 +42,7 @@ class Reader:
             return measurement.answers(())
         async with self._pool.acquire() as conn:
             rows = await conn.fetch(measurement.sql)
-        return measurement.answers((r[0], r[1]) for r in rows)
+        return measurement.answers(tuple(r) for r in rows)
 
     async def check_columns(self, cube: Cube) -> None:
         """Raise ConfigError unless every dimension matches its column's type."""

@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -198,28 +199,50 @@ def _promised(dim: Dimension) -> bool:
 class MeasurementSql:
     """The SQL computing the true answers of some query vectors, and how to read its rows.
 
-    ``sql`` returns ``(group, n)`` rows: the number of rows in each group of the dimensions the
-    vectors' weights vary on; ``group`` is NULL for rows that break a closed domain. It is None
-    when the vectors weigh no cell (every answer is 0 without reading anything).
+    ``sql`` returns one row per group of the dimensions the vectors' weights vary on: a key
+    column per such dimension (its bin from :func:`_bin_case`, or the text value of a closed
+    text dimension), the number of rows ``n`` and, when the rows of some other dimension must
+    be checked against its promise, ``n_inside``: how many of them lie in the bins weighed
+    (the others break a closed or non-null domain). It is None when the vectors weigh no cell
+    (every answer is 0 without reading anything).
 
-    ``weights[k]`` gives query k's weight per group, as ``(groups, weights)`` arrays.
+    Attributes:
+        cube: the cube.
+        sql: the statement, or None.
+        keys: per key column, its stride in the group number and, for a text value, the bin
+            of every value a row may hold (a value not there breaks the promise).
+        weights: per query, its weight in each group it weighs, as ``(groups, weights)``.
     """
 
     cube: Cube
     sql: str | None
+    keys: tuple[tuple[int, Mapping[str | None, int] | None], ...]
+    checked: bool
     weights: tuple[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]], ...]
 
-    def answers(self, rows: Iterable[tuple[int | None, int]]) -> list[float]:
+    def answers(self, rows: Iterable[Sequence[Any]]) -> list[float]:
         """Each query's exact answer ``q . x``, rounded once, from the rows of :attr:`sql`.
 
         Raises DomainViolation if some rows the vectors weigh break a ``closed`` or
         ``nullable: false`` promise, as :func:`histogram_from_rows` does.
         """
         counts: dict[int, int] = {}
-        for group, n in rows:
-            if group is None:
-                raise _domain_violation(self.cube, n)
-            counts[group] = n
+        broken = 0
+        for row in rows:
+            n = int(row[len(self.keys)])
+            if self.checked:
+                broken += n - int(row[len(self.keys) + 1])
+            group = 0
+            for value, (stride, bins) in zip(row, self.keys):
+                b = value if bins is None else bins.get(value)
+                if b is None:
+                    broken += n
+                    break
+                group += int(b) * stride
+            else:
+                counts[group] = n
+        if broken:
+            raise _domain_violation(self.cube, broken)
         answers = []
         for groups, weights in self.weights:
             sizes = [counts.get(int(g), 0) for g in groups]
@@ -228,6 +251,19 @@ class MeasurementSql:
             else:
                 answers.append(float(sum(Fraction(float(w)) * k for w, k in zip(weights, sizes))))
         return answers
+
+
+def _raw_key(dim: Dimension) -> Mapping[str | None, int] | None:
+    """The bin of each value of a closed text dimension, whose rows are grouped by value.
+
+    PostgreSQL groups such a column as cheaply as the analyst's GROUP BY, where a CASE would
+    compare each row with every declared value. Values compare as text (``::text`` drops a
+    ``character(n)`` column's padding, as its ``=`` does); a value that is not byte for byte a
+    declared one breaks the promise (under a case-insensitive type or collation, too).
+    """
+    if not (isinstance(dim, CategoricalDimension) and dim.closed and not dim.numeric):
+        return None
+    return {None if b.kind is BinKind.NULL else str(b.value): i for i, b in enumerate(dim.bins)}
 
 
 def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSql:
@@ -241,15 +277,17 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
 
     Domain violations are refused as by :func:`histogram_from_rows` in every dimension the
     queries read: the restriction lets through rows that break a dimension's promise (it
-    excludes only rows in declared bins outside the hull), and the group is NULL for them.
-    Rows breaking the promise of a dimension the queries do not depend on count where any of
-    its bins would put them, which every answer of such queries agrees with.
+    excludes only rows in declared bins outside the hull), and such rows fall in no group or
+    outside ``n_inside``. Rows breaking the promise of a dimension the queries do not depend
+    on count where any of its bins would put them, which every answer of such queries agrees
+    with.
     """
     if any(q.n_cells != cube.n_cells or q.offset for q in queries):
         raise ValueError("measurements are offset-free vectors over this cube's cells")
     nonempty = [q.cells for q in queries if q.cells.size]
     if not nonempty:
-        return MeasurementSql(cube, None, tuple((q.cells, q.weights) for q in queries))
+        empty = tuple((q.cells, q.weights) for q in queries)
+        return MeasurementSql(cube, None, (), False, empty)
     support = np.unique(np.concatenate(nonempty))
     coords = np.unravel_index(support, cube.shape)
     hull = [np.unique(c) for c in coords]
@@ -274,24 +312,32 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     restricted = [d for d, dim in enumerate(cube.dimensions) if hull[d].size < dim.size]
 
     strides = {d: int(np.prod([cube.shape[e] for e in grouped if e > d])) for d in grouped}
-    terms = [f"({_bin_case(cube.dimensions[d], strides[d])})" for d in grouped]
-    where = []
+    columns, key_bins = [], []
+    for d in grouped:
+        dim = cube.dimensions[d]
+        bins = _raw_key(dim)
+        columns.append(f"{quote_ident(dim.name)}::text" if bins else f"({_bin_case(dim, 1)})")
+        key_bins.append((strides[d], bins))
+    where, inside = [], []
     for d in restricted:
-        dim, inside = cube.dimensions[d], {int(b) for b in hull[d]}
+        dim, chosen = cube.dimensions[d], {int(b) for b in hull[d]}
         if _promised(dim):
             # exclude only rows in declared bins outside the hull: violations get through
-            outside = set(range(dim.size)) - inside
+            outside = set(range(dim.size)) - chosen
             where.append(f"({_bins_predicate(dim, outside)}) IS NOT TRUE")
             if d not in grouped:
-                terms.append(f"(CASE WHEN {_bins_predicate(dim, inside)} THEN 0 END)")
+                inside.append(f"({_bins_predicate(dim, chosen)})")
         else:
-            where.append(f"({_bins_predicate(dim, inside)})")
+            where.append(f"({_bins_predicate(dim, chosen)})")
     table = f"{quote_ident(cube.schema)}.{quote_ident(cube.table)}"
-    sql = f"SELECT {' + '.join(terms) or '0'} AS grp, count(*) AS n FROM {table}"
+    counts = ["count(*) AS n"]
+    if inside:
+        counts.append(f"count(*) FILTER (WHERE {' AND '.join(inside)}) AS n_inside")
+    sql = f"SELECT {', '.join(columns + counts)} FROM {table}"
     if where:
         sql += " WHERE " + " AND ".join(where)
-    if terms:
-        sql += " GROUP BY 1"
+    if columns:
+        sql += " GROUP BY " + ", ".join(str(k + 1) for k in range(len(columns)))
 
     weights = []
     for q in queries:
@@ -300,7 +346,7 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
         # within the hull every cell of a group has the same weight: take the first
         groups, first = np.unique(group, return_index=True)
         weights.append((groups.astype(np.int64), q.weights[first]))
-    return MeasurementSql(cube, sql, tuple(weights))
+    return MeasurementSql(cube, sql, tuple(key_bins), bool(inside), tuple(weights))
 
 
 #: Column name -> type of a table; parameters $1 = schema, $2 = table.
