@@ -137,7 +137,7 @@ class BackendConfig:
 
     Args:
         dsn: the reader role, which may SELECT the protected tables; only dpproxy's generated
-            measurement SQL runs under it.
+            histogram SQL runs under it.
         passthrough_dsn: a role with no rights on protected tables; every other statement runs
             under it, one connection per client session.
         ledger_dsn: where the durable ledger lives (a role that may create ``ledger_schema``);

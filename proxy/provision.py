@@ -1,7 +1,7 @@
 """Creates dpproxy's two backend roles on a server it administers (the embedded default).
 
 * ``dpproxy_reader`` may SELECT the protected tables; dpproxy runs only its generated
-  measurement SQL under it.
+  histogram SQL under it.
 * ``dpproxy_passthrough`` has no rights on protected tables; all other traffic runs under it, so
   PostgreSQL itself refuses whatever the statement inspector might miss.
 

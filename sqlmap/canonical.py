@@ -120,17 +120,15 @@ def histogram_from_rows(
     x = np.zeros(cube.n_cells, dtype=np.int64)
     for cell, n in rows:
         if cell is None:
-            raise _domain_violation(cube, n)
+            raise DomainViolation(
+                f"{n} row(s) of {cube.qualified_name} lie outside the domain that "
+                "config.yaml declares",
+                detail="a dimension declared 'closed: true' or 'nullable: false' holds other "
+                "values",
+                hint="fix the data or the dimension's declaration",
+            )
         x[cell] = n
     return x
-
-
-def _domain_violation(cube: Cube, n: int) -> DomainViolation:
-    return DomainViolation(
-        f"{n} row(s) of {cube.qualified_name} lie outside the domain that config.yaml declares",
-        detail="a dimension declared 'closed: true' or 'nullable: false' holds other values",
-        hint="fix the data or the dimension's declaration",
-    )
 
 
 def _numeric_segments(dim: NumericDimension) -> list[tuple[int | None, float, float]]:
@@ -241,8 +239,8 @@ class MeasurementSql:
                 group += int(b) * stride
             else:
                 counts[group] = n
-        if broken:
-            raise _domain_violation(self.cube, broken)
+        if broken:  # refused as the whole histogram refuses them (one error, one place)
+            histogram_from_rows(self.cube, [(None, broken)])
         answers = []
         for groups, weights in self.weights:
             sizes = [counts.get(int(g), 0) for g in groups]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +26,7 @@ class CountingReader(Reader):
 
     reads = 0
 
-    async def measure(self, cube: Cube, queries: Sequence[LinearQuery]) -> list[float]:
+    async def measure(self, cube: Cube, queries: tuple[LinearQuery, ...]) -> list[float]:
         CountingReader.reads += 1
         return await super().measure(cube, queries)
 
