@@ -241,13 +241,17 @@ class MeasurementSql:
                 counts[group] = n
         if broken:  # refused as the whole histogram refuses them (one error, one place)
             histogram_from_rows(self.cube, [(None, broken)])
+        keys = np.fromiter(counts, dtype=np.int64, count=len(counts))
+        sizes = list(counts.values())
         answers = []
         for groups, weights in self.weights:
-            sizes = [counts.get(int(g), 0) for g in groups]
+            at = np.minimum(np.searchsorted(groups, keys), max(groups.size - 1, 0))
+            hit = groups[at] == keys if groups.size else np.zeros(keys.size, dtype=bool)
+            terms = [(weights[a], k) for a, k, h in zip(at, sizes, hit) if h]
             if np.all(weights == np.trunc(weights)):  # integer weights: exact in ints
-                answers.append(float(sum(int(w) * k for w, k in zip(weights, sizes))))
+                answers.append(float(sum(int(w) * k for w, k in terms)))
             else:
-                answers.append(float(sum(Fraction(float(w)) * k for w, k in zip(weights, sizes))))
+                answers.append(float(sum(Fraction(float(w)) * k for w, k in terms)))
         return answers
 
 
@@ -286,30 +290,44 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     if not nonempty:
         empty = tuple((q.cells, q.weights) for q in queries)
         return MeasurementSql(cube, None, (), False, empty)
-    support = np.unique(np.concatenate(nonempty))
-    coords = np.unravel_index(support, cube.shape)
-    hull = [np.unique(c) for c in coords]
-
-    # cells with equal weights in every query share an atom id (0: weighed by none)
-    atom = np.zeros(support.size, dtype=np.int64)
+    shape = cube.shape
+    weighed = np.zeros(cube.n_cells, dtype=bool)
+    # cells with equal weights in every query share an atom id (0: weighed by none); linear
+    # time in the common cases (equal weights, disjoint supports), a sort otherwise
+    atom = np.zeros(cube.n_cells, dtype=np.int64)
     next_id = 1
     for q in queries:
-        pos = np.searchsorted(support, q.cells)
+        if not q.cells.size:
+            continue
+        weighed[q.cells] = True
+        before = atom[q.cells]
+        if q.weights.min() == q.weights.max() and before.min() == before.max():
+            atom[q.cells] = next_id
+            next_id += 1
+            continue
         weight_ids = np.unique(q.weights, return_inverse=True)[1]
-        keys = atom[pos] * (q.cells.size + 1) + weight_ids
-        distinct, inverse = np.unique(keys, return_inverse=True)
-        atom[pos] = next_id + inverse
+        distinct, inverse = np.unique(before * (q.cells.size + 1) + weight_ids, return_inverse=True)
+        atom[q.cells] = next_id + inverse
         next_id += distinct.size
-    dense = np.zeros(tuple(h.size for h in hull), dtype=np.int64)
-    dense[tuple(np.searchsorted(h, c) for h, c in zip(hull, coords))] = atom
+
+    # the hull: per dimension, the bins some weighed cell lies in; the atoms over it
+    axes = range(len(shape))
+    hull = [
+        np.flatnonzero(weighed.reshape(shape).any(axis=tuple(e for e in axes if e != d)))
+        for d in axes
+    ]
+    dense = atom.reshape(shape)
+    if any(h.size < size for h, size in zip(hull, shape)):
+        dense = dense[np.ix_(*hull)]
+    varies = dense.min() != dense.max()  # else (a range count) no dimension is grouped
     grouped = [
         d
-        for d in range(len(cube.dimensions))
-        if hull[d].size > 1 and not np.all(dense == dense.take([0], axis=d))
+        for d in axes
+        if varies and hull[d].size > 1 and not np.all(dense == dense.take([0], axis=d))
     ]
     restricted = [d for d, dim in enumerate(cube.dimensions) if hull[d].size < dim.size]
 
-    strides = {d: int(np.prod([cube.shape[e] for e in grouped if e > d])) for d in grouped}
+    strides = {d: math.prod(shape[e] for e in grouped if e > d) for d in grouped}
     columns, key_bins = [], []
     for d in grouped:
         dim = cube.dimensions[d]
@@ -337,13 +355,25 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     if columns:
         sql += " GROUP BY " + ", ".join(str(k + 1) for k in range(len(columns)))
 
+    group_of = np.zeros(shape, dtype=np.int64)
+    for d in grouped:
+        group_of += (np.arange(shape[d]) * strides[d]).reshape([-1 if e == d else 1 for e in axes])
+    group_of = group_of.reshape(-1)
+    n_groups = math.prod(shape[d] for d in grouped)
     weights = []
     for q in queries:
-        q_coords = np.unravel_index(q.cells, cube.shape)
-        group = sum((q_coords[d] * strides[d] for d in grouped), np.zeros(q.cells.size, np.int64))
-        # within the hull every cell of a group has the same weight: take the first
-        groups, first = np.unique(group, return_index=True)
-        weights.append((groups.astype(np.int64), q.weights[first]))
+        group = group_of[q.cells]
+        # within the hull every cell of a group has the same weight: any one will do
+        if n_groups <= 4 * q.cells.size + 4096:
+            weight_of = np.zeros(n_groups)
+            weight_of[group] = q.weights
+            present = np.zeros(n_groups, dtype=bool)
+            present[group] = True
+            groups = np.flatnonzero(present)
+            weights.append((groups, weight_of[groups]))
+        else:
+            groups, first = np.unique(group, return_index=True)
+            weights.append((groups, q.weights[first]))
     return MeasurementSql(cube, sql, tuple(key_bins), bool(inside), tuple(weights))
 
 

@@ -116,7 +116,7 @@ def weight(rng: np.random.Generator) -> float:
 
 def random_batch(rng: np.random.Generator, cube: Cube) -> list[LinearQuery]:
     shape = cube.shape
-    kind = rng.integers(5)
+    kind = rng.integers(6)
     if kind == 0:  # a (weighted) range count
         dense = [box(rng, shape) * weight(rng)]
     elif kind == 1:  # a sum of overlapping boxes (SUM(CASE ...), OR of ranges)
@@ -138,8 +138,12 @@ def random_batch(rng: np.random.Generator, cube: Cube) -> list[LinearQuery]:
         index[axis] = slice(None)
         values = rng.integers(-3, 20, shape[axis]).astype(float)
         dense = [box(rng, shape) * values[tuple(index)]]
-    else:  # arbitrary sparse weights
+    elif kind == 4:  # arbitrary sparse weights
         dense = [np.where(rng.random(shape) < 0.2, rng.integers(1, 5, shape), 0) * 1.0]
+    else:  # a few cells (the old engine benchmark's vectors)
+        cells = np.unique(rng.integers(0, cube.n_cells, int(rng.integers(1, 10))))
+        weights = np.array([weight(rng) for _ in cells])
+        return [LinearQuery(cube.n_cells, cells, weights)]
     return [LinearQuery.from_dense(d.ravel()) for d in dense]
 
 
