@@ -209,6 +209,7 @@ class MeasurementSql:
         sql: the statement, or None.
         keys: per key column, its stride in the group number and, for a text value, the bin
             of every value a row may hold (a value not there breaks the promise).
+        checked: whether the rows end with ``n_inside``.
         weights: per query, its weight in each group it weighs, as ``(groups, weights)``.
     """
 
@@ -228,17 +229,12 @@ class MeasurementSql:
         broken = 0
         for row in rows:
             n = int(row[len(self.keys)])
-            if self.checked:
-                broken += n - int(row[len(self.keys) + 1])
-            group = 0
-            for value, (stride, bins) in zip(row, self.keys):
-                b = value if bins is None else bins.get(value)
-                if b is None:
-                    broken += n
-                    break
-                group += int(b) * stride
+            group = self._group(row)
+            if group is None:
+                broken += n
             else:
                 counts[group] = n
+                broken += n - int(row[len(self.keys) + 1]) if self.checked else 0
         if broken:  # refused as the whole histogram refuses them (one error, one place)
             histogram_from_rows(self.cube, [(None, broken)])
         keys = np.fromiter(counts, dtype=np.int64, count=len(counts))
@@ -253,6 +249,16 @@ class MeasurementSql:
             else:
                 answers.append(float(sum(Fraction(float(w)) * k for w, k in terms)))
         return answers
+
+    def _group(self, row: Sequence[Any]) -> int | None:
+        """The group number of a row's keys; None if a key is no bin (a broken promise)."""
+        group = 0
+        for value, (stride, bins) in zip(row, self.keys):
+            b = value if bins is None else bins.get(value)
+            if b is None:
+                return None
+            group += int(b) * stride
+        return group
 
 
 def _raw_key(dim: Dimension) -> Mapping[str | None, int] | None:
