@@ -365,31 +365,15 @@ def synthetic_adult(admin_dsn: str, rows: int) -> str:
 
 
 BACKEND_STATEMENTS = [
-    Statement("count", "SELECT COUNT(*) FROM adult", 0),
-    Statement("count", "SELECT COUNT(*) FROM adult WHERE age >= 35 AND age < 55", 0),
-    Statement("count", "SELECT COUNT(*) FROM adult WHERE age >= 35 AND sex = 'Female'", 0),
-    Statement(
-        "count",
-        "SELECT COUNT(*) FROM adult WHERE education IN ('Bachelors', 'Masters') "
-        "AND hours_per_week >= 41 AND race <> 'White'",
-        0,
-    ),
-    Statement("group by", "SELECT sex, COUNT(*) FROM adult GROUP BY sex", 0),
-    Statement(
-        "group by",
-        "SELECT race, sex, income, COUNT(*) FROM adult GROUP BY race, sex, income",
-        0,
-    ),
-    Statement(
-        "group by",
-        "SELECT education, COUNT(*) FROM adult WHERE age < 35 GROUP BY education",
-        0,
-    ),
-    Statement(
-        "sum case",
-        "SELECT SUM(CASE WHEN income = '>50K' THEN 2 ELSE 1 END) FROM adult WHERE capital_gain > 0",
-        0,
-    ),
+    "SELECT COUNT(*) FROM adult",
+    "SELECT COUNT(*) FROM adult WHERE age >= 35 AND age < 55",
+    "SELECT COUNT(*) FROM adult WHERE age >= 35 AND sex = 'Female'",
+    "SELECT COUNT(*) FROM adult WHERE education IN ('Bachelors', 'Masters') "
+    "AND hours_per_week >= 41 AND race <> 'White'",
+    "SELECT sex, COUNT(*) FROM adult GROUP BY sex",
+    "SELECT race, sex, income, COUNT(*) FROM adult GROUP BY race, sex, income",
+    "SELECT education, COUNT(*) FROM adult WHERE age < 35 GROUP BY education",
+    "SELECT SUM(CASE WHEN income = '>50K' THEN 2 ELSE 1 END) FROM adult WHERE capital_gain > 0",
 ]
 
 
@@ -418,12 +402,12 @@ def backend_queries(dsn: str, repeats: int, with_histogram: bool) -> None:
         histogram = histogram_sql(CUBE)
         timed(conn, backend, "SELECT count(*) FROM adult")  # warm the cache
         for statement in BACKEND_STATEMENTS:
-            spec = translator.translate(statement.sql + " WITH ACCURACY 100")
+            spec = translator.translate(statement + " WITH ACCURACY 100")
             measurement = measurement_sql(CUBE, spec.queries)
             assert measurement.sql is not None
             plain_ms, measured_ms, histogram_ms = [], [], []
             for _ in range(repeats):
-                cpu, _, plain_rows = timed(conn, backend, statement.sql)
+                cpu, _, plain_rows = timed(conn, backend, statement)
                 plain_ms.append(cpu)
                 cpu, _, rows = timed(conn, backend, measurement.sql)
                 measured_ms.append(cpu)
@@ -441,7 +425,7 @@ def backend_queries(dsn: str, repeats: int, with_histogram: bool) -> None:
                 else "- | -"
             )
             print(
-                f"| `{statement.sql}` | {statistics.median(plain_ms):.0f} "
+                f"| `{statement}` | {statistics.median(plain_ms):.0f} "
                 f"| {statistics.median(measured_ms):.0f} | {ratio:.2f}x | {whole} "
                 f"| {'yes' if same else 'NO'} |"
             )
