@@ -6,6 +6,7 @@ can hand it a user's query: this is the role that can read protected tables.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import asyncpg
@@ -37,7 +38,8 @@ class Reader:
 
         One statement reads only the rows the queries weigh (:func:`measurement_sql`).
         """
-        measurement = measurement_sql(cube, queries)
+        # building it is linear in the cube's cells (0.7 s for 8 million): not on the event loop
+        measurement = await asyncio.to_thread(measurement_sql, cube, queries)
         if measurement.sql is None:
             return measurement.answers(())
         async with self._pool.acquire() as conn:
