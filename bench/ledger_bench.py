@@ -23,12 +23,12 @@ import platform
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import numpy as np
-import numpy.typing as npt
 import yaml
 
 from proxy.answering import DpService
@@ -36,6 +36,7 @@ from proxy.config import load_config
 from proxy.durable import DurableLedger
 from proxy.engine.history import InMemoryHistoryStore
 from sqlmap.cube import Cube
+from sqlmap.vector import LinearQuery
 
 ROOT = Path(__file__).parent.parent
 AGES = [(17, 25), (25, 35), (35, 45), (45, 55), (55, 65), (65, 91)]
@@ -49,13 +50,13 @@ EDUCATION = [
 
 
 class FixedHistogram:
-    """True histograms from memory (the same array every time)."""
+    """True answers from a histogram in memory (the same array every time)."""
 
     def __init__(self, n: int) -> None:
         self.x = np.random.default_rng(0).integers(0, 20, n).astype(np.int64)
 
-    async def histogram(self, cube: Cube) -> npt.NDArray[np.int64]:
-        return self.x
+    async def measure(self, cube: Cube, queries: Sequence[LinearQuery]) -> list[float]:
+        return [q.evaluate(self.x) for q in queries]
 
 
 def queries(n: int) -> list[str]:

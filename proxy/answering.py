@@ -3,7 +3,7 @@
 This is where the three parts meet: the :class:`~sqlmap.translate.AnswerSpec` says what to
 compute, the table's :class:`~proxy.engine.engine.PrivacyEngine` decides what it costs from public
 inputs only, and only then, if a fresh measurement is needed, does the privileged
-:class:`~proxy.backend.Reader` compute the true histogram.
+:class:`~proxy.backend.Reader` compute the true answers of the measured vectors.
 """
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol, TypeVar
 
-import numpy as np
-import numpy.typing as npt
-
 from proxy.durable import AnswerRecord, DurableLedger, NewMeasurement
 from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply, describe_batch
 from proxy.engine.history import HistoryEntry, HistoryStore, InMemoryHistoryStore
@@ -29,12 +26,13 @@ from proxy.logs import event
 from proxy.workers import Workers
 from sqlmap.cube import CategoricalDimension, Cube
 from sqlmap.translate import AnswerSpec, OutputKind
+from sqlmap.vector import LinearQuery
 
 __all__ = [
     "ColumnType",
     "ResultColumn",
     "DpResult",
-    "HistogramSource",
+    "MeasurementSource",
     "DpService",
     "notice_text",
     "result_columns",
@@ -79,11 +77,11 @@ class DpResult:
     replies: tuple[Reply, ...]
 
 
-class HistogramSource(Protocol):
-    """Whatever computes true histograms: the privileged :class:`~proxy.backend.Reader`."""
+class MeasurementSource(Protocol):
+    """Whatever computes true answers: the privileged :class:`~proxy.backend.Reader`."""
 
-    async def histogram(self, cube: Cube) -> npt.NDArray[np.int64]:
-        """X for ``cube``."""
+    async def measure(self, cube: Cube, queries: tuple[LinearQuery, ...]) -> list[float]:
+        """``q . x`` for each offset-free query over ``cube``."""
         ...
 
 
@@ -106,7 +104,7 @@ class DpService:
     Args:
         cubes: the protected tables.
         store: the starting history (an in-memory store; see :meth:`open_durable`).
-        source: computes true histograms, only after the engine decided to measure.
+        source: computes true answers, only after the engine decided to measure.
         rng: the noise source; the OS CSPRNG unless a test passes a seeded one.
         ledger: the durable ledger, if any; ``last_ids`` then says what was loaded from it.
         carried: per table, budget spent before its cube was redefined (from the ledger).
@@ -119,7 +117,7 @@ class DpService:
         self,
         cubes: Iterable[Cube],
         store: HistoryStore,
-        source: HistogramSource,
+        source: MeasurementSource,
         rng: RandomSource | None = None,
         ledger: DurableLedger | None = None,
         last_ids: dict[str, int] | None = None,
@@ -155,7 +153,7 @@ class DpService:
     async def open_durable(
         cls,
         cubes: Iterable[Cube],
-        source: HistogramSource,
+        source: MeasurementSource,
         ledger: DurableLedger,
         rng: RandomSource | None = None,
         caps: UserCaps | None = None,
@@ -363,8 +361,7 @@ class DpService:
     async def _measure(self, cube: Cube, plan: Plan) -> list[float]:
         if not plan.measurements:
             return []
-        x = await self._source.histogram(cube)
-        return [m.evaluate(x) for m in plan.measurements]
+        return await self._source.measure(cube, plan.measurements)
 
     async def _log(
         self,

@@ -1,28 +1,25 @@
 """The privileged backend: a connection pool that runs only SQL generated from a cube.
 
-Its methods take a :class:`~sqlmap.cube.Cube`, never SQL text, so no code path can hand it a
-user's query: this is the role that can read protected tables.
+Its methods take a :class:`~sqlmap.cube.Cube` and query vectors, never SQL text, so no code path
+can hand it a user's query: this is the role that can read protected tables.
 """
 
 from __future__ import annotations
 
-import asyncpg
-import numpy as np
-import numpy.typing as npt
+import asyncio
+from collections.abc import Sequence
 
-from sqlmap.canonical import (
-    COLUMN_TYPES_SQL,
-    check_column_types,
-    histogram_from_rows,
-    histogram_sql,
-)
+import asyncpg
+
+from sqlmap.canonical import COLUMN_TYPES_SQL, check_column_types, measurement_sql
 from sqlmap.cube import Cube
+from sqlmap.vector import LinearQuery
 
 __all__ = ["Reader"]
 
 
 class Reader:
-    """Computes true histograms of protected tables under the reader role."""
+    """Computes true answers on protected tables under the reader role."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
@@ -36,11 +33,18 @@ class Reader:
         )
         return cls(pool)
 
-    async def histogram(self, cube: Cube) -> npt.NDArray[np.int64]:
-        """x: the number of rows in every cell of ``cube``, now."""
+    async def measure(self, cube: Cube, queries: Sequence[LinearQuery]) -> list[float]:
+        """``q . x`` for each (offset-free) query on the rows of ``cube``'s table, now.
+
+        One statement reads only the rows the queries weigh (:func:`measurement_sql`).
+        """
+        # building it is linear in the cube's cells (0.7 s for 8 million): not on the event loop
+        measurement = await asyncio.to_thread(measurement_sql, cube, queries)
+        if measurement.sql is None:
+            return measurement.answers(())
         async with self._pool.acquire() as conn:
-            rows = await conn.fetch(histogram_sql(cube))
-        return histogram_from_rows(cube, ((r[0], r[1]) for r in rows))
+            rows = await conn.fetch(measurement.sql)
+        return measurement.answers(tuple(r) for r in rows)
 
     async def check_columns(self, cube: Cube) -> None:
         """Raise ConfigError unless every dimension matches its column's type."""

@@ -144,7 +144,7 @@ class BackendConfig:
 
     Args:
         dsn: the reader role, in the database that holds the protected tables (the *private*
-            database); only dpproxy's generated histogram SQL runs under it.
+            database); only the measurement SQL dpproxy generates runs under it.
         passthrough_dsn: the *analyst* database, where every other statement runs, one backend
             session per client session, each logged in as its analyst's own role
             (``passthrough_role``); no user or password of its own.

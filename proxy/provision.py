@@ -3,7 +3,7 @@
 Two databases on one server (docs/deploy.md):
 
 * the **private** database holds the protected tables. Only ``dpproxy_reader`` (and the DBA)
-  may connect to it; dpproxy runs nothing there but its generated histogram SQL.
+  may connect to it; dpproxy runs nothing there but the measurement SQL it generates.
 * the **analyst** database is where every other statement runs. It holds, per protected table,
   an *empty* table of the same shape (name, columns, types, NOT NULLs, comments) that analysts
   may SELECT, so catalogs and BI tools list it; its catalogs know nothing of the real rows, and

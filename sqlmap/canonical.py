@@ -1,20 +1,26 @@
 """The SQL that dpproxy itself runs on protected tables, generated from the cube alone.
 
-This is the only SQL the privileged backend role ever executes: it maps every row to its cell
-and counts rows per cell. No part of it comes from a user's query text; identifiers and values
-come from config.yaml and are quoted here.
+This is the only SQL the privileged backend role ever executes. :func:`measurement_sql` computes
+the true answers a plan needs: it reads only the rows the query vectors weigh and groups them only
+by the dimensions their weights vary on. :func:`histogram_sql` counts the rows of every cell (a
+reference for tests). No part of either comes from a user's query text: they are built from the
+cube and the vectors, and identifiers and values come from config.yaml and are quoted here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from proxy.errors import ConfigError, DomainViolation
 from sqlmap.cube import BinKind, CategoricalDimension, Cube, Dimension, NumericDimension, Scalar
+from sqlmap.vector import LinearQuery
 
 __all__ = [
     "quote_ident",
@@ -22,6 +28,8 @@ __all__ = [
     "cell_index_sql",
     "histogram_sql",
     "histogram_from_rows",
+    "MeasurementSql",
+    "measurement_sql",
     "COLUMN_TYPES_SQL",
     "check_column_types",
 ]
@@ -116,6 +124,258 @@ def histogram_from_rows(
             raise DomainViolation(cube.qualified_name, promised, rows=n)
         x[cell] = n
     return x
+
+
+def _numeric_segments(dim: NumericDimension) -> list[tuple[int | None, float, float]]:
+    """The number line in order as ``(bin, lo, hi)``, following :func:`_bin_case`.
+
+    ``bin`` is None for a segment a closed dimension rules out. PostgreSQL orders NaN above
+    every number, so it lies in the last segment, as in the CASE.
+    """
+    index = {b: i for i, b in enumerate(dim.bins)}
+    by_kind = {b.kind: i for b, i in index.items()}
+    first, last = dim.edges[0], dim.edges[-1]
+    segments: list[tuple[int | None, float, float]] = []
+    if math.isfinite(first):
+        segments.append((by_kind.get(BinKind.BELOW), -math.inf, first))
+    segments += [(i, b.lo, b.hi) for b, i in index.items() if b.kind is BinKind.RANGE]
+    if math.isfinite(last):
+        segments.append((by_kind.get(BinKind.ABOVE), last, math.inf))
+    return segments
+
+
+def _bins_predicate(dim: Dimension, bins: set[int]) -> str:
+    """A condition true exactly for the rows :func:`_bin_case` puts in one of ``bins``.
+
+    False or NULL for every other row, including rows that break a closed domain.
+    """
+    col = quote_ident(dim.name)
+    terms = []
+    if isinstance(dim, NumericDimension):
+        segments = _numeric_segments(dim)
+        start = None
+        for k, (b, _, _) in enumerate([*segments, (None, 0.0, 0.0)]):
+            inside = b is not None and b in bins
+            if inside and start is None:
+                start = k
+            elif not inside and start is not None:
+                lo, hi = segments[start][1], segments[k - 1][2]
+                bounds = ([f"{col} >= {quote_literal(lo)}"] if math.isfinite(lo) else []) + (
+                    [f"{col} < {quote_literal(hi)}"] if math.isfinite(hi) else []
+                )
+                terms.append(" AND ".join(bounds) or f"{col} IS NOT NULL")
+                start = None
+    else:
+        values = [
+            quote_literal(b.value)
+            for i, b in enumerate(dim.bins)
+            if i in bins and b.kind is BinKind.VALUE and b.value is not None
+        ]
+        if values:
+            terms.append(
+                f"{col} = {values[0]}" if len(values) == 1 else f"{col} IN ({', '.join(values)})"
+            )
+        if any(dim.bins[i].kind is BinKind.OTHER for i in bins):
+            declared = ", ".join(quote_literal(v) for v in dim.values)
+            terms.append(f"{col} NOT IN ({declared})")
+    if any(dim.bins[i].kind is BinKind.NULL for i in bins):
+        terms.append(f"{col} IS NULL")
+    return " OR ".join(f"({t})" for t in terms) if len(terms) > 1 else terms[0]
+
+
+def _promised(dim: Dimension) -> bool:
+    """Whether some value of the column lies in no bin (a closed or non-null domain)."""
+    return dim.closed or not dim.nullable
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class MeasurementSql:
+    """The SQL computing the true answers of some query vectors, and how to read its rows.
+
+    ``sql`` returns one row per group of the dimensions the vectors' weights vary on: a key
+    column per such dimension (its bin from :func:`_bin_case`, or the text value of a closed
+    text dimension), the number of rows ``n`` and, when the rows of some other dimension must
+    be checked against its promise, ``n_inside``: how many of them lie in the bins weighed
+    (the others break a closed or non-null domain). It is None when the vectors weigh no cell
+    (every answer is 0 without reading anything).
+
+    Attributes:
+        cube: the cube.
+        sql: the statement, or None.
+        keys: per key column, its stride in the group number and, for a text value, the bin
+            of every value a row may hold (a value not there breaks the promise).
+        checked: whether the rows end with ``n_inside``.
+        weights: per query, its weight in each group it weighs, as ``(groups, weights)``.
+    """
+
+    cube: Cube
+    sql: str | None
+    keys: tuple[tuple[int, Mapping[str | None, int] | None], ...]
+    checked: bool
+    weights: tuple[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]], ...]
+
+    def answers(self, rows: Iterable[Sequence[Any]]) -> list[float]:
+        """Each query's exact answer ``q . x``, rounded once, from the rows of :attr:`sql`.
+
+        Raises DomainViolation if some rows the vectors weigh break a ``closed`` or
+        ``nullable: false`` promise, as :func:`histogram_from_rows` does.
+        """
+        counts: dict[int, int] = {}
+        broken = 0
+        for row in rows:
+            n = int(row[len(self.keys)])
+            group = self._group(row)
+            if group is None:
+                broken += n
+            else:
+                counts[group] = n
+                broken += n - int(row[len(self.keys) + 1]) if self.checked else 0
+        if broken:  # refused as the whole histogram refuses them (one error, one place)
+            histogram_from_rows(self.cube, [(None, broken)])
+        keys = np.fromiter(counts, dtype=np.int64, count=len(counts))
+        sizes = list(counts.values())
+        answers = []
+        for groups, weights in self.weights:
+            at = np.minimum(np.searchsorted(groups, keys), max(groups.size - 1, 0))
+            hit = groups[at] == keys if groups.size else np.zeros(keys.size, dtype=bool)
+            terms = [(weights[a], k) for a, k, h in zip(at, sizes, hit) if h]
+            if np.all(weights == np.trunc(weights)):  # integer weights: exact in ints
+                answers.append(float(sum(int(w) * k for w, k in terms)))
+            else:
+                answers.append(float(sum(Fraction(float(w)) * k for w, k in terms)))
+        return answers
+
+    def _group(self, row: Sequence[Any]) -> int | None:
+        """The group number of a row's keys; None if a key is no bin (a broken promise)."""
+        group = 0
+        for value, (stride, bins) in zip(row, self.keys):
+            b = value if bins is None else bins.get(value)
+            if b is None:
+                return None
+            group += int(b) * stride
+        return group
+
+
+def _raw_key(dim: Dimension) -> Mapping[str | None, int] | None:
+    """The bin of each value of a closed text dimension, whose rows are grouped by value.
+
+    PostgreSQL groups such a column as cheaply as the analyst's GROUP BY, where a CASE would
+    compare each row with every declared value. Values compare as text (``::text`` drops a
+    ``character(n)`` column's padding, as its ``=`` does); a value that is not byte for byte a
+    declared one breaks the promise (under a case-insensitive type or collation, too).
+    """
+    if not (isinstance(dim, CategoricalDimension) and dim.closed and not dim.numeric):
+        return None
+    return {None if b.kind is BinKind.NULL else str(b.value): i for i, b in enumerate(dim.bins)}
+
+
+def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSql:
+    """The SQL that computes ``q . x`` for each query, reading only what the queries weigh.
+
+    The hull of the queries' support (per dimension, the bins some weighted cell lies in)
+    restricts the rows; within it, the query weights vary along only some dimensions, and the
+    SQL groups by those dimensions' bins alone. A range count over the bins of a few
+    dimensions is then one filtered count, a GROUP BY one group per key, as PostgreSQL would
+    compute the user's own query.
+
+    Domain violations are refused as by :func:`histogram_from_rows` in every dimension the
+    queries read: the restriction lets through rows that break a dimension's promise (it
+    excludes only rows in declared bins outside the hull), and such rows fall in no group or
+    outside ``n_inside``. Rows breaking the promise of a dimension the queries do not depend
+    on count where any of its bins would put them, which every answer of such queries agrees
+    with.
+    """
+    if any(q.n_cells != cube.n_cells or q.offset for q in queries):
+        raise ValueError("measurements are offset-free vectors over this cube's cells")
+    nonempty = [q.cells for q in queries if q.cells.size]
+    if not nonempty:
+        empty = tuple((q.cells, q.weights) for q in queries)
+        return MeasurementSql(cube, None, (), False, empty)
+    shape = cube.shape
+    weighed = np.zeros(cube.n_cells, dtype=bool)
+    # cells with equal weights in every query share an atom id (0: weighed by none); linear
+    # time in the common cases (equal weights, disjoint supports), a sort otherwise
+    atom = np.zeros(cube.n_cells, dtype=np.int64)
+    next_id = 1
+    for q in queries:
+        if not q.cells.size:
+            continue
+        weighed[q.cells] = True
+        before = atom[q.cells]
+        if q.weights.min() == q.weights.max() and before.min() == before.max():
+            atom[q.cells] = next_id
+            next_id += 1
+            continue
+        weight_ids = np.unique(q.weights, return_inverse=True)[1]
+        distinct, inverse = np.unique(before * (q.cells.size + 1) + weight_ids, return_inverse=True)
+        atom[q.cells] = next_id + inverse
+        next_id += distinct.size
+
+    # the hull: per dimension, the bins some weighed cell lies in; the atoms over it
+    axes = range(len(shape))
+    hull = [
+        np.flatnonzero(weighed.reshape(shape).any(axis=tuple(e for e in axes if e != d)))
+        for d in axes
+    ]
+    dense = atom.reshape(shape)
+    if any(h.size < size for h, size in zip(hull, shape)):
+        dense = dense[np.ix_(*hull)]
+    varies = dense.min() != dense.max()  # else (a range count) no dimension is grouped
+    grouped = [
+        d
+        for d in axes
+        if varies and hull[d].size > 1 and not np.all(dense == dense.take([0], axis=d))
+    ]
+    restricted = [d for d, dim in enumerate(cube.dimensions) if hull[d].size < dim.size]
+
+    strides = {d: math.prod(shape[e] for e in grouped if e > d) for d in grouped}
+    columns, key_bins = [], []
+    for d in grouped:
+        dim = cube.dimensions[d]
+        bins = _raw_key(dim)
+        columns.append(f"{quote_ident(dim.name)}::text" if bins else f"({_bin_case(dim, 1)})")
+        key_bins.append((strides[d], bins))
+    where, inside = [], []
+    for d in restricted:
+        dim, chosen = cube.dimensions[d], {int(b) for b in hull[d]}
+        if _promised(dim):
+            # exclude only rows in declared bins outside the hull: violations get through
+            outside = set(range(dim.size)) - chosen
+            where.append(f"({_bins_predicate(dim, outside)}) IS NOT TRUE")
+            if d not in grouped:
+                inside.append(f"({_bins_predicate(dim, chosen)})")
+        else:
+            where.append(f"({_bins_predicate(dim, chosen)})")
+    table = f"{quote_ident(cube.schema)}.{quote_ident(cube.table)}"
+    counts = ["count(*) AS n"]
+    if inside:
+        counts.append(f"count(*) FILTER (WHERE {' AND '.join(inside)}) AS n_inside")
+    sql = f"SELECT {', '.join(columns + counts)} FROM {table}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    if columns:
+        sql += " GROUP BY " + ", ".join(str(k + 1) for k in range(len(columns)))
+
+    group_of = np.zeros(shape, dtype=np.int64)
+    for d in grouped:
+        group_of += (np.arange(shape[d]) * strides[d]).reshape([-1 if e == d else 1 for e in axes])
+    group_of = group_of.reshape(-1)
+    n_groups = math.prod(shape[d] for d in grouped)
+    weights = []
+    for q in queries:
+        group = group_of[q.cells]
+        # within the hull every cell of a group has the same weight: any one will do
+        if n_groups <= 4 * q.cells.size + 4096:
+            weight_of = np.zeros(n_groups)
+            weight_of[group] = q.weights
+            present = np.zeros(n_groups, dtype=bool)
+            present[group] = True
+            groups = np.flatnonzero(present)
+            weights.append((groups, weight_of[groups]))
+        else:
+            groups, first = np.unique(group, return_index=True)
+            weights.append((groups, q.weights[first]))
+    return MeasurementSql(cube, sql, tuple(key_bins), bool(inside), tuple(weights))
 
 
 #: Column name -> type of a table; parameters $1 = schema, $2 = table.

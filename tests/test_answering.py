@@ -1,4 +1,4 @@
-"""DP answers end to end below the wire: translator, engine, real backend histogram."""
+"""DP answers end to end below the wire: translator, engine, real backend measurements."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
 import pytest
 
 from proxy.answering import ColumnType, DpResult, DpService
@@ -18,6 +16,7 @@ from proxy.engine.history import InMemoryHistoryStore
 from proxy.errors import BudgetExhausted, DpproxyError, QueryCanceled
 from proxy.provision import provision_roles
 from sqlmap.cube import Cube
+from sqlmap.vector import LinearQuery
 
 CONFIG = load_config(Path(__file__).parent.parent / "config.yaml")
 TRANSLATOR = CONFIG.translator()
@@ -28,9 +27,9 @@ class CountingReader(Reader):
 
     reads = 0
 
-    async def histogram(self, cube: Cube) -> npt.NDArray[np.int64]:
+    async def measure(self, cube: Cube, queries: tuple[LinearQuery, ...]) -> list[float]:
         CountingReader.reads += 1
-        return await super().histogram(cube)
+        return await super().measure(cube, queries)
 
 
 @pytest.fixture()

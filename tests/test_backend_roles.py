@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
+import numpy as np
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
@@ -24,6 +25,7 @@ from proxy.demo import ADULT_ROWS
 from proxy.errors import ConfigError
 from proxy.provision import BackendRoles, provision_roles
 from proxy.server import check_boundary, check_ledger_home
+from sqlmap.vector import LinearQuery
 
 CONFIG = load_config(Path(__file__).parent.parent / "config.yaml")
 CUBES = CONFIG.cubes
@@ -224,16 +226,25 @@ def test_serve_refuses_an_analyst_without_a_role(config: Config, backend: Backen
         asyncio.run(check_boundary(carol, backend))
 
 
-def test_reader_computes_the_histogram(roles: BackendRoles) -> None:
-    async def run() -> int:
+def test_reader_measures(roles: BackendRoles) -> None:
+    cube = CUBES[0]
+    everyone = LinearQuery.from_dense(np.ones(cube.n_cells))
+    no_gain = LinearQuery.from_dense(np.arange(cube.n_cells) % 2 == 0)  # capital_gain is last
+    nobody = LinearQuery(cube.n_cells, np.array([], np.int64), np.array([]))
+
+    async def run() -> list[float]:
         reader = await Reader.connect(roles.reader_dsn)
         try:
-            await reader.check_columns(CUBES[0])
-            return int((await reader.histogram(CUBES[0])).sum())
+            await reader.check_columns(cube)
+            return await reader.measure(cube, [everyone, no_gain, nobody])
         finally:
             await reader.close()
 
-    assert asyncio.run(run()) == ADULT_ROWS
+    total, without_gain, none = asyncio.run(run())
+    assert (total, none) == (ADULT_ROWS, 0)
+    with psycopg.connect(roles.reader_dsn) as conn:
+        plain = conn.execute("SELECT count(*) FROM adult WHERE capital_gain < 1").fetchone()
+    assert plain == (without_gain,)
 
 
 def test_reader_sessions_are_read_only(roles: BackendRoles) -> None:

@@ -8,10 +8,9 @@ import struct
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
 import psycopg
 import pytest
 
@@ -44,6 +43,7 @@ from proxy.wire import (
     TransactionStatus,
 )
 from sqlmap.cube import Cube
+from sqlmap.vector import LinearQuery
 from tests.e2e.conftest import CONFIG, Proxy, start_proxy, stop_proxy, with_listen
 from tests.e2e.rawclient import RawClient, kinds
 
@@ -300,11 +300,11 @@ def _function_call() -> bytes:
 class SlowReader(Reader):
     """The real reader, one second slower (so that a cancel can catch it)."""
 
-    async def histogram(self, cube: Cube) -> npt.NDArray[np.int64]:
+    async def measure(self, cube: Cube, queries: Sequence[LinearQuery]) -> list[float]:
         import asyncio
 
         await asyncio.sleep(1.0)
-        return await super().histogram(cube)
+        return await super().measure(cube, queries)
 
 
 def test_cancel_a_dp_answer(proxy: Proxy) -> None:

@@ -1,0 +1,475 @@
+"""A dashboard's SQL through dpproxy, and the fresh answer's backend query on 5 million rows.
+
+1. End to end: a real ``dpproxy serve`` (a process of its own) in front of the embedded
+   PostgreSQL with the Adult demo table; a stream of statements an analyst's dashboard or BI
+   tool sends (counts with range filters over 1-3 dimensions, GROUP BY over 1-3 dimensions,
+   SUM(CASE ...)), panels refreshed at random. Each DP statement is followed by the same plain
+   aggregate sent to PostgreSQL directly. CPU per statement, from /proc (every thread, in ns):
+   dpproxy's process plus PostgreSQL's work for it (the reader's query, the ledger's writes;
+   every backend but the direct one), against the backend that answers the plain aggregate.
+2. Backend: in a scratch database, a table of 5 million rows drawn from Adult's marginals
+   (``INSERT ... SELECT`` from ``generate_series``); for each kind of statement, the plain
+   aggregate against the measurement SQL the reader runs for a fresh answer of it, and the
+   whole-histogram SQL it ran before (interleaved; parallel workers off, so one backend's CPU
+   is all the work).
+
+    uv run python -m bench.sql_workload [--statements 240] [--rows 5000000] [--repeats 5]
+
+Prints markdown; record the figures in docs/benchmarks.md with the machine, date and load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import psycopg
+from psycopg import sql as pgsql
+from psycopg.conninfo import make_conninfo
+
+from proxy.auth import make_verifier
+from proxy.config import load_config
+from proxy.demo import ADULT_COLUMNS, ADULT_ROWS, load_adult
+from proxy.embedded import start_embedded
+from proxy.provision import provision_roles
+from sqlmap.canonical import histogram_sql, measurement_sql
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = load_config(ROOT / "config.yaml")
+CUBE = CONFIG.cubes[0]
+
+AGE_EDGES = (17, 25, 35, 45, 55, 65, 91)
+RACES = ("White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other")
+EDUCATION = ("HS-grad", "Some-college", "Bachelors", "Masters", "Doctorate", "11th", "Assoc-voc")
+GROUP_COLUMNS = ("sex", "race", "income", "education")
+
+
+# -- the workload ---------------------------------------------------------------------------
+
+
+def condition(rng: random.Random, column: str) -> str:
+    """A filter an analyst would write on ``column``, on the cube's bin edges."""
+    if column == "age":
+        lo, hi = sorted(rng.sample(AGE_EDGES, 2))
+        return f"age >= {lo} AND age < {hi}" if lo > 17 else f"age < {hi}"
+    if column == "sex":
+        return f"sex = '{rng.choice(('Male', 'Female'))}'"
+    if column == "race":
+        return rng.choice((f"race = '{rng.choice(RACES)}'", "race <> 'White'"))
+    if column == "income":
+        return f"income = '{rng.choice(('>50K', '<=50K'))}'"
+    if column == "education":
+        chosen = ", ".join(f"'{e}'" for e in rng.sample(EDUCATION, rng.randint(1, 3)))
+        return f"education IN ({chosen})"
+    if column == "hours_per_week":
+        return rng.choice(("hours_per_week >= 41", "hours_per_week < 35"))
+    return "capital_gain > 0"
+
+
+FILTER_COLUMNS = ("age", "sex", "race", "income", "education", "hours_per_week", "capital_gain")
+
+
+@dataclass(frozen=True)
+class Statement:
+    kind: str  # count, group by, sum case
+    sql: str  # plain SQL, as PostgreSQL runs it
+    accuracy: int
+
+    @property
+    def dp(self) -> str:
+        return f"{self.sql} WITH ACCURACY {self.accuracy}"
+
+
+def panel(rng: random.Random) -> Statement:
+    """One dashboard panel: a count, a GROUP BY or a SUM(CASE ...), over 1-3 dimensions."""
+    kind = rng.choice(("count", "count", "group by", "group by", "sum case"))
+    if kind == "count":
+        where = " AND ".join(
+            condition(rng, c) for c in rng.sample(FILTER_COLUMNS, rng.randint(1, 3))
+        )
+        return Statement(kind, f"SELECT COUNT(*) FROM adult WHERE {where}", 400)
+    if kind == "group by":
+        keys = rng.sample(GROUP_COLUMNS, rng.randint(1, 3))
+        others = [c for c in FILTER_COLUMNS if c not in keys]
+        where = f" WHERE {condition(rng, rng.choice(others))}" if rng.random() < 0.5 else ""
+        listed = ", ".join(keys)
+        return Statement(
+            kind, f"SELECT {listed}, COUNT(*) FROM adult{where} GROUP BY {listed}", 600
+        )
+    inner, outer = rng.sample(FILTER_COLUMNS, 2)
+    where = f" WHERE {condition(rng, outer)}" if rng.random() < 0.5 else ""
+    return Statement(
+        kind,
+        f"SELECT SUM(CASE WHEN {condition(rng, inner)} THEN 2 ELSE 1 END) FROM adult{where}",
+        800,
+    )
+
+
+def stream(n: int, seed: int = 10) -> list[Statement]:
+    """``n`` statements: new panels, and refreshes of panels already shown (half the time)."""
+    rng = random.Random(seed)
+    shown: list[Statement] = []
+    out = []
+    for _ in range(n):
+        if shown and rng.random() < 0.5:
+            out.append(rng.choice(shown))
+        else:
+            shown.append(panel(rng))
+            out.append(shown[-1])
+    return out
+
+
+# -- CPU from /proc ---------------------------------------------------------------------------
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU time of every thread of a process so far, in ns (Linux schedstat)."""
+    total = 0
+    for path in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(path.read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # the thread exited meanwhile
+            continue
+    return total
+
+
+def children(parent: int) -> list[int]:
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                pids.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):  # exited meanwhile
+            continue
+    return pids
+
+
+def postgres_ns(pids: list[int], excluding: int) -> int:
+    """CPU of PostgreSQL's processes (background ones included) but the ``excluding`` backend."""
+    return sum(cpu_ns(p) for p in pids if p != excluding)
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+# -- part 1: end to end ---------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_dpproxy(work: Path, admin_dsn: str, port: int, schema: str) -> subprocess.Popen[bytes]:
+    """``dpproxy serve`` with an empty ledger (in ``schema``), listening on ``port``."""
+    roles = provision_roles(admin_dsn, CONFIG.cubes)
+    config = (
+        (ROOT / "config.yaml").read_text()
+        + f"""
+listen:
+  port: {port}
+backend:
+  dsn: "{roles.reader_dsn}"
+  passthrough_dsn: "{roles.passthrough_dsn}"
+ledger:
+  dsn: "{admin_dsn}"
+  schema: "{schema}"
+users:
+  bench: "{make_verifier("bench")}"
+"""
+    )
+    (work / "dpproxy.yaml").write_text(config)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "proxy.cli", "--config", str(work / "dpproxy.yaml"), "serve"]
+        + ["--log-level", "WARNING"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=open(work / "dpproxy.log", "wb"),  # noqa: SIM115 (the child owns it)
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process
+        except OSError:
+            time.sleep(0.2)
+    process.kill()
+    raise TimeoutError((work / "dpproxy.log").read_text())
+
+
+@dataclass
+class Sample:
+    kind: str
+    source: str
+    dpproxy_ms: float
+    postgres_ms: float  # PostgreSQL's CPU for the DP statement
+    plain_ms: float  # the direct backend's CPU for the plain aggregate
+    wall_ms: float
+    plain_wall_ms: float
+
+    @property
+    def dp_ms(self) -> float:
+        return self.dpproxy_ms + self.postgres_ms
+
+
+def statement_source(notices: list[str]) -> str:
+    sources = {n.split("source ", 1)[1].split(";", 1)[0] for n in notices if "source " in n}
+    for source in ("fresh", "combined", "history"):
+        if source in sources:
+            return source
+    return "unknown"
+
+
+def end_to_end(work: Path, admin_dsn: str, postmaster: int, n: int) -> list[Sample]:
+    port = free_port()
+    schema = f"ledger_{uuid.uuid4().hex[:8]}"
+    server = start_dpproxy(work, admin_dsn, port, schema)
+    samples: list[Sample] = []
+    refused = 0
+    try:
+        proxy_dsn = f"postgresql://bench:bench@127.0.0.1:{port}/demo"
+        with (
+            psycopg.connect(proxy_dsn, autocommit=True) as dp,
+            psycopg.connect(admin_dsn, autocommit=True) as direct,
+        ):
+            notices: list[str] = []
+            dp.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+            row = direct.execute("SELECT pg_backend_pid()").fetchone()
+            assert row is not None
+            backend = int(row[0])
+            for warm in ("SELECT 1", "SELECT COUNT(*) FROM adult WITH ACCURACY 2000"):
+                dp.execute(warm).fetchall()
+            postgres = [postmaster, *children(postmaster)]  # dpproxy's pools are open by now
+            for statement in stream(n):
+                notices.clear()
+                before = cpu_ns(server.pid), postgres_ns(postgres, backend)
+                start = time.perf_counter()
+                try:
+                    dp.execute(statement.dp).fetchall()
+                except psycopg.errors.Error:
+                    refused += 1
+                    continue
+                wall = time.perf_counter() - start
+                after = cpu_ns(server.pid), postgres_ns(postgres, backend)
+                plain_before = cpu_ns(backend)
+                start = time.perf_counter()
+                direct.execute(statement.sql).fetchall()
+                plain_wall = time.perf_counter() - start
+                plain = cpu_ns(backend) - plain_before
+                samples.append(
+                    Sample(
+                        statement.kind,
+                        statement_source(notices),
+                        (after[0] - before[0]) / 1e6,
+                        (after[1] - before[1]) / 1e6,
+                        plain / 1e6,
+                        wall * 1e3,
+                        plain_wall * 1e3,
+                    )
+                )
+    finally:
+        server.terminate()
+        server.wait(30)
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(pgsql.SQL("DROP SCHEMA {} CASCADE").format(pgsql.Identifier(schema)))
+    print(f"\n{len(samples)} DP statements answered, {refused} refused\n")
+    return samples
+
+
+def report_end_to_end(samples: list[Sample]) -> None:
+    groups: dict[str, list[Sample]] = {"all": samples}
+    for source in ("history", "fresh", "combined", "unknown"):
+        groups[f"source {source}"] = [s for s in samples if s.source == source]
+    for kind in ("count", "group by", "sum case"):
+        groups[kind] = [s for s in samples if s.kind == kind]
+    print(
+        "| statements | n | DP CPU p50 (ms) | p95 | of which dpproxy p50 | plain p50 (ms) "
+        "| DP/plain, median of ratios | p95 of ratios | DP wall p50 | plain wall p50 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, group in groups.items():
+        if not group:
+            continue
+        ratios = [s.dp_ms / s.plain_ms for s in group if s.plain_ms > 0]
+        print(
+            f"| {name} | {len(group)} | {pct([s.dp_ms for s in group], 50):.2f} "
+            f"| {pct([s.dp_ms for s in group], 95):.2f} "
+            f"| {pct([s.dpproxy_ms for s in group], 50):.2f} "
+            f"| {pct([s.plain_ms for s in group], 50):.2f} | {pct(ratios, 50):.1f}x "
+            f"| {pct(ratios, 95):.1f}x | {pct([s.wall_ms for s in group], 50):.2f} "
+            f"| {pct([s.plain_wall_ms for s in group], 50):.2f} |"
+        )
+
+
+# -- part 2: the backend query on millions of rows -------------------------------------------
+
+
+def synthetic_adult(admin_dsn: str, rows: int) -> str:
+    """A scratch database whose ``adult`` table holds ``rows`` rows drawn from Adult's
+    marginals (each column independently); its DSN. Kept between runs of the same size."""
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'dpproxy_bench'").fetchone():
+            conn.execute("CREATE DATABASE dpproxy_bench")
+    dsn = make_conninfo(admin_dsn, dbname="dpproxy_bench")
+    load_adult(dsn, table="adult_sample")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        exists = conn.execute("SELECT to_regclass('public.adult') IS NOT NULL").fetchone()
+        if exists and exists[0]:
+            have = conn.execute("SELECT count(*) FROM adult").fetchone()
+            if have and have[0] == rows:
+                return dsn
+        columns = [c for c, _ in ADULT_COLUMNS]
+        conn.execute("DROP TABLE IF EXISTS adult, adult_numbered")
+        conn.execute(
+            "CREATE TABLE adult_numbered AS SELECT row_number() OVER () AS n, * FROM adult_sample"
+        )
+        conn.execute("CREATE TABLE adult (LIKE adult_sample)")
+        # one independent draw of a sample row per column: Adult's marginals, not its joint law
+        draws = pgsql.SQL(", ").join(
+            pgsql.SQL("1 + floor(random() * {})::int AS {}").format(
+                pgsql.Literal(ADULT_ROWS), pgsql.Identifier(f"r{i}")
+            )
+            for i in range(len(columns))
+        )
+        picks = pgsql.SQL(", ").join(
+            pgsql.SQL("{}.{}").format(pgsql.Identifier(f"a{i}"), pgsql.Identifier(c))
+            for i, c in enumerate(columns)
+        )
+        joins = pgsql.SQL(" ").join(
+            pgsql.SQL("JOIN adult_numbered {a} ON {a}.n = d.{r}").format(
+                a=pgsql.Identifier(f"a{i}"), r=pgsql.Identifier(f"r{i}")
+            )
+            for i in range(len(columns))
+        )
+        conn.execute(
+            pgsql.SQL(
+                "INSERT INTO adult SELECT {} FROM (SELECT {} FROM generate_series(1, {})) d {}"
+            ).format(picks, draws, pgsql.Literal(rows), joins)
+        )
+        conn.execute("VACUUM ANALYZE adult")
+    return dsn
+
+
+BACKEND_STATEMENTS = [
+    "SELECT COUNT(*) FROM adult",
+    "SELECT COUNT(*) FROM adult WHERE age >= 35 AND age < 55",
+    "SELECT COUNT(*) FROM adult WHERE age >= 35 AND sex = 'Female'",
+    "SELECT COUNT(*) FROM adult WHERE education IN ('Bachelors', 'Masters') "
+    "AND hours_per_week >= 41 AND race <> 'White'",
+    "SELECT sex, COUNT(*) FROM adult GROUP BY sex",
+    "SELECT race, sex, income, COUNT(*) FROM adult GROUP BY race, sex, income",
+    "SELECT education, COUNT(*) FROM adult WHERE age < 35 GROUP BY education",
+    "SELECT SUM(CASE WHEN income = '>50K' THEN 2 ELSE 1 END) FROM adult WHERE capital_gain > 0",
+]
+
+
+def timed(conn: psycopg.Connection, backend: int, sql: str) -> tuple[float, float, list[tuple]]:  # type: ignore[type-arg]
+    """(backend CPU ms, wall ms, rows) of one statement."""
+    before = cpu_ns(backend)
+    start = time.perf_counter()
+    rows = conn.execute(sql).fetchall()
+    wall = time.perf_counter() - start
+    return (cpu_ns(backend) - before) / 1e6, wall * 1e3, rows
+
+
+def backend_queries(dsn: str, repeats: int, with_histogram: bool) -> None:
+    translator = CONFIG.translator()
+    print(
+        "| statement | plain CPU (ms) | measurement CPU (ms) | ratio | whole histogram (ms) "
+        "| ratio | same answer |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    ratios = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET max_parallel_workers_per_gather = 0")
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        backend = int(row[0])
+        histogram = histogram_sql(CUBE)
+        timed(conn, backend, "SELECT count(*) FROM adult")  # warm the cache
+        for statement in BACKEND_STATEMENTS:
+            spec = translator.translate(statement + " WITH ACCURACY 100")
+            measurement = measurement_sql(CUBE, spec.queries)
+            assert measurement.sql is not None
+            plain_ms, measured_ms, histogram_ms = [], [], []
+            for _ in range(repeats):
+                cpu, _, plain_rows = timed(conn, backend, statement)
+                plain_ms.append(cpu)
+                cpu, _, rows = timed(conn, backend, measurement.sql)
+                measured_ms.append(cpu)
+            if with_histogram:
+                histogram_ms.append(timed(conn, backend, histogram)[0])
+            answers = measurement.answers(rows)
+            plain_answers = sorted(float(r[-1]) for r in plain_rows)
+            same = sorted(a for a in answers if a) == [a for a in plain_answers if a]
+            ratio = statistics.median(measured_ms) / statistics.median(plain_ms)
+            ratios.append(ratio)
+            whole = (
+                f"{statistics.median(histogram_ms):.0f} "
+                f"| {statistics.median(histogram_ms) / statistics.median(plain_ms):.1f}x"
+                if histogram_ms
+                else "- | -"
+            )
+            print(
+                f"| `{statement}` | {statistics.median(plain_ms):.0f} "
+                f"| {statistics.median(measured_ms):.0f} | {ratio:.2f}x | {whole} "
+                f"| {'yes' if same else 'NO'} |"
+            )
+    print(f"\nmeasurement / plain: median {statistics.median(ratios):.2f}x, max {max(ratios):.2f}x")
+
+
+# -- main -----------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    return f"{platform.node()}, {os.cpu_count()} CPUs, {platform.python_version()}; uptime: {load}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--statements", type=int, default=240)
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--data-dir", type=Path, help="keep the embedded server's data here")
+    parser.add_argument("--skip-backend", action="store_true", help="end to end only")
+    parser.add_argument("--skip-e2e", action="store_true", help="the backend query only")
+    parser.add_argument("--no-histogram", action="store_true", help="skip the old whole query")
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="dpproxy-sql-") as tmp:
+        work = Path(tmp)
+        data = args.data_dir or work / "pgdata"
+        admin = start_embedded(data)
+        load_adult(admin)
+        postmaster = int((data / "postmaster.pid").read_text().split()[0])
+        print(f"# SQL workload ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n")
+        print(machine())
+        if not args.skip_e2e:
+            print(f"\n## End to end: {args.statements} dashboard statements through dpproxy")
+            report_end_to_end(end_to_end(work, admin, postmaster, args.statements))
+        if not args.skip_backend:
+            print(f"\n## The fresh answer's backend query on {args.rows:,} rows\n")
+            started = time.perf_counter()
+            dsn = synthetic_adult(admin, args.rows)
+            print(f"(table ready in {time.perf_counter() - started:.0f} s)\n")
+            backend_queries(dsn, args.repeats, not args.no_histogram)
+        print(f"\nafter: {machine()}")
+
+
+if __name__ == "__main__":
+    main()
