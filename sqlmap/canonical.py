@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import numpy.typing as npt
 
-from proxy.errors import ConfigError, DomainViolation
 from sqlmap.cube import BinKind, CategoricalDimension, Cube, Dimension, NumericDimension, Scalar
+from sqlmap.errors import ConfigError, DomainViolation
 
 __all__ = [
     "quote_ident",
