@@ -17,7 +17,7 @@ from sqlglot.generators.postgres import PostgresGenerator
 from sqlglot.parsers.postgres import PostgresParser
 from sqlglot.tokenizer_core import Token, TokenType
 
-from proxy.errors import InvalidParameterValue, SqlSyntaxError
+from sqlmap.errors import InvalidParameterValue, SqlSyntaxError
 
 __all__ = ["AccuracyRequest", "AccuracyDefaults", "AccuracyClause", "DPPostgres", "CLAUSE_KEY"]
 
@@ -34,7 +34,7 @@ class AccuracyRequest:
     >>> AccuracyRequest(0, 0.95)
     Traceback (most recent call last):
     ...
-    proxy.errors.InvalidParameterValue: accuracy must be a positive number, got 0
+    sqlmap.errors.InvalidParameterValue: accuracy must be a positive number, got 0
     """
 
     eps: float

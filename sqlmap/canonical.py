@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from proxy.errors import ConfigError, DomainViolation
 from sqlmap.cube import BinKind, CategoricalDimension, Cube, Dimension, NumericDimension, Scalar
+from sqlmap.errors import ConfigError, DomainViolation
 from sqlmap.vector import LinearQuery
 
 __all__ = [

@@ -23,8 +23,8 @@ import numpy as np
 import numpy.typing as npt
 from sqlglot import exp
 
-from proxy.errors import DatatypeMismatch, NumericValueOutOfRange, UnsupportedQuery
 from sqlmap.cube import Bin, BinKind, CategoricalDimension, Cube, Dimension, NumericDimension
+from sqlmap.errors import DatatypeMismatch, NumericValueOutOfRange, UnsupportedQuery
 
 __all__ = [
     "Truth",
@@ -113,7 +113,7 @@ def as_float(value: Number, node: exp.Expr) -> float:
     >>> as_float(Fraction(10) ** 400, parse_one("1e400"))
     Traceback (most recent call last):
     ...
-    proxy.errors.NumericValueOutOfRange: value out of range: overflow
+    sqlmap.errors.NumericValueOutOfRange: value out of range: overflow
     DETAIL: 1e400 does not fit a double precision number
     """
     try:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeAlias
 
-from proxy.errors import ConfigError
+from sqlmap.errors import ConfigError
 
 __all__ = [
     "BinKind",

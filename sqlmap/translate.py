@@ -20,7 +20,10 @@ import numpy.typing as npt
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from proxy.errors import (
+from sqlmap.accuracy import AccuracyDefaults, AccuracyRequest, DPPostgres
+from sqlmap.cellwise import CellEvaluator, as_float, constant, position_of, refuse_division
+from sqlmap.cube import Bin, BinKind, CategoricalDimension, Cube, Dimension, Scalar
+from sqlmap.errors import (
     DatatypeMismatch,
     InvalidParameterValue,
     NumericValueOutOfRange,
@@ -30,9 +33,6 @@ from proxy.errors import (
     UndefinedTable,
     UnsupportedQuery,
 )
-from sqlmap.accuracy import AccuracyDefaults, AccuracyRequest, DPPostgres
-from sqlmap.cellwise import CellEvaluator, as_float, constant, position_of, refuse_division
-from sqlmap.cube import Bin, BinKind, CategoricalDimension, Cube, Dimension, Scalar
 from sqlmap.vector import LinearQuery
 
 __all__ = [
@@ -266,7 +266,7 @@ class Translator:
         self.limits = limits or QueryLimits()
 
     def translate(self, sql: str, defaults: AccuracyDefaults | None = None) -> AnswerSpec:
-        """Translate one SQL query; raise a :class:`proxy.errors.DpproxyError` if it cannot be.
+        """Translate one SQL query; raise a :class:`sqlmap.errors.DpproxyError` if it cannot be.
 
         ``defaults`` (e.g. a session's settings) replace the translator's own.
         """
