@@ -136,7 +136,7 @@ class TestDomainViolation:
         with connect(proxy) as conn:
             for _ in range(2):
                 with pytest.raises(psycopg.errors.CheckViolation) as raised:
-                    conn.execute("SELECT COUNT(*) FROM adult WITH ACCURACY 100")
+                    conn.execute("SELECT race, COUNT(*) FROM adult GROUP BY race WITH ACCURACY 100")
                 diag = raised.value.diag
                 said = " ".join(
                     filter(None, [diag.message_primary, diag.message_detail, diag.message_hint])
@@ -144,6 +144,8 @@ class TestDomainViolation:
                 assert "adult" in said and "race" in said
                 assert not re.search(r"\d", said), said
                 assert conn.execute("SELECT 1").fetchone() == (1,)
+            # a query that does not read race does not depend on the broken promise
+            assert conn.execute("SELECT COUNT(*) FROM adult WITH ACCURACY 100").fetchone()
         with psycopg.connect(adult_dsn) as admin:
             (outside,) = admin.execute(
                 "SELECT count(*) FROM adult WHERE race NOT IN ('White', 'Black')"
