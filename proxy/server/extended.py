@@ -23,6 +23,10 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from sqlglot import exp
 
 from proxy.answering import DpResult, result_columns
+from proxy.dp.parameters import bind as bind_parameters
+from proxy.dp.parameters import parameter_types
+from proxy.dp.results import TEXT_ONLY, Formats, data_rows, notices, row_description
+from proxy.dp.routing import Route
 from proxy.errors import (
     DpproxyError,
     DuplicateCursor,
@@ -30,10 +34,6 @@ from proxy.errors import (
     ProtocolViolation,
     SqlSyntaxError,
 )
-from proxy.parameters import bind as bind_parameters
-from proxy.parameters import parameter_types
-from proxy.results import TEXT_ONLY, Formats, data_rows, notices, row_description
-from proxy.routing import Route
 from proxy.server.upstream import Action
 from proxy.wire import (
     Bind,

@@ -10,6 +10,7 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from proxy.auth import MECHANISM, ScramExchange
+from proxy.dp.settings import DpSettings
 from proxy.errors import (
     AdminShutdown,
     DpproxyError,
@@ -21,7 +22,6 @@ from proxy.errors import (
 )
 from proxy.logs import event
 from proxy.server.upstream import Upstream
-from proxy.settings import DpSettings
 from proxy.wire import (
     AuthenticationOk,
     AuthenticationSASL,

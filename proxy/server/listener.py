@@ -28,18 +28,18 @@ import asyncpg
 from proxy.answering import DpService
 from proxy.backend import Reader
 from proxy.config import DEMO_USERS, BackendConfig, Config
+from proxy.dp.memo import DpMemo
+from proxy.dp.routing import Router
 from proxy.durable import DurableLedger
 from proxy.engine.history import InMemoryHistoryStore
 from proxy.errors import ConfigError, ConnectionFailure
 from proxy.logs import event
-from proxy.memo import DpMemo
 from proxy.provision import (
     FORBIDDEN_MEMBERSHIPS,
     PASSTHROUGH_ROLE,
     STATISTICS_FUNCTIONS_SQL,
     STATISTICS_VIEWS_SQL,
 )
-from proxy.routing import Router
 from proxy.server.connection import Connection
 from proxy.server.loops import loop_factory, loop_name
 from proxy.server.session import Session, SessionContext

@@ -2,7 +2,7 @@
 
 A session is one asyncio task that moves through named states (`State`); each state that reads
 client messages has one handler. Statements are routed before anything runs
-(`proxy.routing`): DP queries are answered here, ``dp.*`` settings kept here, everything else
+(`proxy.dp.routing`): DP queries are answered here, ``dp.*`` settings kept here, everything else
 relayed to the session's own pass-through connection (`proxy.server.upstream`). The extended query
 protocol lives in `proxy.server.extended`.
 """
@@ -25,6 +25,10 @@ from sqlglot import exp
 from proxy.answering import DpResult, DpService
 from proxy.auth import Verifier
 from proxy.config import LimitsConfig
+from proxy.dp.memo import DpMemo
+from proxy.dp.results import TEXT_ONLY, Formats, data_rows, notices, row_description
+from proxy.dp.routing import Route, Router, Statement
+from proxy.dp.settings import DpSettings
 from proxy.errors import (
     AdminShutdown,
     ConnectionFailure,
@@ -37,12 +41,8 @@ from proxy.errors import (
     UnsupportedQuery,
 )
 from proxy.logs import event
-from proxy.memo import DpMemo
-from proxy.results import TEXT_ONLY, Formats, data_rows, notices, row_description
-from proxy.routing import Route, Router, Statement
 from proxy.server.connection import Connection
 from proxy.server.upstream import Action, Upstream, UpstreamAddress
-from proxy.settings import DpSettings
 from proxy.wire import (
     FRONTEND_LIMITS,
     CancelRequest,
