@@ -14,7 +14,7 @@ from proxy.auth import make_verifier
 from proxy.config import PASSTHROUGH_ROLE_TEMPLATE, Config, load_config
 from proxy.engine.ledger import format_budget
 from proxy.errors import ConfigError, DpproxyError
-from proxy.loops import EVENT_LOOPS
+from proxy.server.loops import EVENT_LOOPS
 from sqlmap.canonical import COLUMN_TYPES_SQL, check_column_types
 from sqlmap.cube import Cube
 from sqlmap.translate import AnswerSpec, OutputKind
@@ -132,7 +132,7 @@ async def _ledger(config: Config, args: argparse.Namespace) -> int:
         or (config.backend.reader_in_analyst_database if config.backend else None)
     )
     if dsn is None:
-        from proxy.server import embedded_backend
+        from proxy.server.listener import embedded_backend
 
         dsn = embedded_backend(config).ledger_dsn
     assert dsn is not None
@@ -203,7 +203,7 @@ async def _check_backend(config: Config, dsn: str) -> None:
 
 def _serve(config: Config, args: argparse.Namespace) -> int:
     from proxy import logs
-    from proxy.server import run
+    from proxy.server.listener import run
 
     logs.setup(args.log_level)
     if args.loop is not None:

@@ -17,7 +17,7 @@ from psycopg.conninfo import conninfo_to_dict
 from proxy.auth import Verifier, parse_verifier
 from proxy.engine.ledger import UserCaps
 from proxy.errors import ConfigError
-from proxy.loops import EVENT_LOOPS
+from proxy.server.loops import EVENT_LOOPS
 from sqlmap.accuracy import AccuracyDefaults
 from sqlmap.cube import Cube, cube_from_config
 from sqlmap.translate import QueryLimits, Translator
@@ -152,7 +152,7 @@ class BackendConfig:
             None keeps the history in memory only, which only tests that embed dpproxy do.
         ledger_schema: the ledger's schema.
         passthrough_role: the analysts' role names, ``{user}`` standing for the analyst.
-        passthrough_secret: the key their passwords are derived from (`proxy.upstream`); None
+        passthrough_secret: the key their passwords are derived from (`proxy.server.upstream`); None
             logs in without a password (the embedded server's trusted Unix socket).
     """
 

@@ -24,7 +24,7 @@ from proxy.config import BackendConfig, Config, dsn_with, load_config
 from proxy.demo import ADULT_ROWS
 from proxy.errors import ConfigError
 from proxy.provision import BackendRoles, provision_roles
-from proxy.server import check_boundary, check_ledger_home
+from proxy.server.listener import check_boundary, check_ledger_home
 from sqlmap.vector import LinearQuery
 
 CONFIG = load_config(Path(__file__).parent.parent / "config.yaml")

@@ -30,14 +30,14 @@ PACKAGES = ("proxy", "sqlmap")
 #: (importer, imported module, name). Issue 11 item 3 (explicit session states, a narrow
 #: interface for handshake and extended) removes them; delete each entry as it goes.
 KNOWN_CYCLE_DEBT = {
-    ("proxy.session", "proxy.extended", "ExtendedProtocol"),
-    ("proxy.session", "proxy.handshake", "handshake"),
-    ("proxy.extended", "proxy.session", "Session"),
-    ("proxy.extended", "proxy.session", "State"),
-    ("proxy.extended", "proxy.session", "frame"),
-    ("proxy.handshake", "proxy.session", "Session"),
-    ("proxy.handshake", "proxy.session", "Fatal"),
-    ("proxy.handshake", "proxy.session", "State"),
+    ("proxy.server.session", "proxy.server.extended", "ExtendedProtocol"),
+    ("proxy.server.session", "proxy.server.handshake", "handshake"),
+    ("proxy.server.extended", "proxy.server.session", "Session"),
+    ("proxy.server.extended", "proxy.server.session", "State"),
+    ("proxy.server.extended", "proxy.server.session", "frame"),
+    ("proxy.server.handshake", "proxy.server.session", "Session"),
+    ("proxy.server.handshake", "proxy.server.session", "Fatal"),
+    ("proxy.server.handshake", "proxy.server.session", "State"),
 }
 
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy import server
 from proxy.cli import main
 from proxy.config import Config, parse_config
 from proxy.errors import ConfigError
-from proxy.loops import loop_factory, loop_name
+from proxy.server import listener
+from proxy.server.loops import loop_factory, loop_name
 
 ROOT = Path(__file__).parent.parent
 BASE = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -65,8 +65,8 @@ def test_run_serves_on_the_chosen_loop(monkeypatch: pytest.MonkeyPatch, choice: 
     async def serve(*args: object) -> None:
         seen.append(loop_name(asyncio.get_running_loop()))
 
-    monkeypatch.setattr(server, "_serve", serve)
-    assert server.run(config(event_loop=choice)) == 0
+    monkeypatch.setattr(listener, "_serve", serve)
+    assert listener.run(config(event_loop=choice)) == 0
     assert seen == [choice]
 
 
@@ -82,7 +82,7 @@ def test_serve_flag_overrides_the_config(
         seen.append(config)
         return 0
 
-    monkeypatch.setattr(server, "run", run)
+    monkeypatch.setattr(listener, "run", run)
     monkeypatch.setattr("proxy.logs.setup", lambda *args: None)
     assert main(["--config", str(path), "serve", *flag]) == 0
     assert seen[0].listen.event_loop == expected

@@ -7,7 +7,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.routing import _STATISTICS_PREFIXES, STATISTICS_NAMES, _any_of
+from proxy.dp.routing import _STATISTICS_PREFIXES, STATISTICS_NAMES, _any_of
 
 WORDS = ["adult", "people", *STATISTICS_NAMES, *_STATISTICS_PREFIXES, "u&", "dp", "create"]
 FLAT = re.compile("|".join([re.escape(w) for w in WORDS] + [r"\bdo\b"]))

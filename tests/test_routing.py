@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from proxy.config import load_config
+from proxy.dp.routing import Route, Router, split_statements
 from proxy.errors import DpproxyError
-from proxy.routing import Route, Router, split_statements
 
 CONFIG = load_config(Path(__file__).parent.parent / "config.yaml")
 ROUTER = Router(CONFIG.translator(), CONFIG.cubes)

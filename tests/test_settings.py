@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.dp.settings import DpSettings
 from proxy.errors import DpproxyError
-from proxy.settings import DpSettings
 from sqlmap.accuracy import AccuracyDefaults
 
 CONFIG = AccuracyDefaults(100, 0.95)

@@ -6,9 +6,9 @@ import struct
 
 import pytest
 
-from proxy.connection import Connection
 from proxy.errors import ConnectionFailure
-from proxy.upstream import Upstream, UpstreamAddress
+from proxy.server.connection import Connection
+from proxy.server.upstream import Upstream, UpstreamAddress
 from proxy.wire import TransactionStatus
 
 

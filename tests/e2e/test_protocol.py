@@ -17,8 +17,8 @@ import pytest
 from proxy.answering import DpService
 from proxy.backend import Reader
 from proxy.config import BackendConfig, Config
+from proxy.dp.memo import DpMemo
 from proxy.engine.history import InMemoryHistoryStore
-from proxy.memo import DpMemo
 from proxy.wire import (
     Bind,
     CancelRequest,

@@ -2,9 +2,9 @@
 
 A session is one asyncio task that moves through named states (`State`); each state that reads
 client messages has one handler. Statements are routed before anything runs
-(`proxy.routing`): DP queries are answered here, ``dp.*`` settings kept here, everything else
-relayed to the session's own pass-through connection (`proxy.upstream`). The extended query
-protocol lives in `proxy.extended`.
+(`proxy.dp.routing`): DP queries are answered here, ``dp.*`` settings kept here, everything else
+relayed to the session's own pass-through connection (`proxy.server.upstream`). The extended query
+protocol lives in `proxy.server.extended`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ from sqlglot import exp
 from proxy.answering import DpResult, DpService
 from proxy.auth import Verifier
 from proxy.config import LimitsConfig
-from proxy.connection import Connection
+from proxy.dp.memo import DpMemo
+from proxy.dp.results import TEXT_ONLY, Formats, data_rows, notices, row_description
+from proxy.dp.routing import Route, Router, Statement
+from proxy.dp.settings import DpSettings
 from proxy.errors import (
     AdminShutdown,
     ConnectionFailure,
@@ -38,11 +41,8 @@ from proxy.errors import (
     UnsupportedQuery,
 )
 from proxy.logs import event
-from proxy.memo import DpMemo
-from proxy.results import TEXT_ONLY, Formats, data_rows, notices, row_description
-from proxy.routing import Route, Router, Statement
-from proxy.settings import DpSettings
-from proxy.upstream import Action, Upstream, UpstreamAddress
+from proxy.server.connection import Connection
+from proxy.server.upstream import Action, Upstream, UpstreamAddress
 from proxy.wire import (
     FRONTEND_LIMITS,
     CancelRequest,
@@ -185,8 +185,8 @@ class Session:
         self._held: RawMessage | None = None
         self._copy_pending = False
         self._error: BaseException | None = None
-        # imported here: proxy.extended and proxy.handshake need this module's names
-        from proxy.extended import ExtendedProtocol
+        # imported here: proxy.server.extended and proxy.server.handshake need this module's names
+        from proxy.server.extended import ExtendedProtocol
 
         self.extended = ExtendedProtocol(self)
         self._handlers: dict[State, Callable[[RawMessage], Awaitable[None]]] = {
@@ -199,7 +199,7 @@ class Session:
 
     async def run(self) -> None:
         """Serve the connection until it closes; never raises (errors end the session)."""
-        from proxy.handshake import handshake
+        from proxy.server.handshake import handshake
 
         try:
             await asyncio.wait_for(handshake(self), AUTH_TIMEOUT)
@@ -292,7 +292,7 @@ class Session:
             self.flush_client()
             await self.conn.drain()
 
-    # The connection's callbacks (see proxy.connection.Listener).
+    # The connection's callbacks (see proxy.server.connection.Listener).
 
     def on_data(self, data: bytes) -> None:
         """Client bytes: into the buffer; relayed at once when parked, else the task is woken."""
@@ -810,5 +810,5 @@ def _frame(raw: RawMessage) -> bytes:
 
 
 def frame(raw: RawMessage) -> bytes:
-    """Public alias of the framing helper, for `proxy.extended`."""
+    """Public alias of the framing helper, for `proxy.server.extended`."""
     return _frame(raw)

@@ -3,9 +3,10 @@
 `open_server` checks the backend before it listens (the reader sees every dimension's column;
 no analyst's pass-through role can reach protected rows or their statistics: `check_boundary`),
 and `run` is what ``dpproxy serve`` does: start the embedded PostgreSQL when the config names no
-backend, listen (on uvloop unless ``listen.event_loop`` says otherwise: `proxy.loops`), print how
-to connect, and on SIGINT/SIGTERM stop listening, close idle sessions (57P01), give busy ones
-``listen.shutdown_timeout`` seconds to finish, then cancel them; a second signal cancels at once.
+backend, listen (on uvloop unless ``listen.event_loop`` says otherwise: `proxy.server.loops`),
+print how to connect, and on SIGINT/SIGTERM stop listening, close idle sessions (57P01), give busy
+ones ``listen.shutdown_timeout`` seconds to finish, then cancel them; a second signal cancels at
+once.
 """
 
 from __future__ import annotations
@@ -27,22 +28,22 @@ import asyncpg
 from proxy.answering import DpService
 from proxy.backend import Reader
 from proxy.config import DEMO_USERS, BackendConfig, Config
-from proxy.connection import Connection
+from proxy.dp.memo import DpMemo
+from proxy.dp.routing import Router
 from proxy.durable import DurableLedger
 from proxy.engine.history import InMemoryHistoryStore
 from proxy.errors import ConfigError, ConnectionFailure
 from proxy.logs import event
-from proxy.loops import loop_factory, loop_name
-from proxy.memo import DpMemo
 from proxy.provision import (
     FORBIDDEN_MEMBERSHIPS,
     PASSTHROUGH_ROLE,
     STATISTICS_FUNCTIONS_SQL,
     STATISTICS_VIEWS_SQL,
 )
-from proxy.routing import Router
-from proxy.session import Session, SessionContext
-from proxy.upstream import UpstreamAddress
+from proxy.server.connection import Connection
+from proxy.server.loops import loop_factory, loop_name
+from proxy.server.session import Session, SessionContext
+from proxy.server.upstream import UpstreamAddress
 from proxy.workers import Workers
 from sqlmap.canonical import quote_ident
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from proxy.answering import DpResult, DpService
-from proxy.routing import Router, Statement
+from proxy.dp.routing import Router, Statement
 from sqlmap.cube import Cube
 from sqlmap.translate import AnswerSpec
 

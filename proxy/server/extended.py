@@ -23,6 +23,10 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from sqlglot import exp
 
 from proxy.answering import DpResult, result_columns
+from proxy.dp.parameters import bind as bind_parameters
+from proxy.dp.parameters import parameter_types
+from proxy.dp.results import TEXT_ONLY, Formats, data_rows, notices, row_description
+from proxy.dp.routing import Route
 from proxy.errors import (
     DpproxyError,
     DuplicateCursor,
@@ -30,11 +34,7 @@ from proxy.errors import (
     ProtocolViolation,
     SqlSyntaxError,
 )
-from proxy.parameters import bind as bind_parameters
-from proxy.parameters import parameter_types
-from proxy.results import TEXT_ONLY, Formats, data_rows, notices, row_description
-from proxy.routing import Route
-from proxy.upstream import Action
+from proxy.server.upstream import Action
 from proxy.wire import (
     Bind,
     BindComplete,
@@ -59,7 +59,7 @@ from proxy.wire import (
 from sqlmap.translate import AnswerSpec
 
 if TYPE_CHECKING:
-    from proxy.session import Session
+    from proxy.server.session import Session
 
 __all__ = ["ExtendedProtocol", "Prepared", "Portal"]
 
@@ -184,7 +184,7 @@ class ExtendedProtocol:
 
     async def fail(self, error: DpproxyError) -> None:
         """Report an error (after the replies before it) and discard until Sync."""
-        from proxy.session import State
+        from proxy.server.session import State
 
         if await self.drain():
             self.session.error(error)
@@ -195,7 +195,7 @@ class ExtendedProtocol:
         self, raw: RawMessage, completes: frozenset[int], undo: Callable[[], None] | None = None
     ) -> None:
         """Queue a message for the backend; its reply is relayed in order later."""
-        from proxy.session import frame
+        from proxy.server.session import frame
 
         data = frame(raw)
         self.session.up.queue(data)
@@ -205,7 +205,7 @@ class ExtendedProtocol:
 
     async def drain(self) -> bool:
         """Relay the backend's replies to everything forwarded so far; False if one failed."""
-        from proxy.session import State
+        from proxy.server.session import State
 
         session = self.session
         if self.pending:
@@ -404,7 +404,7 @@ class ExtendedProtocol:
 
     async def sync(self) -> None:
         """Sync: end the batch; the backend's ReadyForQuery (or ours) ends the cycle."""
-        from proxy.session import State
+        from proxy.server.session import State
 
         session = self.session
         poison = self.local_failure and (
@@ -453,7 +453,7 @@ class ExtendedProtocol:
 
     async def poison_now(self) -> None:
         """Fail the backend's transaction block now (between simple-protocol cycles)."""
-        from proxy.session import State
+        from proxy.server.session import State
 
         self._queue_poison()
         self.session.up.queue(_SYNC)
@@ -462,7 +462,7 @@ class ExtendedProtocol:
         self.session.state = State.READY
 
     async def _relay(self, stop_when_drained: bool, ready: Action = Action.RELAY_STOP) -> None:
-        from proxy.session import State
+        from proxy.server.session import State
 
         session = self.session
         copy_in = False

@@ -1,6 +1,6 @@
 """A session's start: encryption requests, the startup packet, SCRAM, the backend login.
 
-The states STARTUP, AUTHENTICATING and CONNECTING of `proxy.session.State`, up to the first
+The states STARTUP, AUTHENTICATING and CONNECTING of `proxy.server.session.State`, up to the first
 ReadyForQuery. Every refusal is FATAL and closes the connection.
 """
 
@@ -10,6 +10,7 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from proxy.auth import MECHANISM, ScramExchange
+from proxy.dp.settings import DpSettings
 from proxy.errors import (
     AdminShutdown,
     DpproxyError,
@@ -20,8 +21,7 @@ from proxy.errors import (
     UndefinedDatabase,
 )
 from proxy.logs import event
-from proxy.settings import DpSettings
-from proxy.upstream import Upstream
+from proxy.server.upstream import Upstream
 from proxy.wire import (
     AuthenticationOk,
     AuthenticationSASL,
@@ -41,7 +41,7 @@ from proxy.wire import (
 )
 
 if TYPE_CHECKING:
-    from proxy.session import Session
+    from proxy.server.session import Session
 
 __all__ = ["handshake"]
 
@@ -57,7 +57,7 @@ _UTF8_NAMES: Final = frozenset({"utf8", "utf-8", "unicode", "sql_ascii", "auto"}
 
 async def handshake(session: Session) -> None:
     """STARTUP, AUTHENTICATING and CONNECTING, up to the first ReadyForQuery."""
-    from proxy.session import Fatal, State
+    from proxy.server.session import Fatal, State
 
     startup = await _read_startup(session)
     if startup is None:
@@ -111,7 +111,7 @@ async def _read_startup(session: Session) -> StartupMessage | None:
 
 def _check_startup(session: Session, startup: StartupMessage) -> str:
     """Check the startup packet; return the database asked for."""
-    from proxy.session import Fatal
+    from proxy.server.session import Fatal
 
     params = startup.parameters
     if startup.minor > 0 or startup.protocol_options:
@@ -158,7 +158,7 @@ async def _auth_response(session: Session) -> AuthResponse | None:
 
 async def _authenticate(session: Session) -> bool:
     """SCRAM-SHA-256; False if the client hung up (psql does, to ask for a password)."""
-    from proxy.session import Fatal
+    from proxy.server.session import Fatal
 
     exchange = ScramExchange(
         session.user, session.ctx.users.get(session.user), session.ctx.mock_secret
@@ -184,7 +184,7 @@ async def _authenticate(session: Session) -> bool:
 
 
 async def _connect_upstream(session: Session, startup: StartupMessage) -> None:
-    from proxy.session import State
+    from proxy.server.session import State
 
     forwarded = {k: v for k, v in startup.parameters.items() if k.lower() in _FORWARDED}
     forwarded["client_encoding"] = "UTF8"

@@ -2,7 +2,7 @@
 
 uvloop (libuv, written in Cython) spends less CPU per relayed message than asyncio's selector
 loop, which matters most on the pass-through path (docs/benchmarks.md). Both run the same code:
-`proxy.connection` uses only the transport methods both offer.
+`proxy.server.connection` uses only the transport methods both offer.
 """
 
 from __future__ import annotations

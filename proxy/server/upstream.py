@@ -25,8 +25,8 @@ import scramp
 from psycopg.conninfo import conninfo_to_dict
 
 from proxy.auth import MECHANISM, md5_password
-from proxy.connection import Connection
 from proxy.errors import ConnectionFailure
+from proxy.server.connection import Connection
 from proxy.wire import (
     AuthenticationCleartextPassword,
     AuthenticationMD5Password,
