@@ -114,15 +114,15 @@ class Partition:
         A vector splits an atom when it weighs two of its cells differently or leaves some out.
         """
         atoms = self.atom_of[cells]
-        order = np.argsort(atoms, kind="stable")
-        atoms, weights = atoms[order], weights[order]
-        unique, first, counts = np.unique(atoms, return_index=True, return_counts=True)
-        if not np.array_equal(counts, self._sizes[unique]):
+        counts = np.bincount(atoms, minlength=self.n_atoms)  # linear: no sort of the cells
+        (unique,) = np.nonzero(counts)
+        if not np.array_equal(counts[unique], self._sizes[unique]):
             return None
-        atom_weights = weights[first]
-        if not np.array_equal(np.repeat(atom_weights, counts), weights):
+        per_atom = np.zeros(self.n_atoms)
+        per_atom[atoms] = weights  # one of each atom's weights; all equal if it is aligned
+        if not np.array_equal(per_atom[atoms], weights):
             return None
-        return unique, atom_weights
+        return unique.astype(np.int64), per_atom[unique]
 
     def _grow(self, n: int) -> None:
         if n <= self._sizes.size:

@@ -186,6 +186,7 @@ class HistoryIndex:
         # the solver's state: its atoms (a split means a rebuild), rows, and per row its
         # column and share p_i c_i / a of that column
         self._solver: MinNormSolver | None = None
+        self._over_cells = False  # whether the solver's equations are cells rather than atoms
         self._solver_atoms = 0
         self._solver_rows = 0
         self._column = np.zeros(16, dtype=np.int64)
@@ -211,6 +212,7 @@ class HistoryIndex:
         other._stamp = self._stamp
         other._solutions = self._solutions
         other._solver = None if self._solver is None else self._solver.copy()
+        other._over_cells = self._over_cells
         other._solver_atoms = self._solver_atoms
         other._solver_rows = self._solver_rows
         return other
@@ -261,7 +263,7 @@ class HistoryIndex:
     def solve_many(self, queries: Sequence[LinearQuery]) -> list[Solution | None]:
         """:meth:`solve` for a batch (a GROUP BY): the estimable ones share every sparse solve."""
         found: dict[bytes, Solution | None] = {}
-        pending: dict[bytes, tuple[IntArray, FloatArray]] = {}
+        pending: dict[bytes, tuple[LinearQuery, tuple[IntArray, FloatArray]]] = {}
         for query in queries:
             if query.n_cells != self.n_cells:
                 raise ValueError("query is over a different number of cells")
@@ -278,9 +280,13 @@ class HistoryIndex:
                 self._solutions.move_to_end((self._stamp, key))
                 found[key] = self._solutions[(self._stamp, key)]
             else:
-                pending[key] = located
+                pending[key] = (query, located)
         if pending:
-            us, residuals = self._sync_solver().solve_many(list(pending.values()))
+            solver = self._sync_solver()
+            over_cells = self._over_cells
+            us, residuals = solver.solve_many(
+                [(q.cells, q.weights) if over_cells else atoms for q, atoms in pending.values()]
+            )
             for key, u, residual in zip(pending, us, residuals):
                 found[key] = self._solution(u, residual)
                 self._solutions[(self._stamp, key)] = found[key]
@@ -298,31 +304,70 @@ class HistoryIndex:
         return self.estimator(rows, t[rows], residual)
 
     def _sync_solver(self) -> MinNormSolver:
-        """The solver over the current atoms with every row (rebuilt if an atom split)."""
+        """The solver with every row: its equations are the atoms, or the cells.
+
+        Over atoms, it is rebuilt when an atom some column touches has split (the columns
+        would need an equation more); atoms no column touches are equations nothing constrains
+        yet, so their splits only change how many cells each stands for. Room is kept for
+        twice the atoms. When the atoms are hardly coarser than the cells they cover (rows
+        of a few scattered cells), the solver is built over cells instead, as the plain
+        engine's: no split ever rebuilds it.
+        """
         partition = self._partition
         m = self._size
-        if self._solver is None or self._solver_atoms != partition.n_atoms:
-            solver = MinNormSolver(partition.n_atoms, partition.sizes.astype(np.float64))
+        if self._needs_rebuild():
+            covered = partition.covered
+            self._over_cells = 2 * int(covered.sum()) > int(partition.sizes[covered].sum())
+            room = (
+                self.n_cells if self._over_cells else min(self.n_cells, 2 * partition.n_atoms + 64)
+            )
+            solver = MinNormSolver(room, None if self._over_cells else self._multiplicity(room))
             scaled = self._precision[:m] * self._factor[:m]
             pooled = np.sqrt(np.bincount(self._group[:m], np.square(scaled)))
             for cells, direction in self._group_vectors:
-                located = partition.locate(cells, direction)
-                assert located is not None  # the partition was refined by this vector
-                solver.add_row(located[0], located[1] * pooled[solver.rows])
+                equations, values = self._equations(cells, direction)
+                solver.add_row(equations, values * pooled[solver.rows])
             self._column[:m] = self._group[:m]
             self._share[:m] = scaled / pooled[self._group[:m]]
             self._solver, self._solver_atoms = solver, partition.n_atoms
         else:
+            assert self._solver is not None
             solver = self._solver
+            if partition.n_atoms != self._solver_atoms and not self._over_cells:
+                solver.reweigh(self._multiplicity(solver.n_cells))
+            self._solver_atoms = partition.n_atoms
             for row in range(self._solver_rows, m):  # one more column of its group's vector
-                cells, direction = self._group_vectors[int(self._group[row])]
-                located = partition.locate(cells, direction)
-                assert located is not None
+                equations, values = self._equations(*self._group_vectors[int(self._group[row])])
                 self._column[row] = solver.rows
                 self._share[row] = 1.0
-                solver.add_row(located[0], located[1] * (self._precision[row] * self._factor[row]))
+                solver.add_row(equations, values * (self._precision[row] * self._factor[row]))
         self._solver_rows = m
         return solver
+
+    def _equations(self, cells: IntArray, weights: FloatArray) -> tuple[IntArray, FloatArray]:
+        """A history vector over the solver's equations (cells, or the atoms it was refined by)."""
+        if self._over_cells:
+            return cells, weights
+        located = self._partition.locate(cells, weights)
+        assert located is not None  # the partition was refined by every history vector
+        return located
+
+    def _needs_rebuild(self) -> bool:
+        partition, solver, built = self._partition, self._solver, self._solver_atoms
+        if solver is None or partition.n_atoms > solver.n_cells:
+            return True
+        if self._over_cells:
+            return False
+        ancestors = partition.parent[built:]  # of the atoms made since: which old atoms split
+        while np.any(newer := ancestors >= built):
+            ancestors = np.where(newer, partition.parent[ancestors], ancestors)
+        return bool(np.any(solver.touched(ancestors)))
+
+    def _multiplicity(self, room: int) -> FloatArray:
+        """Cells per atom, over ``room`` equations (0 for atoms not made yet)."""
+        sizes = np.zeros(room)
+        sizes[: self._partition.n_atoms] = self._partition.sizes
+        return sizes
 
     def repeats(self, query: LinearQuery) -> tuple[Solution, ...]:
         """Estimates from the rows ``H_i = c q`` (``c != 0``) alone: the query measured before.

@@ -6,9 +6,9 @@ equations changes neither the solutions nor the minimum-norm one). Krylov method
 iterations as ``A`` has columns on these sparse, badly conditioned systems, so instead the
 regularised normal equations are solved exactly through the quasi-definite saddle-point matrix
 ``K = [[I, A^T], [A, -mu I]]``: a sparse LU with a minimum-degree ordering has little fill-in and
-needs no pivoting. Iterating ``u += A^T (A A^T + mu I)^{-1} (q - A u)`` ("iterated Tikhonov") converges to
-the minimum-norm solution geometrically, fast once ``mu`` is small against ``A``'s non-zero singular
-values.
+needs no pivoting. Iterating ``u += A^T (A A^T + mu I)^{-1} (q - A u)`` ("iterated Tikhonov")
+converges to the minimum-norm solution geometrically, fast once ``mu`` is small against ``A``'s
+non-zero singular values.
 
 Rows appended after the factorization are handled by bordering: the enlarged matrix is ``K``
 bordered by the new columns ``B`` (and by ``-mu I`` for cells the factorization never saw), and
@@ -137,6 +137,14 @@ class MinNormSolver:
     def covered(self, cells: IntArray) -> bool:
         """Whether some row touches every one of ``cells`` (else nothing non-zero is solvable)."""
         return bool(np.all(self._scale[cells] > 0))
+
+    def touched(self, cells: IntArray) -> npt.NDArray[np.bool_]:
+        """For each of ``cells``, whether some row touches it."""
+        return self._scale[cells] > 0
+
+    def reweigh(self, multiplicity: FloatArray) -> None:
+        """How many cells each equation now stands for (equations no row touches may change)."""
+        self._root_multiplicity = np.sqrt(multiplicity)
 
     def copy(self) -> MinNormSolver:
         """An independent solver with the same rows (sharing the immutable factorization)."""
