@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol, TypeVar
@@ -19,7 +19,7 @@ from typing import Protocol, TypeVar
 from proxy.durable import AnswerRecord, DurableLedger, NewMeasurement
 from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply, describe_batch
 from proxy.engine.history import HistoryEntry, HistoryStore, InMemoryHistoryStore
-from proxy.engine.ledger import Ledger, UserCaps, cell_charges, format_budget
+from proxy.engine.ledger import Charges, Ledger, UserCaps, cell_charges, format_budget
 from proxy.engine.noise import RandomSource
 from proxy.errors import BudgetExhausted, DomainViolation, InvalidParameterValue, QueryCanceled
 from proxy.logs import event
@@ -185,8 +185,11 @@ class DpService:
             outdated = await ledger.load_outdated(cube)
             # measurements of data that has since changed: charged, not reused
             service.engine(cube).charge_only([s.entry for s in outdated])
+            by_user: dict[str | None, list[HistoryEntry]] = {}
             for s in [*stored[cube.qualified_name], *outdated]:
-                service._charge_user(cube, s.user, cell_charges(s.entry.query, s.entry.budget))
+                by_user.setdefault(s.user, []).append(s.entry)
+            for user, charged in by_user.items():
+                service._charge_user(cube, user, Charges.of(charged))
         return service
 
     def engine(self, cube: Cube) -> PrivacyEngine:
@@ -353,7 +356,7 @@ class DpService:
         if ledger is not None and plan.measurements:
             ledger.check(plan.charges, request=describe_batch(plan.requests))
 
-    def _charge_user(self, cube: Cube, user: str | None, charges: Mapping[int, Fraction]) -> None:
+    def _charge_user(self, cube: Cube, user: str | None, charges: Charges) -> None:
         ledger = self._user_ledger(cube, user)
         if ledger is not None:
             ledger.commit(charges)

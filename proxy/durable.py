@@ -27,17 +27,18 @@ wait for it.
 from __future__ import annotations
 
 import asyncio
-import math
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 
 import asyncpg
 import numpy as np
+import numpy.typing as npt
 
 from proxy.engine.history import HistoryEntry
+from proxy.engine.ledger import Charges
 from proxy.errors import ConfigError
 from sqlmap.canonical import quote_ident
 from sqlmap.cube import Cube
@@ -336,9 +337,7 @@ class Spend:
         """Entries other processes appended after ``after_id``."""
         return await _entries(self._conn, self._schema, self._table, after_id)
 
-    async def append(
-        self, measurements: Sequence[NewMeasurement], charges: Mapping[int, Fraction]
-    ) -> list[int]:
+    async def append(self, measurements: Sequence[NewMeasurement], charges: Charges) -> list[int]:
         """Write measurements and what they charge each cell they touch; returns the row ids.
 
         ``charges`` are exact; ``cell_spend`` adds them rounded up to float8. An entry whose key
@@ -378,13 +377,14 @@ class Spend:
                 ids.append(int(row[0]))
         if ids and charges:
             # only the cells these measurements touch: a query rarely covers the whole cube
+            cells, spent = charges.rounded_up()
             await self._conn.execute(
                 f"INSERT INTO {s}.cell_spend AS c (table_id, cell, spent) "
                 "SELECT $1, cell, spent FROM unnest($2::int[], $3::float8[]) AS u(cell, spent) "
                 "ON CONFLICT (table_id, cell) DO UPDATE SET spent = c.spent + excluded.spent",
                 table.id,
-                list(charges),
-                [_float_up(c) for c in charges.values()],
+                cells,
+                spent,
             )
         return ids
 
@@ -457,42 +457,68 @@ async def _register_locked(
 async def _entries(
     conn: asyncpg.Connection, schema: str, table: _Table, after_id: int, outdated: bool = False
 ) -> list[StoredEntry]:
+    """Stored entries in order; a vector measured again is one shared :class:`LinearQuery`.
+
+    Vectors come as PostgreSQL's binary arrays (``array_send``), read straight into numpy:
+    a restart then costs what the rows hold, not a Python object per cell.
+    """
     version = "data_version < $3" if outdated else "data_version = $3"
     rows = await conn.fetch(
-        "SELECT id, entry_key, cells, weights, budget, step, noisy_answer, user_name "
-        f"FROM {schema}.measurements WHERE table_id = $1 AND fingerprint = $2 "
-        f"AND {version} AND id > $4 ORDER BY id",
+        "SELECT id, entry_key, array_send(cells) AS cells, array_send(weights) AS weights, "
+        f"budget, step, noisy_answer, user_name FROM {schema}.measurements "
+        f"WHERE table_id = $1 AND fingerprint = $2 AND {version} AND id > $4 ORDER BY id",
         table.id,
         table.cube.fingerprint,
         table.data_version,
         after_id,
     )
     n = table.cube.n_cells
-    return [
-        StoredEntry(
-            int(r["id"]),
-            r["entry_key"],
-            HistoryEntry(
-                table.cube.qualified_name,
-                LinearQuery(n, np.array(r["cells"], dtype=np.int64), np.array(r["weights"])),
-                Fraction(r["budget"]),
-                Fraction(r["step"]),
-                float(r["noisy_answer"]),
-            ),
-            r["user_name"],
+    vectors: dict[bytes, LinearQuery] = {}
+    fractions: dict[str, Fraction] = {}
+    entries = []
+    for r in rows:
+        key = r["cells"] + r["weights"]
+        query = vectors.get(key)
+        if query is None:
+            cells = _binary_array(r["cells"], _INT4).astype(np.int64)
+            weights = _binary_array(r["weights"], _FLOAT8).astype(np.float64)
+            query = vectors[key] = LinearQuery(n, cells, weights)
+        budget, step = (_fraction(fractions, r["budget"]), _fraction(fractions, r["step"]))
+        entry = HistoryEntry(
+            table.cube.qualified_name, query, budget, step, float(r["noisy_answer"])
         )
-        for r in rows
-    ]
+        entries.append(StoredEntry(int(r["id"]), r["entry_key"], entry, r["user_name"]))
+    return entries
 
 
-def _float_up(value: Fraction) -> float:
-    """The least float8 at or above ``value``: spend shown is never less than spent.
+def _fraction(known: dict[str, Fraction], text: str) -> Fraction:
+    """``Fraction(text)``, parsed once per distinct text (budgets repeat across entries)."""
+    value = known.get(text)
+    if value is None:
+        value = known[text] = Fraction(text)
+    return value
 
-    >>> _float_up(Fraction(1, 10)) >= Fraction(1, 10), _float_up(Fraction(1, 3)) >= Fraction(1, 3)
-    (True, True)
+
+# array_send's elements: a 4-byte length, then the big-endian value
+_INT4 = np.dtype([("length", ">i4"), ("value", ">i4")])
+_FLOAT8 = np.dtype([("length", ">i4"), ("value", ">f8")])
+
+
+def _binary_array(data: bytes, element: np.dtype[np.void]) -> npt.NDArray[np.generic]:
+    """The values of a one-dimensional array without NULLs in PostgreSQL's binary format.
+
+    >>> header = (1).to_bytes(4, "big") + bytes(8) + (2).to_bytes(4, "big") + (1).to_bytes(4, "big")
+    >>> items = b"".join((4).to_bytes(4, "big") + v.to_bytes(4, "big") for v in (3, 7))
+    >>> _binary_array(header + items, _INT4).tolist()
+    [3, 7]
     """
-    nearest = float(value)
-    return math.nextafter(nearest, math.inf) if nearest < value else nearest
+    dimensions = int.from_bytes(data[:4], "big")
+    if dimensions == 0:
+        return np.zeros(0, dtype=element["value"].newbyteorder("="))
+    if dimensions != 1 or int.from_bytes(data[4:8], "big") != 0:
+        raise ValueError("expected a one-dimensional array without NULLs")
+    values = np.frombuffer(data, dtype=element, offset=20)["value"]
+    return values.astype(values.dtype.newbyteorder("="))
 
 
 _ANSWER_COLUMNS = [

@@ -12,6 +12,7 @@ import pytest
 
 from proxy.durable import AnswerRecord, DurableLedger, NewMeasurement
 from proxy.engine.history import HistoryEntry
+from proxy.engine.ledger import Charges
 from proxy.errors import ConfigError
 from sqlmap.cube import CategoricalDimension, Cube, NumericDimension
 from sqlmap.vector import LinearQuery
@@ -44,9 +45,9 @@ def test_entries_survive_reopening(pg_dsn: str, ledger_schema: str) -> None:
         first = measurement([1, 1], Fraction(1, 10), 41.5)
         async with ledger.spending(CUBE) as spend:
             assert await spend.since(0) == []
-            ids = await spend.append([first], {0: Fraction(1, 10), 1: Fraction(1, 10)})
+            ids = await spend.append([first], Charges.of([first.entry]))
             # a retried write of the same entry does not create a second one
-            assert await spend.append([first], {0: Fraction(1, 10), 1: Fraction(1, 10)}) == []
+            assert await spend.append([first], Charges.of([first.entry])) == []
         await ledger.record_answers(CUBE, [record("fresh", Fraction(1, 10))])
         await ledger.record_answers(CUBE, [record("history", Fraction(0))])
         await ledger.close()
@@ -109,14 +110,11 @@ def test_views_show_budget_and_history(pg_dsn: str, ledger_schema: str) -> None:
     async def run() -> None:
         ledger = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
         async with ledger.spending(CUBE) as spend:
-            await spend.append(
-                [measurement([1, 1], Fraction(1, 4), 12.0)], {0: Fraction(1, 4), 1: Fraction(1, 4)}
-            )
+            new = measurement([1, 1], Fraction(1, 4), 12.0)
+            await spend.append([new], Charges.of([new.entry]))
         async with ledger.spending(CUBE) as spend:
-            await spend.append(
-                [measurement([0, 1, 1], Fraction(1, 8), 3.0)],
-                {1: Fraction(1, 8), 2: Fraction(1, 8)},
-            )
+            new = measurement([0, 1, 1], Fraction(1, 8), 3.0)
+            await spend.append([new], Charges.of([new.entry]))
         await ledger.record_answers(
             CUBE,
             [record(source, Fraction(0)) for source in ("fresh", "combined", "history", "refused")],
@@ -155,7 +153,8 @@ def test_ledger_of_an_earlier_layout_is_upgraded(pg_dsn: str, ledger_schema: str
     async def run() -> None:
         ledger = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
         async with ledger.spending(CUBE) as spend:
-            assert await spend.append([measurement([1], Fraction(1, 2), 5.0)], {0: Fraction(1)})
+            new = measurement([1], Fraction(1, 2), 5.0)
+            assert await spend.append([new], Charges.of_query(new.entry.query, Fraction(1)))
         await ledger.close()
 
     asyncio.run(run())

@@ -133,10 +133,14 @@ def fresh_budget(sensitivity: float, step: Fraction, accuracy: AccuracyRequest) 
     def excess(rho: float) -> float:  # log P(miss) - log delta, decreasing in rho
         return math.log(2.0) - k * rho - math.log1p(math.exp(-rho)) - log_delta
 
-    rho = float(optimize.brentq(excess, 0.0, (math.log(2.0) - log_delta) / k, rtol=1e-14))
+    high = (math.log(2.0) - log_delta) / k
+    # xtol relative to the bracket: rho is tiny when eps spans many lattice steps
+    rho = float(optimize.brentq(excess, 0.0, high, xtol=high * 1e-14, rtol=1e-14))
     budget = round_up(rho * sensitivity / float(step))
     while _fresh_miss(sensitivity, step, budget, k) > accuracy.delta:
-        budget = round_up(float(budget) * (1 + 1e-11))
+        # at least one unit of the last digit: the float product can round back to ``budget``
+        unit = Fraction(10) ** (math.floor(math.log10(budget)) - _BUDGET_DIGITS + 1)
+        budget = max(round_up(float(budget) * (1 + 1e-11)), budget + unit)
     return budget
 
 

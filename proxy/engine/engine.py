@@ -20,7 +20,7 @@ changed the history.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -29,7 +29,7 @@ import numpy as np
 from proxy.engine.decision import Decision, Source, decide
 from proxy.engine.estimator import FloatArray, HistoryIndex
 from proxy.engine.history import HistoryEntry, HistoryStore
-from proxy.engine.ledger import Ledger, cell_charges
+from proxy.engine.ledger import Charges, Ledger
 from proxy.engine.noise import (
     RandomSource,
     SystemRandomSource,
@@ -124,7 +124,7 @@ class Plan:
         measurements: the offset-free query vectors whose true answers ``execute`` needs.
         measured_by: for each measurement, the index of the request it serves.
         history_size: rows in the history when planned (guards against stale plans).
-        charges: what the measurements cost each cell they touch.
+        charges: what the measurements cost the cells they touch.
     """
 
     requests: tuple[QueryRequest, ...]
@@ -132,7 +132,7 @@ class Plan:
     measurements: tuple[LinearQuery, ...]
     measured_by: tuple[int, ...]
     history_size: int
-    charges: Mapping[int, Fraction] = field(default_factory=dict)
+    charges: Charges = field(default_factory=Charges)
 
     def __post_init__(self) -> None:
         if len(self.requests) != len(self.decisions):
@@ -177,8 +177,11 @@ class PrivacyEngine:
         self._index = HistoryIndex(n_cells)
         self._ledger = Ledger(table, total=total_budget, carried=carried)
         self._answers = np.zeros(16)
-        for entry in store.entries(table):
-            self._record(entry)
+        entries = store.entries(table)
+        for entry in entries:
+            self._append(entry)
+        self._ledger.commit(Charges.of(entries))  # one charge per distinct vector
+        self._index.prepare()  # the first decision then costs what later ones do
 
     @property
     def ledger(self) -> Ledger:
@@ -191,6 +194,10 @@ class PrivacyEngine:
         return self._index.size
 
     def _record(self, entry: HistoryEntry) -> None:
+        self._append(entry)
+        self._ledger.commit(Charges.of_query(entry.query, entry.budget))
+
+    def _append(self, entry: HistoryEntry) -> None:
         if entry.query.n_cells != self.n_cells:
             raise ValueError(
                 f"history entry over {entry.query.n_cells} cells, table has {self.n_cells}"
@@ -199,7 +206,6 @@ class PrivacyEngine:
         if row >= self._answers.size:
             self._answers = np.concatenate([self._answers, np.zeros(self._answers.size)])
         self._answers[row] = entry.noisy_answer
-        self._ledger.commit(cell_charges(entry.query, entry.budget))
 
     def plan(self, requests: Sequence[QueryRequest]) -> Plan:
         """Decide a batch from public inputs; refuse it whole if it does not fit the budget.
@@ -209,12 +215,13 @@ class PrivacyEngine:
             BudgetExhausted: the fresh measurements would overspend some cell.
         """
         index = self._index
+        vectors = [self._vector(r.query) for r in requests]
+        index.solve_many(vectors)  # the batch shares each sparse solve; the loop then hits
         decisions: list[Decision] = []
         measurements: list[LinearQuery] = []
         measured_by: list[int] = []
-        charges: dict[int, Fraction] = {}
-        for i, request in enumerate(requests):
-            vector = self._vector(request.query)
+        charges: list[tuple[LinearQuery, Fraction]] = []
+        for i, (request, vector) in enumerate(zip(requests, vectors)):
             decision = decide(
                 vector, request.accuracy, index.solve(vector), self._tail, index.repeats(vector)
             )
@@ -223,20 +230,20 @@ class PrivacyEngine:
                 continue
             measurements.append(vector)
             measured_by.append(i)
-            for cell, charge in cell_charges(vector, decision.budget).items():
-                charges[cell] = charges.get(cell, Fraction(0)) + charge
+            charges.append((vector, decision.budget))
             if i + 1 < len(requests):  # later queries of the batch may lean on this one
                 if index is self._index:
                     index = index.copy()
                 index.append(vector, alpha=float(decision.budget), step=float(decision.step))
-        self._ledger.check(charges, request=describe_batch(requests))
+        cost = Charges(tuple(charges))
+        self._ledger.check(cost, request=describe_batch(requests))
         return Plan(
             tuple(requests),
             tuple(decisions),
             tuple(measurements),
             tuple(measured_by),
             self._index.size,
-            charges,
+            cost,
         )
 
     def _vector(self, query: LinearQuery) -> LinearQuery:
@@ -318,8 +325,7 @@ class PrivacyEngine:
         Their budget stays spent; their answers no longer describe the table, so they never
         enter an estimate.
         """
-        for entry in entries:
-            self._ledger.commit(cell_charges(entry.query, entry.budget))
+        self._ledger.commit(Charges.of(entries))
 
     def _check_fresh(self, plan: Plan) -> None:
         if plan.history_size != self._index.size:

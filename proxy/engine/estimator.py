@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from proxy.engine.atoms import Partition
 from proxy.engine.solver import MinNormSolver
 from sqlmap.vector import LinearQuery
 
@@ -149,6 +150,14 @@ def combine(parts: Sequence[tuple[float, Solution]]) -> Solution:
 class HistoryIndex:
     """The history matrix ``H`` with budgets and noise steps, answering BLUEs and repeats.
 
+    Rows are kept over atoms (:class:`~proxy.engine.atoms.Partition`), and rows that measured
+    the same vector up to a factor share one column of the solver: ``k`` rows ``c_k h`` with
+    precisions ``p_k`` are, for the minimum-norm problem, one column ``a h`` with
+    ``a^2 = sum_k (p_k c_k)^2``, whose solution ``u`` splits back as ``u p_k c_k / a``. So the
+    solver's size follows the distinct vectors and the atoms, not the rows or the cells. A row
+    appended later is one more column (bordered onto the factorization); a split atom rebuilds
+    the solver at the next solve.
+
     >>> index = HistoryIndex(2)
     >>> for row in ([1.0, 0.0], [0.0, 1.0]):
     ...     _ = index.append(LinearQuery.from_dense(row), alpha=1.0, step=0.01)
@@ -162,14 +171,26 @@ class HistoryIndex:
         if n_cells <= 0:
             raise ValueError("n_cells must be positive")
         self.n_cells = n_cells
-        self._solver = MinNormSolver(n_cells)
+        self._partition = Partition(n_cells)
         self._size = 0
         self._precision = np.zeros(16)  # alpha_i / S_i
         self._steps = np.zeros(16)
+        self._factor = np.zeros(16)  # c_i: row i is c_i times its group's vector
+        self._group = np.zeros(16, dtype=np.int64)
         self._weights: list[FloatArray] = []  # H_i's non-zero weights, for repeats
         self._by_support: dict[bytes, tuple[int, ...]] = {}  # H_i's cells -> rows i
+        self._groups: dict[bytes, int] = {}  # a vector scaled to first weight 1 -> its group
+        self._group_vectors: list[tuple[IntArray, FloatArray]] = []
         self._stamp = next(_STAMPS)
         self._solutions: OrderedDict[tuple[int, bytes], Solution | None] = OrderedDict()
+        # the solver's state: its atoms (a split means a rebuild), rows, and per row its
+        # column and share p_i c_i / a of that column
+        self._solver: MinNormSolver | None = None
+        self._over_cells = False  # whether the solver's equations are cells rather than atoms
+        self._solver_atoms = 0
+        self._solver_rows = 0
+        self._column = np.zeros(16, dtype=np.int64)
+        self._share = np.zeros(16)
 
     @property
     def size(self) -> int:
@@ -180,14 +201,20 @@ class HistoryIndex:
         """An independent index with the same rows (the solution cache is shared)."""
         other = HistoryIndex.__new__(HistoryIndex)
         other.n_cells = self.n_cells
-        other._solver = self._solver.copy()
+        other._partition = self._partition.copy()
         other._size = self._size
-        other._precision = self._precision.copy()
-        other._steps = self._steps.copy()
+        for name in ("_precision", "_steps", "_factor", "_group", "_column", "_share"):
+            setattr(other, name, getattr(self, name).copy())
         other._weights = list(self._weights)
         other._by_support = dict(self._by_support)  # values are tuples: appends replace them
+        other._groups = dict(self._groups)
+        other._group_vectors = list(self._group_vectors)
         other._stamp = self._stamp
         other._solutions = self._solutions
+        other._solver = None if self._solver is None else self._solver.copy()
+        other._over_cells = self._over_cells
+        other._solver_atoms = self._solver_atoms
+        other._solver_rows = self._solver_rows
         return other
 
     def append(self, query: LinearQuery, *, alpha: float, step: float) -> int:
@@ -196,14 +223,23 @@ class HistoryIndex:
             raise ValueError("a history row is a non-zero vector over this table's cells")
         if not (alpha > 0 and step > 0):
             raise ValueError("alpha and step must be positive")
-        precision = alpha / query.sensitivity
-        self._solver.add_row(query.cells, query.weights * precision)
         row = self._size
         if row == self._precision.size:
-            self._precision = np.concatenate([self._precision, np.zeros(row)])
-            self._steps = np.concatenate([self._steps, np.zeros(row)])
-        self._precision[row] = precision
+            for name in ("_precision", "_steps", "_factor", "_group", "_column", "_share"):
+                array = getattr(self, name)
+                setattr(self, name, np.concatenate([array, np.zeros_like(array)]))
+        factor = float(query.weights[0])
+        direction = query.weights / factor
+        key = query.cells.tobytes() + direction.tobytes()
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = len(self._group_vectors)
+            self._group_vectors.append((query.cells, direction))
+            self._partition.refine(query.cells, query.weights, cover=True)
+        self._precision[row] = alpha / query.sensitivity
         self._steps[row] = step
+        self._factor[row] = factor
+        self._group[row] = group
         self._weights.append(query.weights)
         support = query.cells.tobytes()
         self._by_support[support] = self._by_support.get(support, ()) + (row,)
@@ -215,31 +251,123 @@ class HistoryIndex:
         """The estimate ``sum_k weights[k] y[rows[k]]`` (rows increasing, weights non-zero)."""
         return Solution(rows, weights, self._precision[rows], self._steps[rows], residual=residual)
 
+    def prepare(self) -> None:
+        """Bring the solver up to date and factor it now rather than at the next solve."""
+        self._sync_solver().prepare()
+
     def solve(self, query: LinearQuery) -> Solution | None:
         """The BLUE of ``query . x`` from the history, or ``None`` if it is not estimable."""
-        if query.n_cells != self.n_cells:
-            raise ValueError("query is over a different number of cells")
-        if query.cells.size == 0:
-            return _EMPTY
-        if not self._solver.covered(query.cells):
-            return None
-        key = (self._stamp, query.cells.tobytes() + query.weights.tobytes())
-        if key in self._solutions:
-            self._solutions.move_to_end(key)
-            return self._solutions[key]
-        solution = self._solve(query)
-        self._solutions[key] = solution
-        if len(self._solutions) > _CACHE_SIZE:
-            self._solutions.popitem(last=False)
+        (solution,) = self.solve_many([query])
         return solution
 
-    def _solve(self, query: LinearQuery) -> Solution | None:
-        u, residual = self._solver.solve(query.cells, query.weights)
+    def solve_many(self, queries: Sequence[LinearQuery]) -> list[Solution | None]:
+        """:meth:`solve` for a batch (a GROUP BY): the estimable ones share every sparse solve."""
+        found: dict[bytes, Solution | None] = {}
+        pending: dict[bytes, tuple[LinearQuery, tuple[IntArray, FloatArray]]] = {}
+        for query in queries:
+            if query.n_cells != self.n_cells:
+                raise ValueError("query is over a different number of cells")
+            key = query.cells.tobytes() + query.weights.tobytes()
+            if key in found or key in pending:
+                continue
+            if query.cells.size == 0:
+                found[key] = _EMPTY
+                continue
+            located = self._partition.locate(query.cells, query.weights)
+            if located is None or not np.all(self._partition.covered[located[0]]):
+                found[key] = None  # every row is constant on each atom: neither is their span
+            elif (self._stamp, key) in self._solutions:
+                self._solutions.move_to_end((self._stamp, key))
+                found[key] = self._solutions[(self._stamp, key)]
+            else:
+                pending[key] = (query, located)
+        if pending:
+            solver = self._sync_solver()
+            over_cells = self._over_cells
+            us, residuals = solver.solve_many(
+                [(q.cells, q.weights) if over_cells else atoms for q, atoms in pending.values()]
+            )
+            for key, u, residual in zip(pending, us, residuals):
+                found[key] = self._solution(u, residual)
+                self._solutions[(self._stamp, key)] = found[key]
+            while len(self._solutions) > _CACHE_SIZE:
+                self._solutions.popitem(last=False)
+        return [found[q.cells.tobytes() + q.weights.tobytes()] for q in queries]
+
+    def _solution(self, u: FloatArray, residual: float) -> Solution | None:
         if not residual <= ESTIMABLE_RESIDUAL:
             return None
-        (rows,) = np.nonzero(u)
+        m = self._size
+        t = u[self._column[:m]] * self._share[:m] * self._precision[:m]
+        (rows,) = np.nonzero(t)
         rows = rows.astype(np.int64)
-        return self.estimator(rows, u[rows] * self._precision[rows], residual)
+        return self.estimator(rows, t[rows], residual)
+
+    def _sync_solver(self) -> MinNormSolver:
+        """The solver with every row: its equations are the atoms, or the cells.
+
+        Over atoms, it is rebuilt when an atom some column touches has split (the columns
+        would need an equation more); atoms no column touches are equations nothing constrains
+        yet, so their splits only change how many cells each stands for. Room is kept for
+        twice the atoms. When the atoms are hardly coarser than the cells they cover (rows
+        of a few scattered cells), the solver is built over cells instead, as the plain
+        engine's: no split ever rebuilds it.
+        """
+        partition = self._partition
+        m = self._size
+        if self._needs_rebuild():
+            covered = partition.covered
+            self._over_cells = 2 * int(covered.sum()) > int(partition.sizes[covered].sum())
+            room = (
+                self.n_cells if self._over_cells else min(self.n_cells, 2 * partition.n_atoms + 64)
+            )
+            solver = MinNormSolver(room, None if self._over_cells else self._multiplicity(room))
+            scaled = self._precision[:m] * self._factor[:m]
+            pooled = np.sqrt(np.bincount(self._group[:m], np.square(scaled)))
+            for cells, direction in self._group_vectors:
+                equations, values = self._equations(cells, direction)
+                solver.add_row(equations, values * pooled[solver.rows])
+            self._column[:m] = self._group[:m]
+            self._share[:m] = scaled / pooled[self._group[:m]]
+            self._solver, self._solver_atoms = solver, partition.n_atoms
+        else:
+            assert self._solver is not None
+            solver = self._solver
+            if partition.n_atoms != self._solver_atoms and not self._over_cells:
+                solver.reweigh(self._multiplicity(solver.n_cells))
+            self._solver_atoms = partition.n_atoms
+            for row in range(self._solver_rows, m):  # one more column of its group's vector
+                equations, values = self._equations(*self._group_vectors[int(self._group[row])])
+                self._column[row] = solver.rows
+                self._share[row] = 1.0
+                solver.add_row(equations, values * (self._precision[row] * self._factor[row]))
+        self._solver_rows = m
+        return solver
+
+    def _equations(self, cells: IntArray, weights: FloatArray) -> tuple[IntArray, FloatArray]:
+        """A history vector over the solver's equations (cells, or the atoms it was refined by)."""
+        if self._over_cells:
+            return cells, weights
+        located = self._partition.locate(cells, weights)
+        assert located is not None  # the partition was refined by every history vector
+        return located
+
+    def _needs_rebuild(self) -> bool:
+        partition, solver, built = self._partition, self._solver, self._solver_atoms
+        if solver is None or partition.n_atoms > solver.n_cells:
+            return True
+        if self._over_cells:
+            return False
+        ancestors = partition.parent[built:]  # of the atoms made since: which old atoms split
+        while np.any(newer := ancestors >= built):
+            ancestors = np.where(newer, partition.parent[ancestors], ancestors)
+        return bool(np.any(solver.touched(ancestors)))
+
+    def _multiplicity(self, room: int) -> FloatArray:
+        """Cells per atom, over ``room`` equations (0 for atoms not made yet)."""
+        sizes = np.zeros(room)
+        sizes[: self._partition.n_atoms] = self._partition.sizes
+        return sizes
 
     def repeats(self, query: LinearQuery) -> tuple[Solution, ...]:
         """Estimates from the rows ``H_i = c q`` (``c != 0``) alone: the query measured before.

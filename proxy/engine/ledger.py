@@ -2,39 +2,151 @@
 
 A measurement of ``H_i`` with budget ``alpha_i`` costs cell ``j`` exactly ``alpha_i |H_ij| / S_i``
 (a record in cell ``j`` moves the answer by at most ``|H_ij|``); costs add up per cell, and the
-table has spent ``max_j B_j`` (the papers' Thm 3.8). Everything is kept in ``Fraction``s, so the
-ledger equals a recomputation from the history exactly, and a charge fits only if no cell
-would go past the DBA's total.
+table has spent ``max_j B_j`` (the papers' Thm 3.8). The arithmetic is exact: charges are
+``Fraction``s, one per distinct weight of a measurement, and the ledger keeps every cell's spend
+as an integer over one common denominator, so it equals a recomputation from the history
+exactly, and a charge fits only if no cell would go past the DBA's total.
+
+Cells that every charged vector weighs alike have spent the same, so the ledger keeps one
+number per atom (:class:`~proxy.engine.atoms.Partition`): a commit costs the atoms it touches,
+a check the cells of the batch, both as array operations.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
+from proxy.engine.atoms import Partition
+from proxy.engine.history import HistoryEntry
 from proxy.engine.noise import public_fraction
 from proxy.errors import BudgetExhausted
 from sqlmap.vector import LinearQuery
 
-__all__ = ["Ledger", "UserCaps", "cell_charges", "format_budget"]
+__all__ = ["Charges", "Ledger", "UserCaps", "cell_charges", "float_up", "format_budget"]
+
+IntArray = npt.NDArray[np.int64]
+Numerators = npt.NDArray[Any]  # int64, or Python integers (object) once they outgrow it
+# Spends are int64 numerators while they stay below this; past it, Python integers.
+_INT64_ROOM = 2**62
 
 
-def cell_charges(query: LinearQuery, budget: Fraction) -> dict[int, Fraction]:
-    """What measuring ``query`` with ``budget`` costs each cell it touches.
+def float_up(value: Fraction) -> float:
+    """The least float8 at or above ``value``: spend shown is never less than spent.
 
-    >>> cell_charges(LinearQuery.from_dense([2.0, 1.0, 0.0]), Fraction(1, 20))
+    >>> float_up(Fraction(1, 10)) >= Fraction(1, 10), float_up(Fraction(1, 3)) >= Fraction(1, 3)
+    (True, True)
+    """
+    nearest = float(value)
+    return math.nextafter(nearest, math.inf) if nearest < value else nearest
+
+
+def _distinct_charges(
+    weights: npt.NDArray[np.float64], sensitivity: float, budget: Fraction
+) -> tuple[IntArray, list[Fraction]]:
+    """Per position of ``weights``, an index into the charges of its distinct ``|w|``."""
+    magnitudes, inverse = np.unique(np.abs(weights), return_inverse=True)
+    ratio = budget / public_fraction(sensitivity)
+    return inverse, [ratio * public_fraction(w) for w in magnitudes.tolist()]
+
+
+@dataclass(frozen=True, slots=True)
+class Charges:
+    """What measurements cost the cells they touch: ``(query, budget)`` pairs, kept sparse.
+
+    >>> Charges.of_query(LinearQuery.from_dense([2.0, 1.0, 0.0]), Fraction(1, 20)).per_cell()
     {0: Fraction(1, 20), 1: Fraction(1, 40)}
     """
-    sensitivity = public_fraction(query.sensitivity)
-    ratio: dict[float, Fraction] = {}  # one Fraction per distinct weight, not per cell
-    charges = {}
-    for cell, weight in zip(query.cells.tolist(), query.weights.tolist()):
-        if weight not in ratio:
-            ratio[weight] = budget * abs(public_fraction(weight)) / sensitivity
-        charges[cell] = ratio[weight]
-    return charges
+
+    items: tuple[tuple[LinearQuery, Fraction], ...] = ()
+
+    @classmethod
+    def of_query(cls, query: LinearQuery, budget: Fraction) -> Charges:
+        """What measuring ``query`` with ``budget`` costs."""
+        return cls(((query, budget),))
+
+    @classmethod
+    def of(cls, entries: Iterable[HistoryEntry]) -> Charges:
+        """What ``entries`` cost; entries of one vector are merged (their budgets add up)."""
+        merged: dict[bytes, tuple[LinearQuery, Fraction]] = {}
+        for entry in entries:
+            query = entry.query
+            key = query.cells.tobytes() + query.weights.tobytes()
+            known = merged.get(key)
+            merged[key] = (query, entry.budget if known is None else known[1] + entry.budget)
+        return cls(tuple(merged.values()))
+
+    def __add__(self, other: Charges) -> Charges:
+        return Charges(self.items + other.items)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def numerators(self, denominator: int = 1) -> tuple[IntArray, Numerators, int]:
+        """Every touched cell (in order of first touch), its charge's numerator, their denominator.
+
+        The denominator is common to all and a multiple of ``denominator``.
+        """
+        parts = []
+        for query, budget in self.items:
+            inverse, charges = _distinct_charges(query.weights, query.sensitivity, budget)
+            parts.append((query.cells, inverse, charges))
+            for charge in charges:
+                denominator = math.lcm(denominator, charge.denominator)
+        if not parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), denominator
+        values = [
+            np.array([c.numerator * (denominator // c.denominator) for c in charges], dtype=object)[
+                inverse
+            ]
+            for _, inverse, charges in parts
+        ]
+        cells = np.concatenate([c for c, _, _ in parts])
+        nums = _narrowed(np.concatenate(values))
+        unique, first, inverse = np.unique(cells, return_index=True, return_inverse=True)
+        totals: Numerators = np.zeros(unique.size, dtype=nums.dtype)
+        np.add.at(totals, inverse, nums)
+        order = np.argsort(first, kind="stable")
+        return unique[order], _narrowed(totals[order]), denominator
+
+    def per_cell(self) -> dict[int, Fraction]:
+        """Every touched cell's exact charge (for tests and inspection: one entry per cell)."""
+        cells, nums, denominator = self.numerators()
+        return {c: Fraction(int(n), denominator) for c, n in zip(cells.tolist(), nums.tolist())}
+
+    def rounded_up(self) -> tuple[list[int], list[float]]:
+        """Every touched cell and its charge rounded up to float8 (for ``cell_spend``)."""
+        cells, nums, denominator = self.numerators()
+        distinct, inverse = np.unique(nums, return_inverse=True)
+        up = [float_up(Fraction(int(n), denominator)) for n in distinct.tolist()]
+        return cells.tolist(), [up[i] for i in inverse.tolist()]
+
+    def __iter__(self) -> Iterator[tuple[LinearQuery, Fraction]]:
+        return iter(self.items)
+
+
+def _narrowed(values: Numerators) -> Numerators:
+    """``values`` as int64 when every one fits with room to add, else as Python integers."""
+    if values.size == 0 or values.dtype == np.int64:
+        return values
+    if max(abs(int(values.max())), abs(int(values.min()))) < _INT64_ROOM // 4:
+        return values.astype(np.int64)
+    return values.astype(object)
+
+
+def cell_charges(query: LinearQuery, budget: Fraction) -> Charges:
+    """What measuring ``query`` with ``budget`` costs each cell it touches.
+
+    >>> cell_charges(LinearQuery.from_dense([2.0, 1.0, 0.0]), Fraction(1, 20)).per_cell()
+    {0: Fraction(1, 20), 1: Fraction(1, 40)}
+    """
+    return Charges.of_query(query, budget)
 
 
 def format_budget(value: Fraction, *, up: bool) -> str:
@@ -79,42 +191,61 @@ class Ledger:
         # spent before the table's cube was redefined: charged to every cell, since the old
         # cells cannot be mapped onto the new ones
         self.carried = carried
-        self._spent: dict[int, Fraction] = {}
-        self._max = carried
+        self._partition: Partition | None = None  # made at the first charge (it knows n_cells)
+        self._denominator = 1
+        self._spent: Numerators = np.zeros(1, dtype=np.int64)
+        self._max = 0  # the largest numerator of any atom
 
     @property
     def spent(self) -> Fraction:
         """The table's privacy loss so far, ``max_j B_j``."""
-        return self._max
+        return self.carried + Fraction(self._max, self._denominator)
 
     @property
     def remaining(self) -> Fraction:
         """``total - max_j B_j``."""
-        return self.total - self._max
+        return self.total - self.spent
 
     def spent_on(self, cell: int) -> Fraction:
         """``B_j``."""
-        return self.carried + self._spent.get(cell, Fraction(0))
+        if self._partition is None:
+            return self.carried
+        return self.carried + Fraction(
+            int(self._spent[self._partition.atom_of[cell]]), self._denominator
+        )
 
     def per_cell(self) -> dict[int, Fraction]:
         """A copy of every ``B_j`` charged since the cube was last defined (without ``carried``)."""
-        return dict(self._spent)
+        if self._partition is None:
+            return {}
+        per_cell = self._spent[self._partition.atom_of]
+        (cells,) = np.nonzero(per_cell)
+        return {
+            c: Fraction(int(n), self._denominator)
+            for c, n in zip(cells.tolist(), per_cell[cells].tolist())
+        }
 
-    def check(self, charges: Mapping[int, Fraction], *, request: str) -> None:
+    def check(self, charges: Charges, *, request: str) -> None:
         """Raise :class:`BudgetExhausted` unless every cell can pay its charge.
 
         Args:
-            charges: cost per cell of everything about to be measured (one batch).
+            charges: cost of everything about to be measured (one batch).
             request: what was asked, for the error message.
         """
-        worst_cell, worst_total = -1, Fraction(0)
-        for cell, charge in charges.items():
-            after = self.spent_on(cell) + charge
-            if after > worst_total:
-                worst_cell, worst_total = cell, after
-        if worst_total <= self.total:
+        cells, nums, denominator = charges.numerators(self._denominator)
+        if cells.size == 0:
             return
-        need = charges[worst_cell]
+        after = nums
+        if self._partition is not None:
+            spent = self._spent[self._partition.atom_of[cells]]
+            if denominator != self._denominator:
+                spent = spent.astype(object) * (denominator // self._denominator)
+            after = _narrowed(spent + nums)
+        worst = int(np.argmax(after))  # the first of equals, in the order cells were touched
+        if self.carried + Fraction(int(after[worst]), denominator) <= self.total:
+            return
+        worst_cell = int(cells[worst])
+        need = Fraction(int(nums[worst]), denominator)
         left = self.total - self.spent_on(worst_cell)
         holder = "table" if self.user is None else "user"
         whose = "table" if self.user is None else f'user "{self.user}" on table'
@@ -125,18 +256,42 @@ class Ledger:
                 f"{format_budget(need, up=True)} on cell {worst_cell}, which has "
                 f"{format_budget(left, up=False)} of its {format_budget(self.total, up=False)} "
                 f"left (the {holder} has spent "
-                f"{format_budget(self._max, up=True)})."
+                f"{format_budget(self.spent, up=True)})."
             ),
             hint="Ask for a wider interval or a lower confidence, or a query that earlier "
             "answers already determine.",
         )
 
-    def commit(self, charges: Mapping[int, Fraction]) -> None:
+    def commit(self, charges: Charges) -> None:
         """Add ``charges`` to the cells (call :meth:`check` first)."""
-        for cell, charge in charges.items():
-            spent = self._spent.get(cell, Fraction(0)) + charge
-            self._spent[cell] = spent
-            self._max = max(self._max, self.carried + spent)
+        for query, budget in charges:
+            if self._partition is None:
+                self._partition = Partition(query.n_cells)
+            if self._partition.refine(query.cells, query.weights):
+                # a split atom's parts have spent what it had
+                parent = self._partition.parent
+                grown = self._spent[parent[self._spent.size :]]
+                self._spent = np.concatenate([self._spent, grown])
+            located = self._partition.locate(query.cells, query.weights)
+            assert located is not None  # just refined by this vector
+            atoms, weights = located
+            inverse, distinct = _distinct_charges(weights, query.sensitivity, budget)
+            denominator = self._denominator
+            for charge in distinct:
+                denominator = math.lcm(denominator, charge.denominator)
+            if denominator != self._denominator:
+                self._spent = _narrowed(
+                    self._spent.astype(object) * (denominator // self._denominator)
+                )
+                self._max *= denominator // self._denominator
+                self._denominator = denominator
+            adds = np.array(
+                [c.numerator * (denominator // c.denominator) for c in distinct], dtype=object
+            )
+            if self._spent.dtype == np.int64 and self._max + int(adds.max()) >= _INT64_ROOM // 4:
+                self._spent = self._spent.astype(object)
+            self._spent[atoms] += adds[inverse].astype(self._spent.dtype)
+            self._max = max(self._max, int(self._spent[atoms].max()))
 
 
 @dataclass(frozen=True, slots=True)

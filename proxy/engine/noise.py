@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Protocol
 
+import numpy as np
+
 from sqlmap.vector import LinearQuery
 
 __all__ = [
@@ -164,12 +166,14 @@ def _gcd(values: Iterable[Fraction]) -> Fraction:
 def granularity(query: LinearQuery) -> Fraction:
     """The largest rational ``g`` dividing every weight: exact answers lie on ``g Z``.
 
+    Computed over the distinct weights (a SQL query over a cube has a handful).
+
     >>> granularity(LinearQuery.from_dense([0.5, 1.5, 0.0, 2.0]))
     Fraction(1, 2)
     """
     if query.weights.size == 0:
         raise ValueError("the zero query has no lattice")
-    return _gcd(public_fraction(w) for w in query.weights.tolist())
+    return _gcd(public_fraction(w) for w in np.unique(np.abs(query.weights)).tolist())
 
 
 def noise_step(query: LinearQuery, half_width: float) -> Fraction:

@@ -79,18 +79,40 @@ class Candidate:
 def lattice_interval(rho: float, unit: float, delta: float) -> tuple[float, float]:
     """Narrowest half-width for an error ``unit * Z``, ``Z`` discrete Laplace of decay ``rho``.
 
-    Returns ``((k - 1) * unit, P(|Z| >= k))`` for the least ``k`` with ``P(|Z| >= k) <= delta``.
+    Returns ``((k - 1) * unit, P(|Z| >= k))`` for the least ``k`` with ``P(|Z| >= k) <= delta``,
+    found by galloping from the closed-form guess and bisecting: O(log k) tail evaluations,
+    also when ``k`` is so large (a huge half-width asked for) that ``k + 1`` rounds to ``k``.
 
     >>> width, miss = lattice_interval(math.log(2), 0.5, 0.25)  # P(|Z| >= k) = (4/3) 2^-k
     >>> width, round(miss, 12)
     (1.0, 0.166666666667)
+    >>> width, miss = lattice_interval(3e-30, 1.0, 0.05)  # k near 1e30: floats 2^47 apart
+    >>> 0.9e30 < width < 1.1e30 and miss <= 0.05
+    True
     """
-    k = max(1, math.ceil((math.log(2.0 / delta) - math.log1p(math.exp(-rho))) / rho))
-    while k > 1 and discrete_laplace_tail(rho, k - 1) <= delta:
-        k -= 1
-    while discrete_laplace_tail(rho, k) > delta:
-        k += 1
-    return (k - 1) * unit, discrete_laplace_tail(rho, k)
+
+    def misses(k: int) -> bool:
+        return discrete_laplace_tail(rho, k) > delta  # non-increasing in k, true at k = 0
+
+    guess = max(1, math.ceil((math.log(2.0 / delta) - math.log1p(math.exp(-rho))) / rho))
+    step = 1
+    if misses(guess):  # gallop up to a k that meets delta
+        low = guess
+        while misses(low + step):
+            low, step = low + step, 2 * step
+        high = low + step
+    else:  # gallop down to a k that misses (k = 0 always does)
+        high = guess
+        while high - step > 0 and not misses(high - step):
+            high, step = high - step, 2 * step
+        low = max(0, high - step)
+    while high - low > 1:  # low misses, high meets
+        middle = (low + high) // 2
+        if misses(middle):
+            low = middle
+        else:
+            high = middle
+    return (high - 1) * unit, discrete_laplace_tail(rho, high)
 
 
 def interval(

@@ -1,13 +1,14 @@
 """Minimum-norm solutions of ``A u = q`` for the growing history, from a maintained factorization.
 
-``A`` has one column per history row (``D H`` transposed) and one equation per cell, scaled to
-unit norm (scaling equations changes neither the solutions nor the minimum-norm one). Krylov
-methods need about as many iterations as ``A`` has columns on these sparse, badly conditioned
-systems, so instead the regularised normal equations are solved exactly through the
-quasi-definite saddle-point matrix ``K = [[I, A^T], [A, -mu I]]``: a sparse LU with a
-minimum-degree ordering has little fill-in and needs no pivoting. Iterating
-``u += A^T (A A^T + mu I)^{-1} (q - A u)`` ("iterated Tikhonov") converges to the minimum-norm
-solution geometrically, fast once ``mu`` is small against ``A``'s non-zero singular values.
+``A`` has one column per history row (``D H`` transposed) and one equation per atom (cells every
+column weighs alike: the caller says how many cells each stands for), scaled to unit norm (scaling
+equations changes neither the solutions nor the minimum-norm one). Krylov methods need about as many
+iterations as ``A`` has columns on these sparse, badly conditioned systems, so instead the
+regularised normal equations are solved exactly through the quasi-definite saddle-point matrix
+``K = [[I, A^T], [A, -mu I]]``: a sparse LU with a minimum-degree ordering has little fill-in and
+needs no pivoting. Iterating ``u += A^T (A A^T + mu I)^{-1} (q - A u)`` ("iterated Tikhonov")
+converges to the minimum-norm solution geometrically, fast once ``mu`` is small against ``A``'s
+non-zero singular values.
 
 Rows appended after the factorization are handled by bordering: the enlarged matrix is ``K``
 bordered by the new columns ``B`` (and by ``-mu I`` for cells the factorization never saw), and
@@ -18,6 +19,7 @@ the border grows past a bound, so its cost is spread over many appends.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,8 +115,13 @@ class MinNormSolver:
     ([1.0, -1.0], True)
     """
 
-    def __init__(self, n_cells: int) -> None:
+    def __init__(self, n_cells: int, multiplicity: FloatArray | None = None) -> None:
+        """Equations over ``n_cells`` cells or atoms; ``multiplicity`` says how many cells each.
+
+        An atom's size (1 each if omitted) weighs only the residual, reported over cells.
+        """
         self.n_cells = n_cells
+        self._root_multiplicity = None if multiplicity is None else np.sqrt(multiplicity)
         self._columns = _Columns()
         self._scale = np.zeros(n_cells)  # equation scaling per cell; 0 until a row touches it
         self._matrix: sparse.csc_array | None = None
@@ -131,10 +138,19 @@ class MinNormSolver:
         """Whether some row touches every one of ``cells`` (else nothing non-zero is solvable)."""
         return bool(np.all(self._scale[cells] > 0))
 
+    def touched(self, cells: IntArray) -> npt.NDArray[np.bool_]:
+        """For each of ``cells``, whether some row touches it."""
+        return self._scale[cells] > 0
+
+    def reweigh(self, multiplicity: FloatArray) -> None:
+        """How many cells each equation now stands for (equations no row touches may change)."""
+        self._root_multiplicity = np.sqrt(multiplicity)
+
     def copy(self) -> MinNormSolver:
         """An independent solver with the same rows (sharing the immutable factorization)."""
         other = MinNormSolver.__new__(MinNormSolver)
         other.n_cells = self.n_cells
+        other._root_multiplicity = self._root_multiplicity
         other._columns = self._columns.copy()
         other._scale = self._scale.copy()
         other._matrix = None  # a view of this solver's buffers: the copy builds its own
@@ -142,6 +158,11 @@ class MinNormSolver:
         other._schur = self._schur.copy()
         other._schur_lu = self._schur_lu
         return other
+
+    def prepare(self) -> None:
+        """Factor now (a solve would otherwise do it), e.g. right after loading a history."""
+        if self._base is None and self.rows:
+            self._refactor()
 
     def add_row(self, cells: IntArray, values: FloatArray) -> None:
         """Append a column of ``A`` (a history row ``alpha/S * H_i``, sparse over cells)."""
@@ -159,32 +180,58 @@ class MinNormSolver:
         self._extend_border(cells, scaled)
 
     def solve(self, cells: IntArray, values: FloatArray) -> tuple[FloatArray, float]:
-        """Minimum-norm ``u`` for ``q`` given sparsely, and ``||A u - q|| / ||q||`` unscaled.
+        """Minimum-norm ``u`` for ``q`` given sparsely, and ``||A u - q|| / ||q||`` unscaled."""
+        (u,), (residual,) = self.solve_many([(cells, values)])
+        return u, residual
+
+    def solve_many(
+        self, queries: Sequence[tuple[IntArray, FloatArray]]
+    ) -> tuple[list[FloatArray], list[float]]:
+        """:meth:`solve` for several ``q`` at once: each sparse solve takes them all as columns.
 
         ``u`` is kept as ``-A^T lambda``: the solves' rounding errors then cannot leave a
-        null-space component in ``u`` that no residual would reveal.
+        null-space component in ``u`` that no residual would reveal. Each ``q`` stops refining
+        on its own test, as if solved alone.
         """
-        if not self.covered(cells):
-            raise ValueError("q has a cell no row touches")
+        for cells, _ in queries:
+            if not self.covered(cells):
+                raise ValueError("q has a cell no row touches")
         if self._base is None:
             self._refactor()
         matrix = self._scaled_matrix()
-        target = np.zeros(self.n_cells)
-        target[cells] = values * self._scale[cells]
-        target_norm = float(np.linalg.norm(target))
-        multipliers = np.zeros(self.n_cells)
-        u = np.zeros(self.rows)
-        residual, norm = target, target_norm
+        k = len(queries)
+        target = np.zeros((self.n_cells, k))
+        for j, (cells, values) in enumerate(queries):
+            target[cells, j] = values * self._scale[cells]
+        target_norm = np.linalg.norm(target, axis=0)
+        multipliers = np.zeros((self.n_cells, k))
+        u = np.zeros((self.rows, k))
+        residual, norm = target.copy(), target_norm.copy()
+        active = np.arange(k)
         for _ in range(_MAX_REFINEMENTS):
-            multipliers += self._correction(residual, matrix)
-            u = -(matrix.T @ multipliers)
-            residual = target - matrix @ u
-            previous, norm = norm, float(np.linalg.norm(residual))
-            if norm <= _TARGET_RESIDUAL * target_norm or norm > previous / 2:
+            multipliers[:, active] += self._correction(residual[:, active], matrix)
+            u[:, active] = -(matrix.T @ multipliers[:, active])
+            residual[:, active] = target[:, active] - matrix @ u[:, active]
+            previous = norm[active]
+            norm[active] = np.linalg.norm(residual[:, active], axis=0)
+            done = (norm[active] <= _TARGET_RESIDUAL * target_norm[active]) | (
+                norm[active] > previous / 2
+            )
+            active = active[~done]
+            if active.size == 0:
                 break
         touched = self._scale > 0  # A u and q both vanish on the other cells
-        error = float(np.linalg.norm(residual[touched] / self._scale[touched]))
-        return u, error / float(np.linalg.norm(values))
+        error = residual[touched] / self._scale[touched, None]
+        if self._root_multiplicity is not None:
+            error *= self._root_multiplicity[touched, None]
+        errors = np.linalg.norm(error, axis=0)
+        residuals = []
+        for j, (cells, values) in enumerate(queries):
+            norm_q = values
+            if self._root_multiplicity is not None:
+                norm_q = values * self._root_multiplicity[cells]
+            residuals.append(float(errors[j]) / float(np.linalg.norm(norm_q)))
+        return [u[:, j] for j in range(k)], residuals
 
     def _scaled_matrix(self) -> sparse.csc_array:
         if self._matrix is None:
@@ -223,11 +270,14 @@ class MinNormSolver:
         self._schur_lu = None
 
     def _base_solve(self, residual: FloatArray) -> FloatArray:
-        """The ``lambda`` part of ``K'^{-1} [0; r]`` (``K'``: ``K`` plus ``-mu`` on new cells)."""
+        """The ``lambda`` part of ``K'^{-1} [0; r]`` (``K'``: ``K`` plus ``-mu`` on new cells).
+
+        ``r`` may hold several right-hand sides as columns.
+        """
         assert self._base is not None
         base = self._base
         out = residual / -_MU
-        rhs = np.concatenate([np.zeros(base.rows), residual[base.cells]])
+        rhs = np.concatenate([np.zeros((base.rows, *residual.shape[1:])), residual[base.cells]])
         out[base.cells] = base.lu.solve(rhs)[base.rows :]
         return out
 
@@ -259,7 +309,7 @@ class MinNormSolver:
         assert self._schur_lu is not None
         first = self.rows - k
         v = -scipy.linalg.lu_solve(self._schur_lu, (matrix.T @ z0)[first:])
-        return z0 - self._base_solve(matrix @ np.concatenate([np.zeros(first), v]))
+        return z0 - self._base_solve(matrix @ np.concatenate([np.zeros((first, *v.shape[1:])), v]))
 
 
 def _border_limit(base_rows: int) -> int:

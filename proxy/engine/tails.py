@@ -125,6 +125,14 @@ def _dominant_error(b: FloatArray, x: float) -> float:
     return float(np.exp(np.min(log_bound)))
 
 
+def _separated(b: FloatArray) -> bool:
+    """Whether the largest scale stands clear of the next, as the closed form needs.
+
+    Scales equal up to rounding would put ``log(1 - (b_2/b_1)^2)`` at ``-inf``.
+    """
+    return bool(b[1] < b[0] * (1.0 - 1e-9))
+
+
 def dominant_tail(scales: npt.ArrayLike, x: float) -> tuple[float, float]:
     """``P(|b_1 L_1 + R| > x)`` as a closed form in the largest scale, and that form's error.
 
@@ -142,7 +150,7 @@ def dominant_tail(scales: npt.ArrayLike, x: float) -> tuple[float, float]:
     b = _positive_scales(scales)
     if b.size < 2 or not x > 0:
         raise ValueError("a dominant term needs another term and a positive threshold")
-    value = math.exp(-x / b[0] + _log_mgf(b[1:], 1.0 / b[0])) if b[1] < b[0] else math.inf
+    value = math.exp(-x / b[0] + _log_mgf(b[1:], 1.0 / b[0])) if _separated(b) else math.inf
     return min(1.0, value), _dominant_error(b, x)
 
 
@@ -283,7 +291,7 @@ class ExactTail:
         The form is ``delta`` at ``w = b_1 (ln(1/delta) + ln E exp(R / b_1))``; rounded up to
         where :meth:`tail` (the same form there) is at most ``delta``.
         """
-        if not b[1] < b[0]:
+        if not _separated(b):
             return None
         w = float(b[0] * (math.log(1.0 / delta) + _log_mgf(b[1:], 1.0 / b[0])))
         if not (_may_dominate(b, w, self.trunc_tol) and _dominant_error(b, w) <= self.trunc_tol):

@@ -226,7 +226,7 @@ def test_an_engine_rebuilt_from_its_store_agrees() -> None:
     # and it equals a recomputation from the entries
     expected: dict[int, Fraction] = {}
     for entry in store.entries("t"):
-        for cell, charge in cell_charges(entry.query, entry.budget).items():
+        for cell, charge in cell_charges(entry.query, entry.budget).per_cell().items():
             expected[cell] = expected.get(cell, Fraction(0)) + charge
     assert rebuilt.ledger.per_cell() == expected
 

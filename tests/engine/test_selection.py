@@ -178,3 +178,14 @@ def test_meets_settles_a_hair_over_by_the_tail_at_eps() -> None:
     assert math.isclose(
         EXACT.tail(blue.scales, exact.half_width - blue.shift), 0.1 - TAIL_SLACK, rel_tol=1e-9
     )
+
+
+@pytest.mark.parametrize("eps", [1e15, 1e30, 1e300])
+def test_a_huge_half_width_is_decided_in_a_few_steps(eps: float) -> None:
+    # the least k of the lattice interval is near eps / step: far past where k + 1 == k in floats
+    from proxy.engine.decision import decide
+    from sqlmap.vector import LinearQuery
+
+    decision = decide(LinearQuery.from_dense([1.0, 1.0]), AccuracyRequest(eps, 0.95), None)
+    assert decision.source == "fresh" and 0 < decision.half_width <= eps
+    assert decision.half_width == pytest.approx(eps, rel=1e-3)

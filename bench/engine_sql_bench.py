@@ -1,0 +1,291 @@
+"""Engine benchmark on SQL workloads: CPU per statement by source, GROUP BY, restart, RSS.
+
+Run ``uv run python -m bench.engine_sql_bench`` (``--quick`` for a smaller run; ``--cube`` and
+``--m`` to choose). Prints markdown tables; docs/benchmarks.md records them.
+
+Statements are real SQL translated by sqlmap over the demo cube (config.yaml, 11,520 cells) or a
+wide cube (the demo's seven dimensions plus workclass, marital_status and relationship with
+Adult's values: ten dimensions, 4,354,560 cells): range counts and sums over 1-3 dimensions
+(``WHERE age BETWEEN 25 AND 44 AND education IN (...)``) and GROUP BYs over 1-3 dimensions
+with an optional range. A pool of statements is translated once; a history of ``m`` answers is
+drawn from it (a dashboard asks its statements again and again), with the budgets a fresh answer
+at its accuracy would spend, and stored; the engine is loaded from the store (the restart).
+Then a stream of statements, half new and half from the pool, at accuracies from 20 to 500, is
+planned and, when it measures, executed (noise drawn, history grown): CPU time per statement
+(``time.process_time``) by the source of its answers, and separately ``SELECT race, sex,
+income, COUNT(*) FROM adult WHERE age BETWEEN 25 AND 44 GROUP BY race, sex, income`` (20
+groups). Everything but the database round trip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+from collections.abc import Callable
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from proxy.config import load_config
+from proxy.engine import (
+    AccuracyRequest,
+    HistoryEntry,
+    InMemoryHistoryStore,
+    PrivacyEngine,
+    QueryRequest,
+    SeededRandomSource,
+)
+from proxy.engine.decision import fresh_budget
+from proxy.engine.noise import noise_step
+from sqlmap.cube import CategoricalDimension, Cube
+from sqlmap.translate import Translator
+from sqlmap.vector import LinearQuery
+
+ROOT = Path(__file__).resolve().parent.parent
+CATEGORIES = {
+    "sex": ["Male", "Female"],
+    "race": ["White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other"],
+    "income": ["<=50K", ">50K"],
+    "education": [
+        "Preschool",
+        "1st-4th",
+        "5th-6th",
+        "7th-8th",
+        "9th",
+        "10th",
+        "11th",
+        "12th",
+        "HS-grad",
+        "Some-college",
+        "Assoc-voc",
+        "Assoc-acdm",
+        "Bachelors",
+        "Masters",
+        "Prof-school",
+        "Doctorate",
+    ],  # fmt: skip
+}
+WIDE = {  # Adult's values (adult.names), '?' as NULL
+    "workclass": [
+        "Private",
+        "Self-emp-not-inc",
+        "Self-emp-inc",
+        "Federal-gov",
+        "Local-gov",
+        "State-gov",
+        "Without-pay",
+        "Never-worked",
+        "?",
+    ],  # fmt: skip
+    "marital_status": [
+        "Married-civ-spouse",
+        "Divorced",
+        "Never-married",
+        "Separated",
+        "Widowed",
+        "Married-spouse-absent",
+        "Married-AF-spouse",
+    ],  # fmt: skip
+    "relationship": [
+        "Wife",
+        "Own-child",
+        "Husband",
+        "Not-in-family",
+        "Other-relative",
+        "Unmarried",
+    ],  # fmt: skip
+}
+RANGES = {"age": [17, 25, 35, 45, 55, 65, 91], "hours_per_week": [1, 35, 41, 100]}
+GROUP_BY_20 = (
+    "SELECT race, sex, income, COUNT(*) FROM adult WHERE age BETWEEN 25 AND 44 "
+    "GROUP BY race, sex, income"
+)
+
+
+def cubes() -> dict[str, Cube]:
+    """The demo cube and the wide one (its dimensions plus three of Adult's)."""
+    (demo,) = load_config(ROOT / "config.yaml").cubes
+    extra = tuple(
+        CategoricalDimension(name, tuple(v), closed=True, nullable=False)
+        for name, v in WIDE.items()
+    )
+    wide = Cube(demo.schema, demo.table, demo.dimensions + extra, demo.total_budget)
+    return {"demo": demo, "wide": wide}
+
+
+class Statements:
+    """Adult-like statements: range counts/sums and GROUP BYs over 1-3 dimensions."""
+
+    def __init__(self, cube: Cube, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.categories = dict(CATEGORIES)
+        if cube.dimension("workclass") is not None:
+            self.categories.update(WIDE)
+        self.dims = [*self.categories, *RANGES]
+
+    def _predicate(self, dim: str) -> str:
+        rng = self.rng
+        if dim in RANGES:
+            edges = RANGES[dim]
+            i = rng.randrange(len(edges) - 1)
+            j = rng.randrange(i + 1, len(edges))
+            return f"{dim} BETWEEN {edges[i]} AND {edges[j] - 1}"
+        values = rng.sample(
+            self.categories[dim], rng.randint(1, max(1, len(self.categories[dim]) // 3))
+        )
+        return f"{dim} IN ({', '.join(repr(v) for v in values)})"
+
+    def sql(self) -> str:
+        rng = self.rng
+        accuracy = rng.choice([20, 50, 100, 200, 500])
+        if rng.random() < 0.6:
+            where = " AND ".join(
+                self._predicate(d) for d in rng.sample(self.dims, rng.randint(1, 3))
+            )
+            aggregate = (
+                "COUNT(*)"
+                if rng.random() < 0.8
+                else "COUNT(*) FILTER (WHERE income = '>50K') * 2 - COUNT(*)"
+            )
+            return f"SELECT {aggregate} FROM adult WHERE {where} WITH ACCURACY {accuracy}"
+        groups = rng.sample(
+            [d for d in self.categories if len(self.categories[d]) <= 9], rng.randint(1, 3)
+        )
+        rest = [d for d in self.dims if d not in groups]
+        where = f" WHERE {self._predicate(rng.choice(rest))}" if rng.random() < 0.5 else ""
+        keys = ", ".join(groups)
+        return f"SELECT {keys}, COUNT(*) FROM adult{where} GROUP BY {keys} WITH ACCURACY {accuracy}"
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _cpu_ms(action: Callable[[], object]) -> tuple[float, object]:
+    start = time.process_time()
+    result = action()
+    return 1e3 * (time.process_time() - start), result
+
+
+def _history(
+    translator: Translator, pool: list[str], m: int, x: np.ndarray, seed: int
+) -> InMemoryHistoryStore:
+    """``m`` answers drawn from the pool's statements, budgets as a fresh answer would spend."""
+    rng = np.random.default_rng(seed)
+    vectors: list[tuple[LinearQuery, AccuracyRequest]] = []
+    for sql in pool:
+        spec = translator.translate(sql)
+        assert spec.accuracy is not None
+        vectors.extend(
+            (LinearQuery(q.n_cells, q.cells, q.weights), spec.accuracy) for q in spec.queries
+        )
+    entries = []
+    costs: dict[int, tuple[Fraction, Fraction]] = {}
+    for i in rng.integers(0, len(vectors), size=m).tolist():
+        query, accuracy = vectors[i]
+        if i not in costs:
+            step = noise_step(query, accuracy.eps)
+            costs[i] = (fresh_budget(query.sensitivity, step, accuracy), step)
+        budget, step = costs[i]
+        noisy = query.evaluate(x) + float(rng.laplace(0, query.sensitivity / float(budget)))
+        entries.append(HistoryEntry("adult", query, budget, step, noisy))
+    store = InMemoryHistoryStore()
+    store.append(entries)
+    return store
+
+
+def run(name: str, cube: Cube, m: int, stream: int, pool_size: int, seed: int = 7) -> list[str]:
+    translator = Translator([cube])
+    statements = Statements(cube, seed)
+    pool = [statements.sql() for _ in range(pool_size)]
+    x = np.random.default_rng(seed).integers(0, 5, size=cube.n_cells)
+    store = _history(translator, pool, m, x, seed + 1)
+    rss_before = _rss_mb()
+    start = time.perf_counter()
+    load_cpu, engine = _cpu_ms(
+        lambda: PrivacyEngine(
+            "adult",
+            cube.n_cells,
+            total_budget=Fraction(10**9),
+            store=store,
+            rng=SeededRandomSource(seed),
+        )
+    )
+    load_wall = time.perf_counter() - start
+    assert isinstance(engine, PrivacyEngine)
+
+    def measure(ms: object) -> list[float]:
+        return [q.evaluate(x) for q in ms]  # type: ignore[attr-defined]
+
+    def ask(sql: str) -> tuple[float, str, int]:
+        spec = translator.translate(sql)
+        assert spec.accuracy is not None
+        requests = [QueryRequest(q, spec.accuracy) for q in spec.queries]
+        ms, replies = _cpu_ms(lambda: engine.answer(requests, measure))
+        sources = {r.source for r in replies}  # type: ignore[attr-defined]
+        source = (
+            "fresh" if "fresh" in sources else "combined" if "combined" in sources else "history"
+        )
+        return ms, source, len(requests)
+
+    first_ms, first_source, _ = ask(pool[0])
+    times: dict[str, list[float]] = {"history": [], "combined": [], "fresh": []}
+    singles: list[float] = []
+    rng = random.Random(seed + 2)
+    for _ in range(stream):
+        sql = rng.choice(pool) if rng.random() < 0.5 else statements.sql()
+        ms, source, k = ask(sql)
+        times[source].append(ms)
+        if k == 1:
+            singles.append(ms)
+    group_by = [
+        ask(f"{GROUP_BY_20} WITH ACCURACY {eps}")[0]
+        for eps in (500, 400, 300, 250, 200, 150, 100, 80)
+    ]
+    rss = _rss_mb()
+
+    def cell(values: list[float]) -> str:
+        if not values:
+            return "-"
+        return f"{np.percentile(values, 50):.1f} / {np.percentile(values, 95):.0f} ({len(values)})"
+
+    return [
+        f"| {name} | {m:,} | {load_wall:.2f} ({load_cpu / 1e3:.2f}) | "
+        f"{first_ms:.1f} ({first_source}) | {cell(singles)} | {cell(times['history'])} | "
+        f"{cell(times['combined'])} | {cell(times['fresh'])} | "
+        f"{np.percentile(group_by, 50):.1f} | {rss:.0f} ({rss_before:.0f}) |"
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="m = 1,000 on the demo cube only")
+    parser.add_argument("--cube", choices=["demo", "wide", "both"], default="both")
+    parser.add_argument("--m", default="1000,10000,100000", help="history sizes, comma-separated")
+    parser.add_argument("--stream", type=int, default=200, help="statements decided per run")
+    parser.add_argument("--pool", type=int, default=2_000, help="distinct statements at most")
+    args = parser.parse_args()
+    chosen = cubes()
+    names = ["demo", "wide"] if args.cube == "both" and not args.quick else [args.cube]
+    names = ["demo"] if args.quick else names
+    sizes = [1_000] if args.quick else [int(v) for v in args.m.split(",")]
+    print(
+        "| cube | m | load s wall (CPU) | first statement CPU ms | single value p50 / p95 ms (n) "
+        "| history p50 / p95 (n) | combined | fresh | GROUP BY 20 groups p50 ms "
+        "| RSS MB (before load) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in names:
+        for m in sizes:
+            pool = max(50, min(m // 5, args.pool))
+            for row in run(name, chosen[name], m, 60 if args.quick else args.stream, pool):
+                print(row, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
