@@ -40,10 +40,10 @@ from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 
 from proxy.auth import make_verifier
-from proxy.config import load_config
+from proxy.config import dsn_with, load_config
 from proxy.demo import ADULT_COLUMNS, ADULT_ROWS, load_adult
 from proxy.embedded import start_embedded
-from proxy.provision import provision_roles
+from proxy.provision import ANALYST_DATABASE, provision_roles
 from sqlmap.canonical import histogram_sql, measurement_sql
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,7 +176,7 @@ def free_port() -> int:
 
 def start_dpproxy(work: Path, admin_dsn: str, port: int, schema: str) -> subprocess.Popen[bytes]:
     """``dpproxy serve`` with an empty ledger (in ``schema``), listening on ``port``."""
-    roles = provision_roles(admin_dsn, CONFIG.cubes)
+    roles = provision_roles(admin_dsn, CONFIG.cubes, schema, users=["bench"])
     config = (
         (ROOT / "config.yaml").read_text()
         + f"""
@@ -186,7 +186,7 @@ backend:
   dsn: "{roles.reader_dsn}"
   passthrough_dsn: "{roles.passthrough_dsn}"
 ledger:
-  dsn: "{admin_dsn}"
+  dsn: "{roles.ledger_dsn}"
   schema: "{schema}"
 users:
   bench: "{make_verifier("bench")}"
@@ -284,7 +284,8 @@ def end_to_end(work: Path, admin_dsn: str, postmaster: int, n: int) -> list[Samp
     finally:
         server.terminate()
         server.wait(30)
-        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        # the ledger lives in the analyst database
+        with psycopg.connect(dsn_with(admin_dsn, dbname=ANALYST_DATABASE), autocommit=True) as conn:
             conn.execute(pgsql.SQL("DROP SCHEMA {} CASCADE").format(pgsql.Identifier(schema)))
     print(f"\n{len(samples)} DP statements answered, {refused} refused\n")
     return samples
