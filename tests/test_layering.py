@@ -17,7 +17,7 @@ out, or every package that re-exports its submodules would be a cycle.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,22 +74,24 @@ def _is_type_checking(node: ast.If) -> bool:
 ImportNode = ast.Import | ast.ImportFrom
 
 
-def _statements(node: ast.AST, deferred: bool) -> Iterator[tuple[ImportNode, bool]]:
-    """Every import statement under ``node``, and whether it runs later than its module."""
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, ImportNode):
-            yield child, deferred
-        inner = deferred or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
-        if isinstance(child, ast.If) and _is_type_checking(child):
-            inner = True
-        yield from _statements(child, inner)
+def _statements(nodes: Iterable[ast.AST], deferred: bool) -> Iterator[tuple[ImportNode, bool]]:
+    """Every import statement in ``nodes``, and whether it runs later than its module."""
+    for node in nodes:
+        if isinstance(node, ImportNode):
+            yield node, deferred
+        elif isinstance(node, ast.If) and _is_type_checking(node):
+            yield from _statements(node.body, True)
+            yield from _statements(node.orelse, deferred)  # runs at import time, like any code
+        else:
+            inner = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            yield from _statements(ast.iter_child_nodes(node), deferred or inner)
 
 
 def imports_of(importer: str, path: Path, modules: dict[str, Path]) -> list[Import]:
     """The imports of our own modules that ``importer`` makes, resolved to modules."""
     found = []
     package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
-    for node, deferred in _statements(ast.parse(path.read_text(), str(path)), deferred=False):
+    for node, deferred in _statements(ast.parse(path.read_text(), str(path)).body, deferred=False):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name in modules:
