@@ -123,6 +123,7 @@ class Server:
         await self.reader.close()
         if self.ledger is not None:
             await self.ledger.close()
+        self.ctx.service.workers.close()  # an abandoned plan must not hold the process open
         event("stopped")
         self._closed.set()
 

@@ -351,6 +351,8 @@ def test_shutdown_closes_idle_sessions_with_57p01(proxy: Proxy) -> None:
     done.join(15)
     with pytest.raises(OSError):  # no longer listening
         socket.create_connection(("127.0.0.1", port), timeout=2)
+    with pytest.raises(RuntimeError):  # the worker pool is closed: no thread keeps the process
+        proxy.call(proxy.server.ctx.service.workers.run(lambda: None))
 
 
 def test_too_many_connections(proxy: Proxy) -> None:
