@@ -18,7 +18,7 @@ import re
 import secrets
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import Final, Protocol, TypeVar
 
 from sqlglot import exp
 
@@ -34,7 +34,9 @@ from proxy.errors import (
     ProtocolViolation,
     SqlSyntaxError,
 )
-from proxy.server.upstream import Action
+from proxy.server.context import SessionContext
+from proxy.server.states import State
+from proxy.server.upstream import Action, Decide, Upstream
 from proxy.wire import (
     Bind,
     BindComplete,
@@ -56,22 +58,30 @@ from proxy.wire import (
     TransactionStatus,
     decode_frontend,
 )
+from proxy.wire.framing import (
+    BIND_COMPLETE,
+    CLOSE_COMPLETE,
+    COMMAND_COMPLETE,
+    EMPTY_QUERY_RESPONSE,
+    ERROR_RESPONSE,
+    NO_DATA,
+    PARSE_COMPLETE,
+    PORTAL_SUSPENDED,
+    READY_FOR_QUERY,
+    ROW_DESCRIPTION,
+    reframe,
+)
 from sqlmap.translate import AnswerSpec
 
-if TYPE_CHECKING:
-    from proxy.server.session import Session
-
-__all__ = ["ExtendedProtocol", "Prepared", "Portal"]
+__all__ = ["ExtendedProtocol", "ExtendedHost", "Prepared", "Portal"]
 
 # Replies that complete each forwarded message (ErrorResponse completes any of them).
-_PARSED: Final = frozenset(b"1")
-_BOUND: Final = frozenset(b"2")
-_CLOSED: Final = frozenset(b"3")
-_DESCRIBED: Final = frozenset(b"Tn")  # ParameterDescription comes first for a statement
-_EXECUTED: Final = frozenset(b"CsI")
-_ERROR: Final = ord("E")
-_READY: Final = ord("Z")
-_COPY_IN: Final = ord("G")
+_PARSED: Final = frozenset({PARSE_COMPLETE})
+_BOUND: Final = frozenset({BIND_COMPLETE})
+_CLOSED: Final = frozenset({CLOSE_COMPLETE})
+# ParameterDescription comes first for a statement
+_DESCRIBED: Final = frozenset({ROW_DESCRIPTION, NO_DATA})
+_EXECUTED: Final = frozenset({COMMAND_COMPLETE, PORTAL_SUSPENDED, EMPTY_QUERY_RESPONSE})
 _FLUSH: Final = Flush().encode()
 _DEALLOCATE: Final = re.compile(
     r"\b(?:deallocate\s+(?:prepare\s+)?(?P<name>\"[^\"]+\"|\w+)|discard\s+all\b)", re.IGNORECASE
@@ -128,10 +138,72 @@ def _restore(table: dict[K, V], key: K, previous: V | None) -> Callable[[], None
     return undo
 
 
+class ExtendedHost(Protocol):
+    """What the extended protocol needs of its session (`proxy.server.session.Session`)."""
+
+    @property
+    def ctx(self) -> SessionContext:
+        """The server's shared state."""
+
+    @property
+    def state(self) -> State:
+        """Where the session is."""
+
+    @property
+    def up(self) -> Upstream:
+        """The pass-through connection."""
+
+    @property
+    def status(self) -> TransactionStatus:
+        """The backend's transaction status."""
+
+    def enter(self, state: State) -> None:
+        """Move to ``state``."""
+
+    def send(self, *messages: Message) -> None:
+        """Queue messages for the client."""
+
+    def flush_client(self) -> None:
+        """Write the queued messages."""
+
+    async def relieve_output(self, limit: int) -> None:
+        """Write the queued messages once past ``limit`` bytes."""
+
+    def error(self, error: DpproxyError, offset: int = 0) -> None:
+        """Send an ERROR."""
+
+    def send_ready(self) -> None:
+        """Send ReadyForQuery."""
+
+    async def relay(self, decide: Decide) -> None:
+        """Relay the backend's replies as ``decide`` says (COPY FROM STDIN included)."""
+
+    def refuse_in_failed_transaction(self) -> None:
+        """Raise if the transaction block has failed."""
+
+    def apply_setting(
+        self, setting: tuple[str, str, str | None], formats: Formats, describe: bool
+    ) -> list[Message]:
+        """Run a ``dp.*`` setting command; the messages that answer it."""
+
+    def setting_description(
+        self, setting: tuple[str, str, str | None], formats: Formats
+    ) -> Message:
+        """The RowDescription of SHOW dp.x."""
+
+    async def translate(
+        self, tree: exp.Expr, key: Hashable, bind: Callable[[], exp.Expr] | None = None
+    ) -> tuple[AnswerSpec, Hashable]:
+        """Translate with the session's settings; the spec and its memo key."""
+
+    async def answer_spec(self, spec: AnswerSpec, key: Hashable, sql: str) -> DpResult:
+        """Answer a translated query."""
+
+
 class ExtendedProtocol:
     """The named statements and portals of one session and the handlers of their messages."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: ExtendedHost) -> None:
         self.session = session
         self.statements: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
@@ -184,20 +256,16 @@ class ExtendedProtocol:
 
     async def fail(self, error: DpproxyError) -> None:
         """Report an error (after the replies before it) and discard until Sync."""
-        from proxy.server.session import State
-
         if await self.drain():
             self.session.error(error)
-            self.session.state = State.EXTENDED_ERROR
+            self.session.enter(State.EXTENDED_ERROR)
             self.local_failure = True
 
     def forward(
         self, raw: RawMessage, completes: frozenset[int], undo: Callable[[], None] | None = None
     ) -> None:
         """Queue a message for the backend; its reply is relayed in order later."""
-        from proxy.server.session import frame
-
-        data = frame(raw)
+        data = reframe(raw)
         self.session.up.queue(data)
         self._forwarded += len(data)
         self.pending.append(_Pending(completes, undo))
@@ -205,8 +273,6 @@ class ExtendedProtocol:
 
     async def drain(self) -> bool:
         """Relay the backend's replies to everything forwarded so far; False if one failed."""
-        from proxy.server.session import State
-
         session = self.session
         if self.pending:
             session.up.queue(_FLUSH)
@@ -404,8 +470,6 @@ class ExtendedProtocol:
 
     async def sync(self) -> None:
         """Sync: end the batch; the backend's ReadyForQuery (or ours) ends the cycle."""
-        from proxy.server.session import State
-
         session = self.session
         poison = self.local_failure and (
             self.batch_upstream or session.status is not TransactionStatus.IDLE
@@ -419,7 +483,7 @@ class ExtendedProtocol:
             self.pending.clear()
         else:
             session.send_ready()
-        session.state = State.READY  # Sync ends the error state on both sides
+        session.enter(State.READY)  # Sync ends the error state on both sides
         self.batch_upstream = False
         self._forwarded = 0
         if session.status is TransactionStatus.IDLE:
@@ -453,53 +517,36 @@ class ExtendedProtocol:
 
     async def poison_now(self) -> None:
         """Fail the backend's transaction block now (between simple-protocol cycles)."""
-        from proxy.server.session import State
-
         self._queue_poison()
         self.session.up.queue(_SYNC)
         await self._relay(stop_when_drained=False, ready=Action.DROP_STOP)
         self.pending.clear()
-        self.session.state = State.READY
+        self.session.enter(State.READY)
 
     async def _relay(self, stop_when_drained: bool, ready: Action = Action.RELAY_STOP) -> None:
-        from proxy.server.session import State
-
         session = self.session
-        copy_in = False
 
         def decide(kind: int, buf: bytearray, start: int, end: int) -> Action:
-            nonlocal copy_in
-            if kind == _READY:
+            if kind == READY_FOR_QUERY:
                 return ready
-            if kind == _ERROR:
+            if kind == ERROR_RESPONSE:
                 poisoned = bool(self.pending) and self.pending[0].poison
                 for pending in reversed(self.pending):
                     if pending.undo is not None:
                         pending.undo()
                 self.pending.clear()
                 if not poisoned:
-                    session.state = State.EXTENDED_ERROR  # the backend now skips until Sync
+                    session.enter(State.EXTENDED_ERROR)  # the backend now skips until Sync
                 if stop_when_drained:
                     return Action.DROP_STOP if poisoned else Action.RELAY_STOP
                 return Action.DROP if poisoned else Action.RELAY
-            if kind == _COPY_IN:
-                copy_in = True
-                return Action.RELAY_STOP
             if self.pending and kind in self.pending[0].completes:
                 self.pending.pop(0)
                 if stop_when_drained and not self.pending:
                     return Action.RELAY_STOP
             return Action.RELAY
 
-        session.flush_client()
-        await session.up.flush()
-        while True:
-            await session.up.relay(session.conn, decide)
-            if not copy_in:
-                return
-            copy_in = False
-            await session.copy_in()
-            await session.up.flush()
+        await session.relay(decide)
 
 
 def _deallocations(sql: str) -> Iterator[re.Match[str]]:

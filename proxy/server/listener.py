@@ -41,8 +41,9 @@ from proxy.provision import (
     STATISTICS_VIEWS_SQL,
 )
 from proxy.server.connection import Connection
+from proxy.server.context import SessionContext
 from proxy.server.loops import loop_factory, loop_name
-from proxy.server.session import Session, SessionContext
+from proxy.server.session import Session
 from proxy.server.upstream import UpstreamAddress
 from proxy.workers import Workers
 from sqlmap.canonical import quote_ident

@@ -15,8 +15,7 @@ import hmac
 import os
 import socket
 import ssl
-import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
@@ -48,10 +47,10 @@ from proxy.wire import (
     TransactionStatus,
     decode_backend,
 )
+from proxy.wire.framing import COPY_IN_RESPONSE, READY_FOR_QUERY, FramingLost, frames
 
 __all__ = ["UpstreamAddress", "Upstream", "Action", "Decide", "passthrough_password"]
 
-_HEADER: Final = struct.Struct("!ci")
 _CONNECT_TIMEOUT: Final = 10.0
 
 
@@ -68,8 +67,6 @@ class Action(Enum):
 #: end).
 Decide = Callable[[int, bytearray, int, int], Action]
 
-_Z: Final = ord("Z")
-_G: Final = ord("G")
 _STATUSES: Final = {ord(s.value): s for s in TransactionStatus}
 
 
@@ -359,13 +356,10 @@ class Upstream:
     async def read_message(self) -> RawMessage:
         """Read one whole message (for start-up and the rare message-level exchanges)."""
         while True:
-            if len(self._buf) >= 5:
-                _, length = _HEADER.unpack_from(self._buf, 0)
-                _check_length(length)
-                if len(self._buf) >= 1 + length:
-                    raw = RawMessage(bytes(self._buf[0:1]), bytes(self._buf[5 : 1 + length]))
-                    del self._buf[: 1 + length]
-                    return raw
+            for kind, start, end in _frames(self._buf):
+                raw = RawMessage(bytes((kind,)), bytes(self._buf[start:end]))
+                del self._buf[:end]
+                return raw
             await self._more()
 
     def _scan(self, client: Connection, decide: Decide) -> bool:
@@ -376,17 +370,10 @@ class Upstream:
         buf = self._buf
         pos = start = 0
         stop = False
-        size = len(buf)
-        while size - pos >= 5:
-            length = _HEADER.unpack_from(buf, pos)[1]
-            _check_length(length)
-            end = pos + 1 + length
-            if end > size:
-                break
-            kind = buf[pos]
-            if kind == _Z and length == 5:
-                self.status = _status(buf[pos + 5])
-            action = decide(kind, buf, pos + 5, end)
+        for kind, payload, end in _frames(buf):
+            if kind == READY_FOR_QUERY and end - payload == 1:
+                self.status = _status(buf[payload])
+            action = decide(kind, buf, payload, end)
             if action is Action.DROP or action is Action.DROP_STOP:
                 if start < pos:
                     client.write(bytes(buf[start:pos]))
@@ -452,7 +439,7 @@ class Upstream:
                 self._buf += memoryview(buf)[pos:]
         if status is not None:
             self.status = status
-        if last == _Z or last == _G:
+        if last == READY_FOR_QUERY or last == COPY_IN_RESPONSE:
             self._fast = None
             done(None, last)
 
@@ -501,11 +488,14 @@ class Upstream:
             self.conn.close()
 
 
-def _check_length(length: int) -> None:
-    if length < 4:
+def _frames(buf: bytes | bytearray) -> Iterator[tuple[int, int, int]]:
+    """`framing.frames`, with lost framing reported as the backend's failure."""
+    try:
+        yield from frames(buf)
+    except FramingLost as e:
         raise ConnectionFailure(
-            f"the PostgreSQL backend sent a malformed message (length {length})"
-        )
+            f"the PostgreSQL backend sent a malformed message (length {e.length})"
+        ) from None
 
 
 def _status(byte: int) -> TransactionStatus:
@@ -530,19 +520,10 @@ def _hop(buf: bytes | bytearray) -> tuple[int, int, TransactionStatus | None]:
     >>> _hop(b"C\x00\x00\x00\x05xZ\x00\x00\x00\x05IN")
     (12, 90, <TransactionStatus.IDLE: 'I'>)
     """
-    pos, size, last = 0, len(buf), 0
-    unpack = _HEADER.unpack_from
-    while size - pos >= 5:
-        length = unpack(buf, pos)[1]
-        if length < 4:
-            _check_length(length)
-        end = pos + 1 + length
-        if end > size:
-            break
-        last = buf[pos]
-        pos = end
-        if last == _Z:
-            return pos, last, _status(buf[end - 1]) if length == 5 else None
-        if last == _G:
+    pos = last = 0
+    for last, payload, pos in _frames(buf):
+        if last == READY_FOR_QUERY:
+            return pos, last, _status(buf[payload]) if pos - payload == 1 else None
+        if last == COPY_IN_RESPONSE:
             break
     return pos, last, None
