@@ -10,6 +10,9 @@ local messages is simply relayed until ReadyForQuery.
 After an error, both sides discard messages until Sync. An error raised here inside a
 transaction (or after pass-through messages in the same batch) is mirrored in the backend with
 a Bind that cannot succeed, so that it rolls back just as PostgreSQL would.
+
+Over ~400 lines because the seven messages' handlers share the statements, the portals and the
+queue of replies still due from the backend: they are one protocol's state, kept in one place.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from proxy.errors import (
     ProtocolViolation,
     SqlSyntaxError,
 )
+from proxy.server.answers import LocalAnswers
 from proxy.server.context import SessionContext
 from proxy.server.states import State
 from proxy.server.upstream import Action, Decide, Upstream
@@ -181,23 +185,9 @@ class ExtendedHost(Protocol):
     def refuse_in_failed_transaction(self) -> None:
         """Raise if the transaction block has failed."""
 
-    def apply_setting(
-        self, setting: tuple[str, str, str | None], formats: Formats, describe: bool
-    ) -> list[Message]:
-        """Run a ``dp.*`` setting command; the messages that answer it."""
-
-    def setting_description(
-        self, setting: tuple[str, str, str | None], formats: Formats
-    ) -> Message:
-        """The RowDescription of SHOW dp.x."""
-
-    async def translate(
-        self, tree: exp.Expr, key: Hashable, bind: Callable[[], exp.Expr] | None = None
-    ) -> tuple[AnswerSpec, Hashable]:
-        """Translate with the session's settings; the spec and its memo key."""
-
-    async def answer_spec(self, spec: AnswerSpec, key: Hashable, sql: str) -> DpResult:
-        """Answer a translated query."""
+    @property
+    def answers(self) -> LocalAnswers:
+        """DP queries and ``dp.*`` settings, answered here."""
 
 
 class ExtendedProtocol:
@@ -323,7 +313,7 @@ class ExtendedProtocol:
         source = tree.args["from_"].this
         types = parameter_types(tree, ctx.translator.cube_for(source), message.param_types)
         # refuse what cannot be answered now
-        spec = None if types else (await self.session.translate(tree, message.sql))[0]
+        spec = None if types else (await self.session.answers.translate(tree, message.sql))[0]
         return Prepared(Route.DP, tree=tree, param_types=types, spec=spec, text=message.sql)
 
     async def bind(self, message: Bind, raw: RawMessage) -> None:
@@ -358,13 +348,13 @@ class ExtendedProtocol:
         if prepared.param_types:
             formats = tuple(message.param_format(i) for i in range(len(message.params)))
             key = (prepared.text, message.params, formats)
-            spec, key = await self.session.translate(
+            spec, key = await self.session.answers.translate(
                 tree,
                 key,
                 lambda: bind_parameters(tree, prepared.param_types, message.params, formats),
             )
         else:
-            spec, key = await self.session.translate(tree, key)
+            spec, key = await self.session.answers.translate(tree, key)
         return Portal(
             Route.DP,
             spec=spec,
@@ -399,14 +389,14 @@ class ExtendedProtocol:
         # the columns do not depend on the values: describe it as if every parameter were NULL
         n = len(prepared.param_types)
         nulls = bind_parameters(prepared.tree, prepared.param_types, [None] * n, [0] * n)
-        return (await self.session.translate(nulls, (prepared.text, (None,) * n)))[0]
+        return (await self.session.answers.translate(nulls, (prepared.text, (None,) * n)))[0]
 
     def _rows(
         self, setting: tuple[str, str, str | None] | None, spec: AnswerSpec | None, formats: Formats
     ) -> Message:
         if setting is not None:
             return (
-                self.session.setting_description(setting, formats)
+                self.session.answers.setting_description(setting, formats)
                 if setting[0] == "SHOW"
                 else NoData()
             )
@@ -424,12 +414,14 @@ class ExtendedProtocol:
         session = self.session
         session.refuse_in_failed_transaction()
         if portal.setting is not None:
-            self.send(*session.apply_setting(portal.setting, portal.formats, describe=False))
+            self.send(
+                *session.answers.apply_setting(portal.setting, portal.formats, describe=False)
+            )
             return
         if portal.result is None:
             assert portal.spec is not None
             session.flush_client()  # what came before reaches the client while we compute
-            portal.result = await session.answer_spec(portal.spec, portal.key, portal.text)
+            portal.result = await session.answers.answer_spec(portal.spec, portal.key, portal.text)
             self.send(*notices(portal.result))
         result = portal.result
         total = len(result.rows)

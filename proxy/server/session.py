@@ -3,13 +3,15 @@
 A session is one asyncio task that moves through the named states of `proxy.server.states`,
 each with one handler, every move through `Session.enter`. The start-up and SCRAM are
 `proxy.server.handshake`; statements are routed before anything runs (`proxy.dp.routing`): DP
-queries are answered here, ``dp.*`` settings kept here, everything else relayed to the session's
-own pass-through connection (`proxy.server.upstream`). The extended query protocol lives in
-`proxy.server.extended`; handshake and extended see the session through the narrow interfaces
-they declare (`Handshaking`, `ExtendedHost`).
+queries and ``dp.*`` settings are answered by `proxy.server.answers`, everything else relayed to
+the session's own pass-through connection (`proxy.server.upstream`) by the one relay loop,
+`Session.relay`. The extended query protocol lives in `proxy.server.extended`; handshake and
+extended see the session through the narrow interfaces they declare (`Handshaking`,
+`ExtendedHost`).
 
-Over ~400 lines because the fast relay (IDLE, RELAYING) and the task's loop share the client
-buffer and the state: split, each half would reach into the other's fields.
+Over ~400 lines because the fast relay (IDLE, RELAYING), the task's loop and the simple
+protocol share the client buffer, the handoff and the state: split, each part would reach into
+the others' fields.
 """
 
 from __future__ import annotations
@@ -17,13 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable
 from typing import Final
 
-from sqlglot import exp
-
-from proxy.answering import DpResult
-from proxy.dp.results import TEXT_ONLY, Formats, data_rows, notices, row_description
+from proxy.dp.results import TEXT_ONLY, data_rows, notices, row_description
 from proxy.dp.routing import Route, Statement
 from proxy.dp.settings import DpSettings
 from proxy.errors import (
@@ -34,10 +33,10 @@ from proxy.errors import (
     InvalidAuthorization,
     ProgramLimitExceeded,
     ProtocolViolation,
-    QueryCanceled,
     UnsupportedQuery,
 )
 from proxy.logs import event
+from proxy.server.answers import LocalAnswers
 from proxy.server.connection import Connection
 from proxy.server.context import CancelKey, SessionContext
 from proxy.server.extended import ExtendedProtocol
@@ -47,14 +46,12 @@ from proxy.server.upstream import Action, Decide, Upstream
 from proxy.wire import (
     FRONTEND_LIMITS,
     CommandComplete,
-    DataRow,
     ErrorResponse,
     Message,
     MessageBuffer,
     Query,
     RawMessage,
     ReadyForQuery,
-    RowDescription,
     TransactionStatus,
     decode_frontend,
     encode_all,
@@ -68,8 +65,6 @@ from proxy.wire.framing import (
     one_frame,
     reframe,
 )
-from proxy.wire.types import Oid, column
-from sqlmap.translate import AnswerSpec
 
 __all__ = ["Session", "AUTH_TIMEOUT"]
 
@@ -102,12 +97,11 @@ class Session:
         )
         self._whole_limit = statement + 1  # the longest Query `_relay_whole` takes
         self._user = ""
-        self.settings = DpSettings()
+        self.answers = LocalAnswers(ctx)
         self.upstream: Upstream | None = None
         self._key: CancelKey | None = None
         self._peer = str(conn.get_extra_info("peername") or "unix")
         self._out = bytearray()
-        self._dp_task: asyncio.Future[DpResult] | None = None
         # what the client did that the task must see
         self._waiter: asyncio.Future[None] | None = None
         self._fed = 0
@@ -177,7 +171,12 @@ class Session:
 
     def use_settings(self, settings: DpSettings) -> None:
         """Start with these ``dp.*`` settings."""
-        self.settings = settings
+        self.answers = LocalAnswers(self.ctx, self._user, settings)
+
+    @property
+    def settings(self) -> DpSettings:
+        """The session's ``dp.*`` settings now."""
+        return self.answers.settings
 
     def connected(self, upstream: Upstream) -> CancelKey:
         """Keep the pass-through connection; register and return the session's cancel key."""
@@ -275,9 +274,7 @@ class Session:
     async def cancel(self) -> None:
         """Cancel what the session runs: a DP answer here, or the backend's statement."""
         event("cancel", user=self._user)
-        if self._dp_task is not None and not self._dp_task.done():
-            self._dp_task.cancel()
-        elif self.upstream is not None:
+        if not self.answers.cancel() and self.upstream is not None:
             await self.upstream.cancel()
 
     # -- client I/O -------------------------------------------------------------------------
@@ -685,10 +682,10 @@ class Session:
             self.refuse_in_failed_transaction()
             if statement.route is Route.SETTING:
                 assert statement.setting is not None
-                self.send(*self.apply_setting(statement.setting, TEXT_ONLY, describe=True))
+                self.send(*self.answers.apply_setting(statement.setting, TEXT_ONLY, describe=True))
                 return True
             assert statement.parsed is not None
-            result = await self.answer(statement.parsed, statement.text)
+            result = await self.answers.answer(statement.parsed, statement.text)
         except DpproxyError as e:
             self.error(e, statement.start)
             await self.poison_if_in_transaction()
@@ -710,80 +707,6 @@ class Session:
                 "current transaction is aborted, commands ignored until end of transaction block"
             )
 
-    def apply_setting(
-        self, setting: tuple[str, str, str | None], formats: Formats, describe: bool
-    ) -> list[Message]:
-        """SET / RESET / SHOW of a dp.* setting; the messages that answer it."""
-        verb, name, value = setting
-        if verb == "SHOW":
-            text = self.settings.show(name, self.ctx.defaults)
-            header = [self.setting_description(setting, formats)] if describe else []
-            # text is the same bytes in both formats
-            return [*header, DataRow((text.encode("utf-8"),)), CommandComplete("SHOW")]
-        self.settings = self.settings.set(name, value)
-        event("setting", user=self.user, setting=name, value=value)
-        return [CommandComplete(verb)]
-
-    @staticmethod
-    def setting_description(setting: tuple[str, str, str | None], formats: Formats) -> Message:
-        """The RowDescription of SHOW dp.x (a text column named after the setting)."""
-        return RowDescription((column(setting[1], Oid.TEXT, formats(0, 1)),))
-
-    async def translate(
-        self, tree: exp.Expr, key: Hashable, bind: Callable[[], exp.Expr] | None = None
-    ) -> tuple[AnswerSpec, Hashable]:
-        """Translate with the session's accuracy settings, remembered under ``key``.
-
-        ``key`` is the SQL text and any bound values; ``bind`` makes the tree to translate
-        when the memo has none. Returns the spec and its full memo key.
-        """
-        defaults = self.settings.defaults(self.ctx.defaults)
-        full_key = (key, defaults)
-
-        def translate() -> AnswerSpec:
-            return self.ctx.translator.translate_parsed(
-                bind() if bind is not None else tree, defaults
-            )
-
-        return await self.ctx.memo.spec(full_key, translate), full_key
-
-    async def answer(self, tree: exp.Expr, key: str) -> DpResult:
-        """Translate and answer a DP query with the session's settings; cancellable."""
-        spec, full_key = await self.translate(tree, key)
-        return await self.answer_spec(spec, full_key, key)
-
-    async def answer_spec(self, spec: AnswerSpec, key: Hashable, sql: str) -> DpResult:
-        """Answer a translated query; a CancelRequest stops it with 57014.
-
-        ``sql`` is the query's text, for the audit log.
-
-        An answer the memo holds for ``key`` (given from the same history) is sent again
-        without asking the engine.
-        """
-        table = spec.cube.qualified_name
-        memo = self.ctx.memo
-        kept = memo.answer(key, spec.cube)
-        if kept is not None:
-            await self.ctx.service.log_repeat(spec, kept, self.user, sql)
-            _log_answer(self.user, table, kept, memo=True)
-            return kept
-        version = memo.version(spec.cube)
-        task = asyncio.ensure_future(self.ctx.service.answer(spec, user=self.user, sql=sql))
-        self._dp_task = task
-        try:
-            result = await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():  # the session itself is cancelled
-                task.cancel()
-                raise
-            raise QueryCanceled("canceling statement due to user request") from None
-        finally:
-            self._dp_task = None
-        memo.remember(key, version, result)
-        _log_answer(self.user, table, result)
-        return result
-
     async def poison_if_in_transaction(self) -> None:
         """After a local error inside a transaction block, fail the backend's transaction too.
 
@@ -791,23 +714,6 @@ class Session:
         """
         if self.upstream is not None and self.status is TransactionStatus.IN_TRANSACTION:
             await self.extended.poison_now()
-
-
-def _log_answer(user: str, table: str, result: DpResult, memo: bool = False) -> None:
-    """Who asked, on which table, where the answer came from and what it cost; no values."""
-    sources = sorted({r.source for r in result.replies})
-    charged = max((float(r.budget_charged) for r in result.replies), default=0.0)
-    remaining = min((float(r.budget_remaining) for r in result.replies), default=None)
-    event(
-        "dp_answer",
-        user=user,
-        table=table,
-        values=len(result.replies),
-        source=",".join(sources),
-        memo=memo or None,
-        budget_charged_max=f"{charged:.6g}",
-        budget_remaining=None if remaining is None else f"{remaining:.6g}",
-    )
 
 
 def _query_text(raw: RawMessage) -> str:
