@@ -217,7 +217,7 @@ def _provision(config: Config, dsn: str, load_demo: bool) -> int:
     import psycopg
 
     from proxy.demo import load_adult
-    from proxy.provision import PASSTHROUGH_ROLE, READER_ROLE, provision_roles
+    from proxy.storage.provision import PASSTHROUGH_ROLE, READER_ROLE, provision_roles
 
     backend = config.backend
     try:

@@ -6,6 +6,7 @@ at module level, under ``if TYPE_CHECKING:``, or inside a function. The rules:
 - ``sqlmap`` imports nothing of ``proxy``; ``sqlmap.errors`` (the bottom) imports nothing of ours.
 - ``proxy.engine`` imports, of ``proxy``, only ``proxy.engine.*`` and ``proxy.errors`` (the
   engine raises ``InvalidParameterValue`` and ``BudgetExhausted``); ``sqlmap`` it may use.
+- ``proxy.storage`` imports nothing of ``proxy.server``.
 - The graph of all these imports has no cycle. A deferred import (in a function or under
   ``TYPE_CHECKING``) that closes a cycle is a cycle dodged, not removed, so it counts too.
   Deferred imports that close no cycle (the CLI's lazy start-up) are fine.
@@ -168,6 +169,11 @@ def test_engine_imports_only_engine_and_errors_of_proxy(imports: list[Import]) -
         and not (_in(i.target, "proxy.engine") or i.target == "proxy.errors")
     ]
     assert not bad, "the engine must not import the server or storage:\n" + show(bad)
+
+
+def test_storage_never_imports_the_server(imports: list[Import]) -> None:
+    bad = [i for i in imports if _in(i.importer, "proxy.storage") and _in(i.target, "proxy.server")]
+    assert not bad, "storage sits below the server:\n" + show(bad)
 
 
 def test_no_import_cycles(imports: list[Import]) -> None:

@@ -10,11 +10,11 @@ import pytest
 
 from proxy import ledger_admin
 from proxy.answering import DpService
-from proxy.backend import Reader
 from proxy.config import load_config
-from proxy.durable import DurableLedger
 from proxy.errors import ConfigError
-from proxy.provision import BackendRoles
+from proxy.storage.postgres_ledger import PostgresLedgerStore
+from proxy.storage.provision import BackendRoles
+from proxy.storage.reader import Reader
 from sqlmap.cube import CategoricalDimension, Cube
 from sqlmap.translate import Translator
 
@@ -26,7 +26,7 @@ SQL = "SELECT COUNT(*) FROM adult WHERE sex = 'Female' WITH ACCURACY 40"
 async def ask(
     dsn: str, roles: BackendRoles, ledger_schema: str, cube: Cube, sql: str
 ) -> tuple[str, DpService]:
-    ledger = await DurableLedger.open(dsn, [cube], ledger_schema)
+    ledger = await PostgresLedgerStore.open(dsn, [cube], ledger_schema)
     reader = await Reader.connect(roles.reader_dsn)
     try:
         service = await DpService.open_durable([cube], reader, ledger)
@@ -83,7 +83,7 @@ def test_rekey_carries_the_spent_budget(
         with pytest.raises(
             ConfigError, match="the cube differs from the one its ledger was written for"
         ):
-            await DurableLedger.open(pg_dsn, [narrower], ledger_schema)
+            await PostgresLedgerStore.open(pg_dsn, [narrower], ledger_schema)
         assert await ledger_admin.rekey(pg_dsn, narrower, ledger_schema) == spent
         with pytest.raises(ConfigError, match="nothing to rekey"):
             await ledger_admin.rekey(pg_dsn, narrower, ledger_schema)

@@ -16,7 +16,6 @@ from scramp import ScramClient
 
 from proxy.answering import DpService
 from proxy.auth import make_verifier, parse_verifier
-from proxy.backend import Reader
 from proxy.config import load_config
 from proxy.dp.memo import DpMemo
 from proxy.dp.routing import Router
@@ -26,6 +25,7 @@ from proxy.server.context import SessionContext
 from proxy.server.session import Session
 from proxy.server.states import NEXT, State
 from proxy.server.upstream import Upstream, UpstreamAddress
+from proxy.storage.reader import Reader
 from proxy.wire import (
     AuthResponse,
     Bind,

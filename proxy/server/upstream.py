@@ -9,13 +9,11 @@ message a caller asks for (ReadyForQuery, the end of one extended-protocol reply
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
-import hmac
 import os
 import socket
 import ssl
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
@@ -23,7 +21,7 @@ from typing import Final
 import scramp
 from psycopg.conninfo import conninfo_to_dict
 
-from proxy.auth import MECHANISM, md5_password
+from proxy.auth import MECHANISM, md5_password, passthrough_password
 from proxy.errors import ConnectionFailure
 from proxy.server.connection import Connection
 from proxy.wire import (
@@ -49,7 +47,7 @@ from proxy.wire import (
 )
 from proxy.wire.framing import COPY_IN_RESPONSE, READY_FOR_QUERY, FramingLost, frames
 
-__all__ = ["UpstreamAddress", "Upstream", "Action", "Decide", "passthrough_password"]
+__all__ = ["UpstreamAddress", "Upstream", "Action", "Decide"]
 
 _CONNECT_TIMEOUT: Final = 10.0
 
@@ -68,19 +66,6 @@ class Action(Enum):
 Decide = Callable[[int, bytearray, int, int], Action]
 
 _STATUSES: Final = {ord(s.value): s for s in TransactionStatus}
-
-
-def passthrough_password(secret: str, role: str) -> str:
-    """The password of pass-through role ``role``: an HMAC of its name under ``secret``.
-
-    `dpproxy provision` installs its SCRAM verifier; dpproxy derives it again to log in, so no
-    per-analyst password is stored anywhere.
-
-    >>> passthrough_password("s", "dpproxy_pt_alice")
-    'EaahoPwfj1-ahDiLJmSsMmJL_C2loFn-oINT41-188c'
-    """
-    digest = hmac.new(secret.encode(), b"dpproxy passthrough\0" + role.encode(), "sha256")
-    return base64.urlsafe_b64encode(digest.digest()).decode().rstrip("=")
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,10 +341,13 @@ class Upstream:
     async def read_message(self) -> RawMessage:
         """Read one whole message (for start-up and the rare message-level exchanges)."""
         while True:
-            for kind, start, end in _frames(self._buf):
-                raw = RawMessage(bytes((kind,)), bytes(self._buf[start:end]))
-                del self._buf[:end]
-                return raw
+            try:
+                for kind, start, end in frames(self._buf):
+                    raw = RawMessage(bytes((kind,)), bytes(self._buf[start:end]))
+                    del self._buf[:end]
+                    return raw
+            except FramingLost as e:
+                raise _malformed(e) from None
             await self._more()
 
     def _scan(self, client: Connection, decide: Decide) -> bool:
@@ -370,18 +358,21 @@ class Upstream:
         buf = self._buf
         pos = start = 0
         stop = False
-        for kind, payload, end in _frames(buf):
-            if kind == READY_FOR_QUERY and end - payload == 1:
-                self.status = _status(buf[payload])
-            action = decide(kind, buf, payload, end)
-            if action is Action.DROP or action is Action.DROP_STOP:
-                if start < pos:
-                    client.write(bytes(buf[start:pos]))
-                start = end
-            pos = end
-            if action is Action.RELAY_STOP or action is Action.DROP_STOP:
-                stop = True
-                break
+        try:
+            for kind, payload, end in frames(buf):
+                if kind == READY_FOR_QUERY and end - payload == 1:
+                    self.status = _status(buf[payload])
+                action = decide(kind, buf, payload, end)
+                if action is Action.DROP or action is Action.DROP_STOP:
+                    if start < pos:
+                        client.write(bytes(buf[start:pos]))
+                    start = end
+                pos = end
+                if action is Action.RELAY_STOP or action is Action.DROP_STOP:
+                    stop = True
+                    break
+        except FramingLost as e:
+            raise _malformed(e) from None
         if start < pos:
             client.write(bytes(buf[start:pos]))
         del buf[:pos]
@@ -488,14 +479,11 @@ class Upstream:
             self.conn.close()
 
 
-def _frames(buf: bytes | bytearray) -> Iterator[tuple[int, int, int]]:
-    """`framing.frames`, with lost framing reported as the backend's failure."""
-    try:
-        yield from frames(buf)
-    except FramingLost as e:
-        raise ConnectionFailure(
-            f"the PostgreSQL backend sent a malformed message (length {e.length})"
-        ) from None
+def _malformed(lost: FramingLost) -> ConnectionFailure:
+    """Lost framing, reported as the backend's failure."""
+    return ConnectionFailure(
+        f"the PostgreSQL backend sent a malformed message (length {lost.length})"
+    )
 
 
 def _status(byte: int) -> TransactionStatus:
@@ -521,9 +509,12 @@ def _hop(buf: bytes | bytearray) -> tuple[int, int, TransactionStatus | None]:
     (12, 90, <TransactionStatus.IDLE: 'I'>)
     """
     pos = last = 0
-    for last, payload, pos in _frames(buf):
-        if last == READY_FOR_QUERY:
-            return pos, last, _status(buf[payload]) if pos - payload == 1 else None
-        if last == COPY_IN_RESPONSE:
-            break
+    try:
+        for last, payload, pos in frames(buf):
+            if last == READY_FOR_QUERY:
+                return pos, last, _status(buf[payload]) if pos - payload == 1 else None
+            if last == COPY_IN_RESPONSE:
+                break
+    except FramingLost as e:
+        raise _malformed(e) from None
     return pos, last, None
