@@ -14,7 +14,7 @@ from sqlglot import exp
 
 from proxy.answering import DpResult
 from proxy.dp.results import Formats
-from proxy.dp.settings import DpSettings
+from proxy.dp.settings import DpSettings, SettingCommand, Verb
 from proxy.errors import QueryCanceled
 from proxy.logs import event
 from proxy.server.context import SessionContext
@@ -50,23 +50,22 @@ class LocalAnswers:
         return True
 
     def apply_setting(
-        self, setting: tuple[str, str, str | None], formats: Formats, describe: bool
+        self, command: SettingCommand, formats: Formats, describe: bool
     ) -> list[Message]:
         """SET / RESET / SHOW of a dp.* setting; the messages that answer it."""
-        verb, name, value = setting
-        if verb == "SHOW":
-            text = self.settings.show(name, self.ctx.defaults)
-            header = [self.setting_description(setting, formats)] if describe else []
+        if command.verb is Verb.SHOW:
+            text = self.settings.show(command.name, self.ctx.defaults)
+            header = [self.setting_description(command, formats)] if describe else []
             # text is the same bytes in both formats
             return [*header, DataRow((text.encode("utf-8"),)), CommandComplete("SHOW")]
-        self.settings = self.settings.set(name, value)
-        event("setting", user=self.user, setting=name, value=value)
-        return [CommandComplete(verb)]
+        self.settings = self.settings.set(command.name, command.value)
+        event("setting", user=self.user, setting=command.name, value=command.value)
+        return [CommandComplete(command.verb.value)]
 
     @staticmethod
-    def setting_description(setting: tuple[str, str, str | None], formats: Formats) -> Message:
+    def setting_description(command: SettingCommand, formats: Formats) -> Message:
         """The RowDescription of SHOW dp.x (a text column named after the setting)."""
-        return RowDescription((column(setting[1], Oid.TEXT, formats(0, 1)),))
+        return RowDescription((column(command.name, Oid.TEXT, formats(0, 1)),))
 
     async def translate(
         self, tree: exp.Expr, key: Hashable, bind: Callable[[], exp.Expr] | None = None

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import dataclass
-from typing import Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from sqlglot import exp
 
@@ -30,6 +30,7 @@ from proxy.dp.parameters import bind as bind_parameters
 from proxy.dp.parameters import parameter_types
 from proxy.dp.results import TEXT_ONLY, Formats, data_rows, notices, row_description
 from proxy.dp.routing import Route
+from proxy.dp.settings import SettingCommand, Verb
 from proxy.errors import (
     DpproxyError,
     DuplicateCursor,
@@ -103,7 +104,7 @@ class Prepared:
 
     route: Route
     tree: exp.Expr | None = None
-    setting: tuple[str, str, str | None] | None = None
+    setting: SettingCommand | None = None
     param_types: tuple[int, ...] = ()
     spec: AnswerSpec | None = None  # a DP query without parameters, translated at Parse
     text: str = ""
@@ -117,7 +118,7 @@ class Portal:
     spec: AnswerSpec | None = None
     key: Hashable = None  # the spec's memo key
     text: str = ""
-    setting: tuple[str, str, str | None] | None = None
+    setting: SettingCommand | None = None
     formats: Formats = TEXT_ONLY
     result: DpResult | None = None
     sent: int = 0
@@ -202,6 +203,15 @@ class ExtendedProtocol:
         self.local_failure = False  # an error raised here since the last Sync
         self._forwarded = 0  # bytes forwarded since the backend last replied to all of them
         self._poison = Bind("", f"dpproxy_rollback_{secrets.token_hex(8)}").encode()
+        # each message's handler, by its class (Sync, which ends an error state, comes first)
+        self._handlers: dict[type[Message], Callable[[Any, RawMessage], Awaitable[None]]] = {
+            Parse: self.parse,
+            Bind: self.bind,
+            Describe: self.describe,
+            Execute: self.execute,
+            Close: self.close,
+            Flush: self.flush,
+        }
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -212,18 +222,7 @@ class ExtendedProtocol:
             return
         try:
             message = decode_frontend(raw)
-            if isinstance(message, Parse):
-                await self.parse(message, raw)
-            elif isinstance(message, Bind):
-                await self.bind(message, raw)
-            elif isinstance(message, Describe):
-                await self.describe(message, raw)
-            elif isinstance(message, Execute):
-                await self.execute(message, raw)
-            elif isinstance(message, Close):
-                await self.close(message, raw)
-            elif isinstance(message, Flush):
-                await self.flush()
+            await self._handlers[type(message)](message, raw)
         except DpproxyError as e:
             await self.fail(e)
         await self._relieve()
@@ -392,14 +391,12 @@ class ExtendedProtocol:
         return (await self.session.answers.translate(nulls, (prepared.text, (None,) * n)))[0]
 
     def _rows(
-        self, setting: tuple[str, str, str | None] | None, spec: AnswerSpec | None, formats: Formats
+        self, setting: SettingCommand | None, spec: AnswerSpec | None, formats: Formats
     ) -> Message:
         if setting is not None:
-            return (
-                self.session.answers.setting_description(setting, formats)
-                if setting[0] == "SHOW"
-                else NoData()
-            )
+            if setting.verb is Verb.SHOW:
+                return self.session.answers.setting_description(setting, formats)
+            return NoData()
         assert spec is not None
         return row_description(result_columns(spec), formats)
 
@@ -455,7 +452,7 @@ class ExtendedProtocol:
             return Route.PASSTHROUGH, None
         return entry.route, _restore(table, name, entry)
 
-    async def flush(self) -> None:
+    async def flush(self, message: Flush, raw: RawMessage) -> None:
         """Flush: everything so far reaches the client."""
         await self.drain()
         self.session.flush_client()
