@@ -61,8 +61,12 @@ def test_an_unreachable_backend(tmp_path: Path) -> None:
 
 
 def test_a_port_already_taken(adult_dsn: str, tmp_path: Path) -> None:
+    # an analyst database of its own: its dp views are this ledger's, whatever ran before
     roles = provision_roles(
-        adult_dsn, load_config(ROOT / "config.yaml").cubes, ledger_schema="dpproxy"
+        adult_dsn,
+        load_config(ROOT / "config.yaml").cubes,
+        ledger_schema="dpproxy",
+        analyst_database="serve_errors",
     )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
