@@ -20,11 +20,12 @@ from proxy.config import load_config
 from proxy.dp.memo import DpMemo
 from proxy.dp.routing import Router
 from proxy.engine.history import InMemoryHistoryStore
+from proxy.server.address import UpstreamAddress
 from proxy.server.connection import Connection
 from proxy.server.context import SessionContext
 from proxy.server.session import Session
 from proxy.server.states import NEXT, State
-from proxy.server.upstream import Upstream, UpstreamAddress
+from proxy.server.upstream import Upstream
 from proxy.storage.reader import Reader
 from proxy.wire import (
     AuthResponse,
