@@ -129,14 +129,15 @@ def test_views_show_budget_and_history(pg_dsn: str, ledger_schema: str) -> None:
             "FROM dp.budget"
         ).fetchall()
         history = conn.execute(
-            "SELECT table_name, user_name, source, cells, weights, budget, noisy_answer, "
-            "half_width, confidence, reusable FROM dp.history ORDER BY id"
+            "SELECT h.table_name, user_name, source, n_cells, cells, weights, budget, "
+            "noisy_answer, half_width, confidence, reusable "
+            "FROM dp.history h JOIN dp.history_vectors USING (id) ORDER BY id"
         ).fetchall()
     # cell 1 paid both: 1/4 + 1/8
     assert budget == [("public.people", 1.0, 0.375, 0.625, 1, 1, 1, 1)]
     assert history == [
-        ("public.people", "analyst", "fresh", [0, 1], [1.0, 1.0], 0.25, 12.0, 10.0, 0.95, True),
-        ("public.people", "analyst", "fresh", [1, 2], [1.0, 1.0], 0.125, 3.0, 10.0, 0.95, True),
+        ("public.people", "analyst", "fresh", 2, [0, 1], [1.0, 1.0], 0.25, 12.0, 10.0, 0.95, True),
+        ("public.people", "analyst", "fresh", 2, [1, 2], [1.0, 1.0], 0.125, 3.0, 10.0, 0.95, True),
     ]
 
 
@@ -175,3 +176,29 @@ def test_concurrent_answers_share_audit_writes(pg_dsn: str, ledger_schema: str) 
         await ledger.close()
 
     asyncio.run(run())
+
+
+def test_an_older_history_view_is_replaced(pg_dsn: str, ledger_schema: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA IF NOT EXISTS dp")
+        conn.execute("DROP VIEW IF EXISTS dp.history")
+        # the shape before: per-cell arrays and requested_eps
+        conn.execute(
+            "CREATE VIEW dp.history AS SELECT 1 AS id, ARRAY[1] AS cells, "
+            "ARRAY[1.0] AS weights, 2.0::float8 AS requested_eps"
+        )
+
+    async def run() -> None:
+        await (await PostgresLedgerStore.open(pg_dsn, [CUBE], ledger_schema)).close()
+
+    asyncio.run(run())
+    with psycopg.connect(pg_dsn) as conn:
+        columns = [
+            r[0]
+            for r in conn.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = 'dp.history'::regclass "
+                "AND attnum > 0 ORDER BY attnum"
+            )
+        ]
+    assert "cells" not in columns and "requested_eps" not in columns
+    assert {"n_cells", "requested_accuracy", "sql_text", "budget"} <= set(columns)

@@ -10,6 +10,7 @@ import pytest
 
 from proxy import ledger_admin
 from proxy.answering import DpService
+from proxy.cli import main
 from proxy.config import load_config
 from proxy.errors import ConfigError
 from proxy.storage.postgres_ledger import PostgresLedgerStore
@@ -94,3 +95,21 @@ def test_rekey_carries_the_spent_budget(
         assert state.spent == service.engine(narrower).ledger.spent
 
     asyncio.run(run())
+
+
+def test_cli_history_prints_budgets_as_decimals(
+    pg_dsn: str,
+    roles: BackendRoles,
+    ledger_schema: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    asyncio.run(ask(pg_dsn, roles, ledger_schema, CUBE, SQL))
+    config = tmp_path / "config.yaml"
+    config.write_text(Path(CONFIG.source).read_text() + f"ledger:\n  schema: {ledger_schema}\n")
+    # --config after the command, as for serve's --host and --port
+    assert main(["ledger", "--config", str(config), "--dsn", pg_dsn, "history"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    budget = line.split(" budget ")[1].split()[0]
+    assert "/" not in budget and 0 < float(budget) < 1, line
+    assert line.endswith(f"fresh budget {budget} user analyst: {SQL}")

@@ -51,11 +51,19 @@ class DpSettings:
     accuracy: float | None = None
     confidence: float | None = None
 
-    def set(self, name: str, value: str | None) -> DpSettings:
-        """A copy with ``name`` set to ``value`` (None: back to the default)."""
+    def set(self, name: str, value: str | None, start: DpSettings | None = None) -> DpSettings:
+        """A copy with ``name`` set to ``value``.
+
+        None (``RESET``, ``SET ... TO DEFAULT``) goes back to the value the session started
+        with (``start``, from the startup packet's options), as PostgreSQL's RESET does.
+
+        >>> start = DpSettings(accuracy=77.0)
+        >>> DpSettings(accuracy=5.0).set("dp.accuracy", None, start).accuracy
+        77.0
+        """
         field = _field(name)
         if value is None:
-            return replace(self, **{field: None})
+            return replace(self, **{field: getattr(start, field) if start else None})
         text = value.strip().strip("'\"")
         try:
             number = float(text)

@@ -39,7 +39,7 @@ class LocalAnswers:
     ) -> None:
         self.ctx = ctx
         self.user = user
-        self.settings = settings or DpSettings()
+        self.settings = self.start_settings = settings or DpSettings()
         self._running: asyncio.Future[DpResult] | None = None
 
     def cancel(self) -> bool:
@@ -58,7 +58,7 @@ class LocalAnswers:
             header = [self.setting_description(command, formats)] if describe else []
             # text is the same bytes in both formats
             return [*header, DataRow((text.encode("utf-8"),)), CommandComplete("SHOW")]
-        self.settings = self.settings.set(command.name, command.value)
+        self.settings = self.settings.set(command.name, command.value, self.start_settings)
         event("setting", user=self.user, setting=command.name, value=command.value)
         return [CommandComplete(command.verb.value)]
 

@@ -83,9 +83,15 @@ class Server:
     async def start(self, host: str, port: int) -> None:
         """Listen on host:port (port 0: any free port)."""
         loop = asyncio.get_running_loop()
-        self._listener = await loop.create_server(
-            lambda: Connection(self._accept), host, port, reuse_address=True
-        )
+        try:
+            self._listener = await loop.create_server(
+                lambda: Connection(self._accept), host, port, reuse_address=True
+            )
+        except OSError as e:
+            raise ConfigError(
+                f"listen: cannot listen on {host}:{port}: {e.strerror or e}",
+                hint="another server may hold that port: choose one with --port or listen.port",
+            ) from None
         event("listening", host=host, port=self.port, event_loop=loop_name(loop))
 
     @property

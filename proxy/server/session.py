@@ -239,10 +239,9 @@ class Session:
         if self.upstream is not None:
             self.upstream.close()
             self.upstream = None
-        if self._state is not State.CLOSED:
-            self.enter(State.CLOSED)
-            if self._user:
-                event("session_closed", user=self._user, peer=self._peer)
+        self.enter(State.CLOSED)  # a Terminate or a shutdown may have entered it already
+        if self._user:
+            event("session_closed", user=self._user, peer=self._peer)
         if not self.conn.is_closing():
             self.flush_client()
             self.conn.close()

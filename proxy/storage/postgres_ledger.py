@@ -140,14 +140,25 @@ CROSS JOIN LATERAL (
     FROM {schema}.answers WHERE table_id = t.id) a;
 CREATE OR REPLACE VIEW dp.history AS
 SELECT m.id, t.name AS table_name, m.created_at, m.user_name, m.source, m.sql_text,
-       m.cells, m.weights, m.query_offset, m.sensitivity, """
+       cardinality(m.cells) AS n_cells, """
     + _AS_FLOAT.format("m.budget")
     + """ AS budget,
-       m.noisy_answer, m.requested_eps, m.requested_confidence, m.half_width, m.confidence,
+       m.noisy_answer, m.requested_eps AS requested_accuracy, m.requested_confidence,
+       m.half_width, m.confidence,
        (m.fingerprint = t.fingerprint AND m.data_version = t.data_version) AS reusable
+FROM {schema}.measurements m JOIN {schema}.tables t ON t.id = m.table_id;
+CREATE OR REPLACE VIEW dp.history_vectors AS
+SELECT m.id, t.name AS table_name, m.cells, m.weights, m.query_offset, m.sensitivity
 FROM {schema}.measurements m JOIN {schema}.tables t ON t.id = m.table_id;
 """
 )
+
+#: Views whose columns changed (CREATE OR REPLACE VIEW cannot drop or rename columns): the
+#: arrays of dp.history moved to dp.history_vectors, requested_eps became requested_accuracy.
+_OLD_VIEWS = """
+SELECT EXISTS (SELECT FROM pg_attribute
+               WHERE attrelid = to_regclass('dp.history') AND attname = 'cells')
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,11 +382,14 @@ async def _register_locked(
         f"{schema}.tables",
     ):
         await conn.execute(_UPGRADE.format(schema=schema))
+    if await conn.fetchval(_OLD_VIEWS):
+        await conn.execute("DROP VIEW dp.history")
     await conn.execute(_VIEWS.format(schema=schema))
     if analyst_role is not None:
         role = quote_ident(analyst_role)
         await conn.execute(
-            f"GRANT USAGE ON SCHEMA dp TO {role}; GRANT SELECT ON dp.budget, dp.history TO {role}"
+            f"GRANT USAGE ON SCHEMA dp TO {role}; "
+            f"GRANT SELECT ON dp.budget, dp.history, dp.history_vectors TO {role}"
         )
     for cube in cubes:
         row = await conn.fetchrow(
