@@ -20,11 +20,12 @@ from proxy.config import load_config
 from proxy.dp.memo import DpMemo
 from proxy.dp.routing import Router
 from proxy.engine.history import InMemoryHistoryStore
+from proxy.server.address import UpstreamAddress
 from proxy.server.connection import Connection
 from proxy.server.context import SessionContext
 from proxy.server.session import Session
 from proxy.server.states import NEXT, State
-from proxy.server.upstream import Upstream, UpstreamAddress
+from proxy.server.upstream import Upstream
 from proxy.storage.reader import Reader
 from proxy.wire import (
     AuthResponse,
@@ -132,10 +133,16 @@ def context(upstream: UpstreamAddress = NOWHERE) -> SessionContext:
     )
 
 
-async def settle() -> None:
-    """Let the session's task and callbacks run until they wait on something."""
+async def settle(until: Callable[[], bool] | None = None) -> None:
+    """Let the session's task and callbacks run until they wait on something.
+
+    Routing runs in a worker thread: a step that waits for it names the state it ends in.
+    """
     for _ in range(20):
         await asyncio.sleep(0)
+    async with asyncio.timeout(10):
+        while until is not None and not until():
+            await asyncio.sleep(0.001)
 
 
 def run(loop: asyncio.AbstractEventLoop, test: Callable[[], Awaitable[None]]) -> None:
@@ -236,11 +243,26 @@ class Connected:
         return sent
 
 
-def test_the_fast_relay_goes_idle_relaying_idle(loop: asyncio.AbstractEventLoop) -> None:
+Scenario = Callable[["Connected"], Awaitable[None]]
+
+
+def drive(loop: asyncio.AbstractEventLoop, scenario: Scenario) -> None:
+    """Run ``scenario`` on a connected session that has settled (IDLE), then stop its task."""
+
     async def test() -> None:
         s = Connected()
         await settle()
         assert s.session.state is State.IDLE
+        try:
+            await scenario(s)
+        finally:
+            s.task.cancel()
+
+    run(loop, test)
+
+
+def test_the_fast_relay_goes_idle_relaying_idle(loop: asyncio.AbstractEventLoop) -> None:
+    async def scenario(s: Connected) -> None:
         s.from_client(Query("SELECT 1"))
         assert s.session.state is State.RELAYING  # sent from the callback, the task asleep
         assert s.to_backend() == Query("SELECT 1").encode()
@@ -253,15 +275,12 @@ def test_the_fast_relay_goes_idle_relaying_idle(loop: asyncio.AbstractEventLoop)
         s.from_backend(CommandComplete("SELECT 1"), ReadyForQuery(TransactionStatus.IDLE))
         assert s.to_backend() == Query("SELECT 3").encode()
         assert s.session.state is State.RELAYING
-        s.task.cancel()
 
-    run(loop, test)
+    drive(loop, scenario)
 
 
 def test_copy_from_stdin_hands_the_relay_to_the_task(loop: asyncio.AbstractEventLoop) -> None:
-    async def test() -> None:
-        s = Connected()
-        await settle()
+    async def scenario(s: Connected) -> None:
         s.from_client(Query("COPY t FROM STDIN"))
         s.to_backend()
         s.from_backend(CopyInResponse(0, (0,)))
@@ -279,37 +298,31 @@ def test_copy_from_stdin_hands_the_relay_to_the_task(loop: asyncio.AbstractEvent
         await settle()
         assert kinds(s.client.take()) == ["CommandComplete", "ReadyForQuery"]
         assert s.session.state is State.IDLE
-        s.task.cancel()
 
-    run(loop, test)
+    drive(loop, scenario)
 
 
 def test_an_extended_error_discards_until_sync(loop: asyncio.AbstractEventLoop) -> None:
-    async def test() -> None:
-        s = Connected()
-        await settle()
+    async def scenario(s: Connected) -> None:
         s.from_client(Parse("", "SELECT age FROM adult"))  # refused before anything runs
-        await settle()
+        await settle(until=lambda: s.session.state is State.EXTENDED_ERROR)
         assert s.session.state is State.EXTENDED_ERROR
         s.from_client(Bind("", ""), Execute(""))
         await settle()
         assert s.session.state is State.EXTENDED_ERROR
         s.from_client(Sync())
-        await settle()
+        await settle(until=lambda: s.session.state is State.IDLE)
         messages = s.client.take()
         assert kinds(messages) == ["ErrorResponse", "ReadyForQuery"]
         assert isinstance(messages[0], ErrorResponse) and messages[0].sqlstate == "42501"
         assert s.to_backend() == b""  # the backend saw none of it
         assert s.session.state is State.IDLE
-        s.task.cancel()
 
-    run(loop, test)
+    drive(loop, scenario)
 
 
 def test_an_error_from_the_backend_in_a_batch(loop: asyncio.AbstractEventLoop) -> None:
-    async def test() -> None:
-        s = Connected()
-        await settle()
+    async def scenario(s: Connected) -> None:
         s.from_client(Parse("", "SELECT nonsense"), Sync())
         await settle()
         assert s.to_backend() == Parse("", "SELECT nonsense").encode() + Sync().encode()
@@ -321,30 +334,24 @@ def test_an_error_from_the_backend_in_a_batch(loop: asyncio.AbstractEventLoop) -
         await settle()
         assert kinds(s.client.take()) == ["ErrorResponse", "ReadyForQuery"]
         assert s.session.state is State.IDLE
-        s.task.cancel()
 
-    run(loop, test)
+    drive(loop, scenario)
 
 
 def test_shutdown_closes_an_idle_session_at_once(loop: asyncio.AbstractEventLoop) -> None:
-    async def test() -> None:
-        s = Connected()
-        await settle()
+    async def scenario(s: Connected) -> None:
         s.session.request_shutdown()
         assert s.session.state is State.CLOSED and s.client.closed
         (error,) = s.client.take()
         assert isinstance(error, ErrorResponse) and error.sqlstate == "57P01"
-        s.task.cancel()
 
-    run(loop, test)
+    drive(loop, scenario)
 
 
 def test_terminate_closes(loop: asyncio.AbstractEventLoop) -> None:
-    async def test() -> None:
-        s = Connected()
-        await settle()
+    async def scenario(s: Connected) -> None:
         s.from_client(Query("SHOW dp.confidence"))
-        await settle()
+        await settle(until=lambda: s.session.state is State.IDLE)
         assert kinds(s.client.take()) == [
             "RowDescription",
             "DataRow",
@@ -355,7 +362,7 @@ def test_terminate_closes(loop: asyncio.AbstractEventLoop) -> None:
         await s.task
         assert s.session.state is State.CLOSED
 
-    run(loop, test)
+    drive(loop, scenario)
 
 
 def test_every_move_goes_through_enter_and_the_table(loop: asyncio.AbstractEventLoop) -> None:

@@ -7,8 +7,9 @@ import struct
 import pytest
 
 from proxy.errors import ConnectionFailure
+from proxy.server.address import UpstreamAddress
 from proxy.server.connection import Connection
-from proxy.server.upstream import Upstream, UpstreamAddress
+from proxy.server.upstream import Upstream
 from proxy.wire import TransactionStatus
 
 

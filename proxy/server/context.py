@@ -15,7 +15,7 @@ from proxy.config import LimitsConfig
 from proxy.dp.memo import DpMemo
 from proxy.dp.routing import Router
 from proxy.logs import event
-from proxy.server.upstream import UpstreamAddress
+from proxy.server.address import UpstreamAddress
 from proxy.wire import CancelRequest
 from sqlmap.accuracy import AccuracyDefaults
 from sqlmap.translate import Translator

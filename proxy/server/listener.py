@@ -7,6 +7,10 @@ backend, listen (on uvloop unless ``listen.event_loop`` says otherwise: `proxy.s
 print how to connect, and on SIGINT/SIGTERM stop listening, close idle sessions (57P01), give busy
 ones ``listen.shutdown_timeout`` seconds to finish, then cancel them; a second signal cancels at
 once.
+
+Over ~400 lines because the start-up checks (`check_boundary`, `check_ledger_home`) stand
+beside the start-up they guard: they log in as an analyst's pass-through role, which is the
+server's business, not storage's.
 """
 
 from __future__ import annotations
@@ -32,11 +36,11 @@ from proxy.dp.routing import Router
 from proxy.engine.history import InMemoryHistoryStore
 from proxy.errors import ConfigError, ConnectionFailure
 from proxy.logs import event
+from proxy.server.address import UpstreamAddress
 from proxy.server.connection import Connection
 from proxy.server.context import SessionContext
 from proxy.server.loops import loop_factory, loop_name
 from proxy.server.session import Session
-from proxy.server.upstream import UpstreamAddress
 from proxy.storage.postgres_ledger import PostgresLedgerStore
 from proxy.storage.provision import (
     FORBIDDEN_MEMBERSHIPS,

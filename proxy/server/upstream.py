@@ -3,37 +3,38 @@
 dpproxy speaks the client side of the protocol here, with the same codec it serves clients with.
 Replies travel back as raw bytes: `Upstream.relay` scans message headers in place and writes
 whole messages to the client unchanged, in as few writes as the socket allows, stopping at the
-message a caller asks for (ReadyForQuery, the end of one extended-protocol reply, ...).
+message a caller asks for (ReadyForQuery, the end of one extended-protocol reply, ...). The
+login is a table of steps, one per backend message (`_LOGIN_STEPS`); where it logs in is
+`proxy.server.address`.
+
+Over ~400 lines because the login, the task's relay and the fast relay share one buffer of
+backend bytes and one transaction status.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import os
-import socket
 import ssl
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import Enum
-from typing import Final
+from typing import Any, Final
 
 import scramp
-from psycopg.conninfo import conninfo_to_dict
 
-from proxy.auth import MECHANISM, md5_password, passthrough_password
+from proxy.auth import MECHANISM, md5_password
 from proxy.errors import ConnectionFailure
+from proxy.server.address import CONNECT_TIMEOUT, UpstreamAddress
 from proxy.server.connection import Connection
 from proxy.wire import (
     AuthenticationCleartextPassword,
     AuthenticationMD5Password,
-    AuthenticationOk,
     AuthenticationSASL,
     AuthenticationSASLContinue,
     AuthenticationSASLFinal,
     BackendKeyData,
     CancelRequest,
     ErrorResponse,
+    Message,
     ParameterStatus,
     PasswordMessage,
     RawMessage,
@@ -47,9 +48,7 @@ from proxy.wire import (
 )
 from proxy.wire.framing import COPY_IN_RESPONSE, READY_FOR_QUERY, FramingLost, frames
 
-__all__ = ["UpstreamAddress", "Upstream", "Action", "Decide"]
-
-_CONNECT_TIMEOUT: Final = 10.0
+__all__ = ["Upstream", "Action", "Decide"]
 
 
 class Action(Enum):
@@ -66,90 +65,6 @@ class Action(Enum):
 Decide = Callable[[int, bytearray, int, int], Action]
 
 _STATUSES: Final = {ord(s.value): s for s in TransactionStatus}
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamAddress:
-    """Where the pass-through role logs in, read from a libpq connection string or URI.
-
-    ``host`` starting with ``/`` is a Unix-socket directory, as in libpq. With ``role_template``,
-    each analyst logs in as a role of their own (`for_user`), with the password derived from
-    ``secret`` (none without it).
-    """
-
-    host: str
-    port: int
-    user: str
-    password: str | None
-    database: str
-    sslmode: str = "prefer"
-    role_template: str | None = None
-    secret: str | None = None
-
-    def for_user(self, user: str) -> UpstreamAddress:
-        """The address analyst ``user``'s session logs in at: their own role."""
-        if self.role_template is None:
-            return self
-        role = self.role_template.replace("{user}", user)
-        password = None if self.secret is None else passthrough_password(self.secret, role)
-        return dataclasses.replace(self, user=role, password=password)
-
-    def __repr__(self) -> str:  # no password in logs
-        return f"UpstreamAddress({self.user}@{self.host}:{self.port}/{self.database})"
-
-    @classmethod
-    def from_dsn(
-        cls, dsn: str, role_template: str | None = None, secret: str | None = None
-    ) -> UpstreamAddress:
-        """Read a DSN, filling gaps from PG* environment variables as libpq does.
-
-        >>> UpstreamAddress.from_dsn("postgresql://u:pw@/db?host=/tmp/s")
-        UpstreamAddress(u@/tmp/s:5432/db)
-        """
-        info = conninfo_to_dict(dsn)
-        host = str(info.get("host") or os.environ.get("PGHOST") or "/var/run/postgresql").split(
-            ","
-        )[0]
-        port = int(str(info.get("port") or os.environ.get("PGPORT") or 5432).split(",")[0])
-        user = str(info.get("user") or os.environ.get("PGUSER") or "postgres")
-        password = info.get("password") or os.environ.get("PGPASSWORD")
-        database = str(info.get("dbname") or os.environ.get("PGDATABASE") or user)
-        sslmode = str(info.get("sslmode") or os.environ.get("PGSSLMODE") or "prefer")
-        return cls(
-            host,
-            port,
-            user,
-            None if password is None else str(password),
-            database,
-            sslmode,
-            role_template,
-            secret,
-        )
-
-    @property
-    def is_unix(self) -> bool:
-        """The host is a socket directory."""
-        return self.host.startswith("/")
-
-    async def open(self) -> Connection:
-        """Open a plain connection (TLS, if any, is negotiated afterwards)."""
-        loop = asyncio.get_running_loop()
-        try:
-            if self.is_unix:
-                path = os.path.join(self.host, f".s.PGSQL.{self.port}")
-                _, conn = await asyncio.wait_for(
-                    loop.create_unix_connection(Connection, path), _CONNECT_TIMEOUT
-                )
-            else:
-                _, conn = await asyncio.wait_for(
-                    loop.create_connection(Connection, self.host, self.port), _CONNECT_TIMEOUT
-                )
-        except (TimeoutError, OSError) as e:
-            raise ConnectionFailure(f"cannot reach the PostgreSQL backend: {e}") from None
-        sock = conn.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
 
 
 class Upstream:
@@ -175,6 +90,7 @@ class Upstream:
         self.parameters: dict[str, str] = {}
         self.status = TransactionStatus.IDLE
         self._key: BackendKeyData | None = None
+        self._scram: scramp.ScramClient | None = None  # during a SCRAM login
         conn.attach(self)
 
     # -- connection callbacks ---------------------------------------------------------------
@@ -229,8 +145,8 @@ class Upstream:
         upstream = cls(address, conn)
         try:
             if not address.is_unix and address.sslmode not in ("disable", "allow"):
-                await asyncio.wait_for(upstream._start_tls(), _CONNECT_TIMEOUT)
-            await asyncio.wait_for(upstream._startup(parameters), _CONNECT_TIMEOUT)
+                await asyncio.wait_for(upstream._start_tls(), CONNECT_TIMEOUT)
+            await asyncio.wait_for(upstream._startup(parameters), CONNECT_TIMEOUT)
         except BaseException:
             conn.close()
             raise
@@ -260,41 +176,60 @@ class Upstream:
     async def _startup(self, parameters: Mapping[str, str]) -> None:
         params = {"user": self.address.user, "database": self.address.database, **parameters}
         self.conn.write(StartupMessage(params).encode())
-        scram: scramp.ScramClient | None = None
-        while True:
+        done = False
+        while not done:
             message = decode_backend(await self.read_message())
-            if isinstance(message, AuthenticationOk):
-                continue
-            if isinstance(message, AuthenticationCleartextPassword):
-                self.conn.write(PasswordMessage(self._password()).encode())
-            elif isinstance(message, AuthenticationMD5Password):
-                hashed = md5_password(self.address.user, self._password(), message.salt)
-                self.conn.write(PasswordMessage(hashed).encode())
-            elif isinstance(message, AuthenticationSASL):
-                if MECHANISM not in message.mechanisms:
-                    raise ConnectionFailure(
-                        f"backend offers no supported SASL mechanism: {message.mechanisms}"
-                    )
-                scram = scramp.ScramClient([MECHANISM], self.address.user, self._password())
-                first = scram.get_client_first().encode()
-                self.conn.write(SASLInitialResponse(MECHANISM, first).encode())
-            elif isinstance(message, AuthenticationSASLContinue) and scram is not None:
-                scram.set_server_first(message.data.decode())
-                self.conn.write(SASLResponse(scram.get_client_final().encode()).encode())
-            elif isinstance(message, AuthenticationSASLFinal) and scram is not None:
-                scram.set_server_final(message.data.decode())
-            elif isinstance(message, ParameterStatus):
-                self.parameters[message.name] = message.value
-            elif isinstance(message, BackendKeyData):
-                self._key = message
-            elif isinstance(message, ReadyForQuery):
-                self.status = message.status
-                return
-            elif isinstance(message, ErrorResponse):
-                raise ConnectionFailure(
-                    f"the PostgreSQL backend refused the connection: {message.message}"
-                )
-            # NoticeResponse, NegotiateProtocolVersion: nothing to do
+            step = _LOGIN_STEPS.get(type(message))
+            # AuthenticationOk, NoticeResponse, NegotiateProtocolVersion: nothing to do
+            done = step is not None and step(self, message)
+
+    # The steps of the login, one per backend message; True once logged in.
+
+    def _send_cleartext(self, message: AuthenticationCleartextPassword) -> bool:
+        self.conn.write(PasswordMessage(self._password()).encode())
+        return False
+
+    def _send_md5(self, message: AuthenticationMD5Password) -> bool:
+        hashed = md5_password(self.address.user, self._password(), message.salt)
+        self.conn.write(PasswordMessage(hashed).encode())
+        return False
+
+    def _start_sasl(self, message: AuthenticationSASL) -> bool:
+        if MECHANISM not in message.mechanisms:
+            raise ConnectionFailure(
+                f"backend offers no supported SASL mechanism: {message.mechanisms}"
+            )
+        self._scram = scramp.ScramClient([MECHANISM], self.address.user, self._password())
+        first = self._scram.get_client_first().encode()
+        self.conn.write(SASLInitialResponse(MECHANISM, first).encode())
+        return False
+
+    def _continue_sasl(self, message: AuthenticationSASLContinue) -> bool:
+        if self._scram is not None:
+            self._scram.set_server_first(message.data.decode())
+            self.conn.write(SASLResponse(self._scram.get_client_final().encode()).encode())
+        return False
+
+    def _finish_sasl(self, message: AuthenticationSASLFinal) -> bool:
+        if self._scram is not None:
+            self._scram.set_server_final(message.data.decode())
+        return False
+
+    def _keep_parameter(self, message: ParameterStatus) -> bool:
+        self.parameters[message.name] = message.value
+        return False
+
+    def _keep_key(self, message: BackendKeyData) -> bool:
+        self._key = message
+        return False
+
+    def _logged_in(self, message: ReadyForQuery) -> bool:
+        self.status = message.status
+        self._scram = None
+        return True
+
+    def _refused(self, message: ErrorResponse) -> bool:
+        raise ConnectionFailure(f"the PostgreSQL backend refused the connection: {message.message}")
 
     def _password(self) -> str:
         if self.address.password is None:
@@ -465,7 +400,7 @@ class Upstream:
         conn.attach(_Closed())
         try:
             conn.write(CancelRequest(self._key.process_id, self._key.secret_key).encode())
-            await asyncio.wait_for(closed, _CONNECT_TIMEOUT)  # the server closes it when done
+            await asyncio.wait_for(closed, CONNECT_TIMEOUT)  # the server closes it when done
         except TimeoutError:
             pass
         finally:
@@ -477,6 +412,20 @@ class Upstream:
         if not self.conn.is_closing():
             self.conn.write(b"X\x00\x00\x00\x04")
             self.conn.close()
+
+
+#: The login's step for each backend message (`Upstream._startup`).
+_LOGIN_STEPS: Final[dict[type[Message], Callable[[Upstream, Any], bool]]] = {
+    AuthenticationCleartextPassword: Upstream._send_cleartext,
+    AuthenticationMD5Password: Upstream._send_md5,
+    AuthenticationSASL: Upstream._start_sasl,
+    AuthenticationSASLContinue: Upstream._continue_sasl,
+    AuthenticationSASLFinal: Upstream._finish_sasl,
+    ParameterStatus: Upstream._keep_parameter,
+    BackendKeyData: Upstream._keep_key,
+    ReadyForQuery: Upstream._logged_in,
+    ErrorResponse: Upstream._refused,
+}
 
 
 def _malformed(lost: FramingLost) -> ConnectionFailure:
