@@ -32,6 +32,7 @@ from sqlglot.tokenizer_core import Token, TokenType
 from proxy.errors import DpproxyError, InsufficientPrivilege, SqlSyntaxError
 from sqlmap.accuracy import DPPostgres
 from sqlmap.cube import Cube
+from sqlmap.postprocess import Wrapped, needs_wrapper, split
 from sqlmap.translate import SUPPORTED_FORMS, Translator
 
 __all__ = ["Route", "Statement", "split_statements", "Router", "STATISTICS_NAMES"]
@@ -53,7 +54,9 @@ class Statement:
 
     ``start`` is its offset in the query string, for error positions. ``parsed`` is the sqlglot
     tree of a DP query (with its accuracy clause); ``setting`` holds (verb, name, value) of a
-    dp.* SET/RESET/SHOW.
+    dp.* SET/RESET/SHOW. ``wrapped`` is set for a DP query with post-processing around its
+    cores (ORDER BY, LIMIT, HAVING, outer queries, a cursor, ...): the cores are answered, then
+    the wrapper runs under the pass-through role (`sqlmap.postprocess`).
     """
 
     text: str
@@ -61,6 +64,7 @@ class Statement:
     route: Route
     parsed: exp.Expr | None = None
     setting: tuple[str, str, str | None] | None = None
+    wrapped: Wrapped | None = None
 
 
 #: Catalog relations, columns and functions that reveal how many rows a table has (or their
@@ -262,8 +266,11 @@ class Router:
             return Statement(text, offset, Route.PASSTHROUGH)
         if table is not None and tokens is not None:
             parsed = self._dp_query(text, offset)
-            if parsed is not None:
+            if parsed is not None and not needs_wrapper(parsed):
                 return Statement(text, offset, Route.DP, parsed=parsed)
+            wrapped = self._wrapped(text, tokens)
+            if wrapped is not None:
+                return Statement(text, offset, Route.DP, parsed=wrapped[0], wrapped=wrapped[1])
         if table is not None:
             raise InsufficientPrivilege(
                 f"permission denied: {table} is a protected table, "
@@ -310,6 +317,34 @@ class Router:
             if name in self.tables:
                 return name
         return None
+
+    def _wrapped(self, text: str, tokens: list[Token]) -> tuple[exp.Expr, Wrapped] | None:
+        """The statement and its split if it is DP cores with post-processing, else None.
+
+        ``DECLARE name ... CURSOR ... FOR <query>`` declares a cursor over the query's wrapper:
+        FETCH, MOVE and CLOSE then pass through.
+        """
+        prefix = ""
+        body = text
+        if tokens[0].text.upper() == "DECLARE":
+            start = tokens[0].end + 1  # the tokenizer keeps the rest of a command as one string
+            rest = _tokens_or_none(text[start:]) or []
+            words = [t.text.upper() for t in rest]
+            if "CURSOR" not in words or "FOR" not in words[words.index("CURSOR") :]:
+                return None
+            end = start + rest[words.index("FOR", words.index("CURSOR"))].end + 1
+            prefix, body = text[:end] + " ", text[end:]
+        try:
+            parsed = Translator.parse(body)
+        except (DpproxyError, ParseError):
+            return None
+        try:
+            wrapped = split(parsed, self.tables, prefix)
+        except DpproxyError as e:
+            if e.position is not None:
+                e.position += len(text) - len(body)
+            raise
+        return None if wrapped is None else (parsed, wrapped)
 
     def _first_mention(self, text: str) -> int | None:
         match = self._words.search(text)
