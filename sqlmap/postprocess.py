@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from sqlmap.accuracy import CLAUSE_KEY
+from sqlmap.accuracy import CLAUSE_KEY, HINT_KEY
 from sqlmap.cellwise import position_of
 from sqlmap.errors import UnsupportedQuery
 
@@ -150,14 +150,15 @@ def split(statement: exp.Expr, tables: Collection[str], prefix: str = "") -> Wra
     ``tables`` are the protected tables' names. Every mention of a protected table
     must be the only FROM item of an aggregating SELECT (one with an aggregate or a GROUP BY);
     anything else (a row read, a join with the table, a CTE named like it) is None, which the
-    router refuses. The statement's accuracy clause goes to every core.
+    router refuses. The statement's accuracy clause and hint go to every core.
 
     Raises:
         UnsupportedQuery: a core in a form the wrapper cannot take apart (0A000).
     """
     tree = statement.copy()
-    clause = tree.args.get(CLAUSE_KEY)
-    tree.set(CLAUSE_KEY, None)
+    accuracy = {key: tree.args.get(key) for key in (CLAUSE_KEY, HINT_KEY)}
+    for key in accuracy:
+        tree.set(key, None)
     if any(_name(cte.alias_or_name) in tables for cte in tree.find_all(exp.CTE)):
         return None
     selects: list[exp.Select] = []
@@ -174,7 +175,7 @@ def split(statement: exp.Expr, tables: Collection[str], prefix: str = "") -> Wra
     selects.sort(key=_depth, reverse=True)  # inner cores first: an outer one wraps their result
     cores = []
     for index, select in enumerate(selects, start=1):
-        core, wrapper = _rewrite(select, index, clause)
+        core, wrapper = _rewrite(select, index, accuracy)
         cores.append(core)
         if select is tree:
             tree = wrapper
@@ -403,7 +404,7 @@ class _CoreBuilder:
         nonzero = exp.func("NULLIF", count, exp.Literal.number(0))
         return exp.Div(this=total, expression=nonzero, typed=True)
 
-    def core(self, clause: exp.Expr | None) -> exp.Select:
+    def core(self, accuracy: dict[str, exp.Expr | None]) -> exp.Select:
         """The DP query this core asks the engine."""
         if not self.aggregates:
             raise UnsupportedQuery(
@@ -432,8 +433,9 @@ class _CoreBuilder:
             core.set("where", where.copy())
         if self.keys:
             core.set("group", exp.Group(expressions=[k.copy() for k in self.keys]))
-        if clause is not None:
-            core.set(CLAUSE_KEY, clause.copy())
+        for key, node in accuracy.items():
+            if node is not None:
+                core.set(key, node.copy())
         return core
 
     def columns(self) -> tuple[str, ...]:
@@ -458,7 +460,9 @@ def _same_key(node: exp.Expr, key: exp.Expr, qualifier: str) -> bool:
     return not isinstance(node, exp.Column) and node == key
 
 
-def _rewrite(select: exp.Select, index: int, clause: exp.Expr | None) -> tuple[Core, exp.Select]:
+def _rewrite(
+    select: exp.Select, index: int, accuracy: dict[str, exp.Expr | None]
+) -> tuple[Core, exp.Select]:
     """The core of ``select`` and the wrapper SELECT that replaces it.
 
     The wrapper keeps the select list, ORDER BY, LIMIT/OFFSET, DISTINCT and windows, with every
@@ -510,7 +514,7 @@ def _rewrite(select: exp.Select, index: int, clause: exp.Expr | None) -> tuple[C
             wrapper.set(key, value.copy() if isinstance(value, exp.Expr) else value)
     # the relation's columns are known only now that every expression was rewritten
     relation.args["alias"].set("columns", [exp.to_identifier(c) for c in builder.columns()])
-    core = Core(builder.core(clause), builder.columns(), f'"{_TOKEN}_{index}"')
+    core = Core(builder.core(accuracy), builder.columns(), f'"{_TOKEN}_{index}"')
     return core, wrapper
 
 
