@@ -311,9 +311,20 @@ class DpService:
         user: str | None = None,
         sql: str | None = None,
     ) -> WrappedAnswer:
-        """Answer a statement's cores (one per spec, in order) and fill its wrapper in."""
-        results = await self.answer_batch(specs, user, sql)
-        return WrappedAnswer(wrapped.render([relation(r) for r in results]), results)
+        """Answer a statement's cores and fill its wrapper in.
+
+        ``specs`` are the translations of the cores that ask the engine, in order; the others
+        list declared values and cost nothing.
+        """
+        results = await self.answer_batch(specs, user, sql) if specs else ()
+        answered = iter(results)
+        relations = [
+            relation(next(answered))
+            if core.rows is None
+            else values_relation(core.rows, core.types)
+            for core in wrapped.cores
+        ]
+        return WrappedAnswer(wrapped.render(relations), results)
 
     async def _enter(self, cube: Cube) -> asyncio.Lock:
         """Wait for the table's gate: its engine runs one call at a time."""

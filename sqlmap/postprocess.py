@@ -17,16 +17,22 @@ interval of its own (:func:`_rewrite` is where an interval for ratios would plug
 
 from __future__ import annotations
 
+import itertools
 import math
 import secrets
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
 from sqlmap.accuracy import CLAUSE_KEY, HINT_KEY
 from sqlmap.cellwise import position_of
+from sqlmap.cube import CategoricalDimension, Cube, Scalar
 from sqlmap.errors import UnsupportedQuery
+
+if TYPE_CHECKING:
+    from sqlmap.translate import Translator
 
 __all__ = [
     "Core",
@@ -59,12 +65,16 @@ class Core:
     """One core: the DP query the engine answers, and the relation the wrapper reads.
 
     ``select`` is a query :class:`~sqlmap.translate.Translator` accepts, carrying the statement's
-    accuracy clause; its output columns are, in order, the relation's ``columns``.
+    accuracy clause; its output columns are, in order, the relation's ``columns``. A core
+    without aggregates (``SELECT DISTINCT dim``, ``GROUP BY dim`` alone) lists the declared
+    values, which are public: it has ``rows`` (and their ``types``) and asks the engine nothing.
     """
 
     select: exp.Select
     columns: tuple[str, ...]
     placeholder: str
+    rows: tuple[tuple[Scalar | None, ...], ...] | None = None
+    types: tuple[str, ...] = ()
 
     @property
     def sql(self) -> str:
@@ -144,17 +154,18 @@ def needs_wrapper(statement: exp.Expr) -> bool:
     return False
 
 
-def split(statement: exp.Expr, tables: Collection[str], prefix: str = "") -> Wrapped | None:
+def split(statement: exp.Expr, translator: Translator, prefix: str = "") -> Wrapped | None:
     """Split ``statement`` into cores and a wrapper; None if it reads a protected table otherwise.
 
-    ``tables`` are the protected tables' names. Every mention of a protected table
-    must be the only FROM item of an aggregating SELECT (one with an aggregate or a GROUP BY);
+    Every mention of one of ``translator``'s protected tables must be the only FROM item of an
+    aggregating SELECT (one with an aggregate, a GROUP BY or DISTINCT);
     anything else (a row read, a join with the table, a CTE named like it) is None, which the
     router refuses. The statement's accuracy clause and hint go to every core.
 
     Raises:
         UnsupportedQuery: a core in a form the wrapper cannot take apart (0A000).
     """
+    tables = {table for _, table in translator.cubes}
     tree = statement.copy()
     accuracy = {key: tree.args.get(key) for key in (CLAUSE_KEY, HINT_KEY)}
     for key in accuracy:
@@ -175,7 +186,7 @@ def split(statement: exp.Expr, tables: Collection[str], prefix: str = "") -> Wra
     selects.sort(key=_depth, reverse=True)  # inner cores first: an outer one wraps their result
     cores = []
     for index, select in enumerate(selects, start=1):
-        core, wrapper = _rewrite(select, index, accuracy)
+        core, wrapper = _rewrite(select, translator, index, accuracy)
         cores.append(core)
         if select is tree:
             tree = wrapper
@@ -202,6 +213,8 @@ def _core_select(table: exp.Table) -> exp.Select | None:
     if not isinstance(select, exp.Select) or select.args.get("joins"):
         return None
     roots = [*select.expressions, select.args.get("having"), select.args.get("order")]
+    if _distinct_values(select):
+        return select
     if select.args.get("group") is None and not any(_aggregates(r) for r in roots if r is not None):
         return None
     return select
@@ -216,6 +229,17 @@ def _aggregates(node: exp.Expr) -> bool:
     if isinstance(node, exp.AggFunc):
         return True
     return any(_aggregates(child) for child in node.iter_expressions())
+
+
+def _distinct_values(select: exp.Select) -> bool:
+    """``SELECT DISTINCT`` of plain columns, without GROUP BY: a list of values."""
+    distinct = select.args.get("distinct")
+    return (
+        distinct is not None
+        and distinct.args.get("on") is None
+        and select.args.get("group") is None
+        and all(isinstance(i.unalias(), exp.Column) for i in select.expressions)
+    )
 
 
 def _interval_call(node: exp.Expr) -> bool:
@@ -273,8 +297,9 @@ def _constant(node: exp.Expr) -> bool:
 class _CoreBuilder:
     """Collects a core's group keys, aggregates and intervals while rewriting its SELECT."""
 
-    def __init__(self, select: exp.Select, index: int) -> None:
+    def __init__(self, select: exp.Select, cube: Cube, index: int) -> None:
         self.select = select
+        self.cube = cube
         self.alias = f"_dpproxy_{index}"
         table = select.args["from_"].this
         alias = table.args.get("alias")
@@ -291,9 +316,9 @@ class _CoreBuilder:
     def _group_keys(self) -> list[exp.Expr]:
         """GROUP BY items, positions and output aliases resolved to expressions."""
         group = self.select.args.get("group")
-        if group is None:
-            return []
         items = self.select.expressions
+        if group is None:
+            return [i.unalias().copy() for i in items] if _distinct_values(self.select) else []
         keys: list[exp.Expr] = []
         for key in group.expressions:
             if isinstance(key, exp.Literal) and not key.is_string:
@@ -404,14 +429,43 @@ class _CoreBuilder:
         nonzero = exp.func("NULLIF", count, exp.Literal.number(0))
         return exp.Div(this=total, expression=nonzero, typed=True)
 
-    def core(self, accuracy: dict[str, exp.Expr | None]) -> exp.Select:
-        """The DP query this core asks the engine."""
-        if not self.aggregates:
+    def domain(self) -> tuple[tuple[tuple[Scalar | None, ...], ...], tuple[str, ...]]:
+        """Rows and types of a core without aggregates: its keys' declared values.
+
+        Every combination of the values, plus NULL where a dimension is nullable, whether or
+        not rows have them: the list is public, the data's own list is not.
+        """
+        dims = []
+        for key in self.keys:
+            dim = self.cube.dimension(key.name.lower()) if isinstance(key, exp.Column) else None
+            if not isinstance(dim, CategoricalDimension):
+                raise UnsupportedQuery(
+                    "a DP query must compute at least one aggregate",
+                    detail="without an aggregate the query would return rows of the protected "
+                    "table; only the declared values of a dimension can be listed",
+                    position=position_of(key),
+                )
+            dims.append(dim)
+        if self.select.args.get("where") is not None:
+            raise UnsupportedQuery(
+                "a list of a dimension's values cannot be filtered",
+                detail="the list is the dimension's declared values, known without the data",
+                hint="drop the WHERE clause, or count rows per value with COUNT(*)",
+                position=position_of(self.select.args["where"]),
+            )
+        if not dims:
             raise UnsupportedQuery(
                 "a DP query must compute at least one aggregate",
-                detail="without an aggregate the query would return rows of the protected table",
                 position=position_of(self.select),
             )
+        choices = [(*d.values, *((None,) if d.nullable else ())) for d in dims]
+        types = tuple(
+            WrapperColumnType.FLOAT8 if d.numeric else WrapperColumnType.TEXT for d in dims
+        )
+        return tuple(itertools.product(*choices)), types
+
+    def core(self, accuracy: dict[str, exp.Expr | None]) -> exp.Select:
+        """The DP query this core asks the engine."""
         items: list[exp.Expr] = [
             exp.alias_(k.copy(), f"_k{i + 1}") for i, k in enumerate(self.keys)
         ]
@@ -461,7 +515,10 @@ def _same_key(node: exp.Expr, key: exp.Expr, qualifier: str) -> bool:
 
 
 def _rewrite(
-    select: exp.Select, index: int, accuracy: dict[str, exp.Expr | None]
+    select: exp.Select,
+    translator: Translator,
+    index: int,
+    accuracy: dict[str, exp.Expr | None],
 ) -> tuple[Core, exp.Select]:
     """The core of ``select`` and the wrapper SELECT that replaces it.
 
@@ -471,7 +528,7 @@ def _rewrite(
     or any function of aggregates is computed here from the noisy values: this is the place
     where an interval for a ratio would be derived from the two aggregates' intervals.
     """
-    builder = _CoreBuilder(select, index)
+    builder = _CoreBuilder(select, translator.cube_for(select.args["from_"].this), index)
     items = []
     for item in select.expressions:
         body = item.unalias() if isinstance(item, exp.Alias) else item
@@ -514,8 +571,11 @@ def _rewrite(
             wrapper.set(key, value.copy() if isinstance(value, exp.Expr) else value)
     # the relation's columns are known only now that every expression was rewritten
     relation.args["alias"].set("columns", [exp.to_identifier(c) for c in builder.columns()])
-    core = Core(builder.core(accuracy), builder.columns(), f'"{_TOKEN}_{index}"')
-    return core, wrapper
+    placeholder = f'"{_TOKEN}_{index}"'
+    if not builder.aggregates:
+        rows, types = builder.domain()
+        return Core(builder.core(accuracy), builder.columns(), placeholder, rows, types), wrapper
+    return Core(builder.core(accuracy), builder.columns(), placeholder), wrapper
 
 
 def _figure_name(item: exp.Expr) -> str:

@@ -339,7 +339,7 @@ class Router:
         except (DpproxyError, ParseError):
             return None
         try:
-            wrapped = split(parsed, self.tables, prefix)
+            wrapped = split(parsed, self.translator, prefix)
         except DpproxyError as e:
             if e.position is not None:
                 e.position += len(text) - len(body)

@@ -44,7 +44,7 @@ def test_hint_reaches_the_cores_of_a_wrapped_statement() -> None:
         "SELECT sex, COUNT(*) FROM adult GROUP BY sex ORDER BY 2 DESC LIMIT 1001 "
         "/* dp: accuracy=50 */"
     )
-    wrapped = split(tree, {"adult"})
+    wrapped = split(tree, T)
     assert wrapped is not None
     spec = T.translate_parsed(wrapped.cores[0].select, SESSION)
     assert spec.accuracy == AccuracyRequest(50, 0.99)

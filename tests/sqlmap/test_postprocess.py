@@ -25,7 +25,7 @@ D = DPPostgres()
 
 
 def wrap(sql: str) -> Wrapped:
-    wrapped = split(D.parse(sql)[0], {"adult"})
+    wrapped = split(D.parse(sql)[0], T)
     assert wrapped is not None
     return wrapped
 
@@ -114,7 +114,7 @@ def test_cores_in_subqueries_ctes_and_joins_are_replaced_in_place() -> None:
 
 def test_avg_is_the_ratio_of_two_noisy_values() -> None:
     cube = Cube("public", "adult", (CategoricalDimension("kids", (0, 1, 2), closed=True),))
-    w = split(D.parse("SELECT AVG(kids) FROM adult")[0], {"adult"})
+    w = split(D.parse("SELECT AVG(kids) FROM adult")[0], Translator([cube]))
     assert w is not None
     assert [e.alias for e in w.cores[0].select.expressions] == ["SUM(kids)", "COUNT(kids)"]
     assert rendered(w).startswith('SELECT _dpproxy_1._a1 / NULLIF(_dpproxy_1._a2, 0) AS "avg" FROM')
@@ -133,21 +133,40 @@ def test_avg_is_the_ratio_of_two_noisy_values() -> None:
     ],
 )
 def test_anything_but_aggregating_cores_is_left_to_the_router(sql: str) -> None:
-    assert split(D.parse(sql)[0], {"adult"}) is None
+    assert split(D.parse(sql)[0], T) is None
 
 
 @pytest.mark.parametrize(
     ("sql", "words"),
     [
         ("SELECT age, COUNT(*) FROM adult ORDER BY 2", "column age must appear in the GROUP BY"),
-        ("SELECT sex FROM adult GROUP BY sex ORDER BY 1", "at least one aggregate"),
+        ("SELECT DISTINCT age FROM adult", "only the declared values of a dimension"),
+        ("SELECT DISTINCT sex FROM adult WHERE age > 18", "cannot be filtered"),
         ("SELECT *, COUNT(*) FROM adult LIMIT 1", "SELECT *"),
     ],
 )
 def test_cores_that_release_rows_are_refused(sql: str, words: str) -> None:
     with pytest.raises(DpproxyError, match=words) as info:
-        split(D.parse(sql)[0], {"adult"})
+        split(D.parse(sql)[0], T)
     assert info.value.sqlstate == "0A000" and info.value.position is not None
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT DISTINCT sex FROM adult ORDER BY 1 LIMIT 10",
+        "SELECT sex AS sex FROM public.adult GROUP BY sex ORDER BY sex ASC LIMIT 1000",
+    ],
+)
+def test_a_dimension_s_values_are_listed_from_the_config(sql: str) -> None:
+    (core,) = wrap(sql).cores
+    assert core.rows == (("Male",), ("Female",), (None,)) and core.types == ("text",)
+    assert "LIMIT" in rendered(wrap(sql))
+
+
+def test_values_of_two_dimensions_are_every_combination() -> None:
+    (core,) = wrap("SELECT DISTINCT sex, income FROM adult").cores
+    assert core.rows is not None and len(core.rows) == 9
 
 
 def test_values_relation_casts_and_escapes() -> None:
