@@ -521,7 +521,9 @@ def result_columns(spec: AnswerSpec) -> tuple[ResultColumn, ...]:
     columns = []
     for output in spec.columns:
         dim = spec.cube.dimension(output.dimension) if output.dimension else None
-        text_key = isinstance(dim, CategoricalDimension) and not dim.numeric
+        text_key = output.kind is OutputKind.GROUP_KEY and (
+            output.text or (isinstance(dim, CategoricalDimension) and not dim.numeric)
+        )
         columns.append(
             ResultColumn(output.name, ColumnType.TEXT if text_key else ColumnType.FLOAT8)
         )

@@ -336,6 +336,8 @@ class _CoreBuilder:
                 if len(aliased) == 1 and not isinstance(aliased[0].unalias(), exp.Column):
                     key = aliased[0]
             key = key.unalias() if isinstance(key, exp.Alias) else key
+            if isinstance(key, exp.Cast) and isinstance(key.this, exp.Column):
+                key = key.this  # grouped by the dimension, cast by the wrapper
             if all(key != k for k in keys):
                 keys.append(key.copy())
         return keys
