@@ -268,7 +268,8 @@ class Router:
             parsed = self._dp_query(text, offset)
             if parsed is not None and not needs_wrapper(parsed):
                 return Statement(text, offset, Route.DP, parsed=parsed)
-            wrapped = self._wrapped(text, tokens)
+            # the wrapper runs as the pass-through role: it may not read statistics either
+            wrapped = self._wrapped(text, tokens) if statistics is None else None
             if wrapped is not None:
                 return Statement(text, offset, Route.DP, parsed=wrapped[0], wrapped=wrapped[1])
         if table is not None:
@@ -337,6 +338,8 @@ class Router:
         try:
             parsed = Translator.parse(body)
         except (DpproxyError, ParseError):
+            return None
+        if not isinstance(parsed, exp.Query):  # only queries: no INSERT, UPDATE, CREATE ... AS
             return None
         try:
             wrapped = split(parsed, self.translator, prefix)
