@@ -44,6 +44,7 @@ __all__ = [
     "notice_text",
     "result_columns",
     "WrappedAnswer",
+    "described",
 ]
 
 T = TypeVar("T")
@@ -116,6 +117,25 @@ _RELATION_TYPES = {
 def relation(result: DpResult) -> str:
     """A core's released rows as the VALUES list the wrapper reads."""
     return values_relation(result.rows, [_RELATION_TYPES[c.type_oid] for c in result.columns])
+
+
+def described(wrapped: Wrapped, specs: Sequence[AnswerSpec]) -> str:
+    """The wrapper over empty relations of the cores' types, answered by nobody.
+
+    PostgreSQL describes it (its parameters and row description) before anything is spent:
+    the extended protocol's Parse and Describe.
+    """
+    translated = iter(specs)
+    relations = []
+    for core in wrapped.cores:
+        types = (
+            core.types
+            if core.rows is not None
+            else [_RELATION_TYPES[c.type_oid] for c in result_columns(next(translated))]
+        )
+        nulls = ", ".join(f"NULL::{t}" for t in types)
+        relations.append(f"(VALUES ({nulls}) LIMIT 0)")
+    return wrapped.render(relations)
 
 
 class MeasurementSource(Protocol):

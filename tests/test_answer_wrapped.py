@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from proxy.answering import DpService, WrappedAnswer
+from proxy.answering import DpService, WrappedAnswer, described
 from proxy.backend import Reader
 from proxy.config import load_config
 from proxy.dp.routing import Router
@@ -101,3 +101,23 @@ def test_listing_declared_values_asks_the_engine_nothing(
         ("Amer-Indian-Eskimo",),
         ("Asian-Pac-Islander",),
     ]
+
+
+def test_described_wrapper_has_the_answer_s_columns_and_no_rows(
+    service: tuple[asyncio.AbstractEventLoop, DpService, BackendRoles],
+) -> None:
+    sql = (
+        'SELECT sex AS sex, COUNT(*) AS "COUNT(*)", COUNT(*) / 2 AS half FROM adult '
+        "GROUP BY sex ORDER BY 2 DESC LIMIT 50"
+    )
+    (statement,) = ROUTER.route(sql)
+    assert statement.wrapped is not None
+    specs = [TRANSLATOR.translate_parsed(c.select) for c in statement.wrapped.cores]
+    with psycopg.connect(service[2].analyst_dsn(), autocommit=True) as conn:
+        cur = conn.execute(described(statement.wrapped, specs))
+        assert [(c.name, c.type_code) for c in cur.description or ()] == [
+            ("sex", 25),
+            ("COUNT(*)", 701),
+            ("half", 701),
+        ]
+        assert cur.fetchall() == []
