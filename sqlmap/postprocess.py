@@ -372,7 +372,10 @@ class _CoreBuilder:
         return exp.column(f"_i{self.intervals.index(entry) + 1}", self.alias)
 
     def replace(self, node: exp.Expr, order_by: bool = False) -> exp.Expr:
-        """``node`` with aggregates, intervals and group keys turned into relation columns."""
+        """``node`` with aggregates, intervals and group keys turned into relation columns.
+
+        Rewrites in place: the node returned may be ``node`` itself.
+        """
         if isinstance(node, (exp.Subquery, exp.Select)):
             return node  # its own scope
         key = self.key_column(node)
@@ -394,35 +397,30 @@ class _CoreBuilder:
                 "or be used in an aggregate function",
                 position=position_of(node),
             )
-        new = node.copy()
+        self._replace_children(node, order_by)
+        return node
+
+    def _replace_children(self, node: exp.Expr, order_by: bool = False) -> None:
+        """Rewrite ``node``'s children in place (the tree is :func:`split`'s own copy)."""
         for name, value in list(node.args.items()):
             if isinstance(value, exp.Expr):
-                new.set(name, self.replace(value, order_by))
+                node.set(name, self.replace(value, order_by))
             elif isinstance(value, list):
-                new.set(
+                node.set(
                     name,
                     [self.replace(v, order_by) if isinstance(v, exp.Expr) else v for v in value],
                 )
-        return new
 
     def _window(self, window: exp.Window) -> exp.Expr:
         """A window function over the released rows: its arguments and frame are rewritten."""
-        new = window.copy()
-        function = window.this
-        inner = function.copy()
-        for name, value in list(function.args.items()):
-            if isinstance(value, exp.Expr):
-                inner.set(name, self.replace(value))
-            elif isinstance(value, list):
-                inner.set(name, [self.replace(v) if isinstance(v, exp.Expr) else v for v in value])
-        new.set("this", inner)
+        self._replace_children(window.this)
         for name in ("partition_by", "order"):
             value = window.args.get(name)
             if isinstance(value, list):
-                new.set(name, [self.replace(v) for v in value])
+                window.set(name, [self.replace(v) for v in value])
             elif isinstance(value, exp.Expr):
-                new.set(name, self.replace(value))
-        return new
+                window.set(name, self.replace(value))
+        return window
 
     def _average(self, node: exp.Avg) -> exp.Expr:
         """AVG(x) as SUM(x) / COUNT(x) of the two noisy values (NULL where COUNT is 0)."""

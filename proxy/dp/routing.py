@@ -269,7 +269,7 @@ class Router:
             if parsed is not None and not needs_wrapper(parsed):
                 return Statement(text, offset, Route.DP, parsed=parsed)
             # the wrapper runs as the pass-through role: it may not read statistics either
-            wrapped = self._wrapped(text, tokens) if statistics is None else None
+            wrapped = self._wrapped(text, tokens, parsed) if statistics is None else None
             if wrapped is not None:
                 return Statement(text, offset, Route.DP, parsed=wrapped[0], wrapped=wrapped[1])
         if table is not None:
@@ -319,11 +319,13 @@ class Router:
                 return name
         return None
 
-    def _wrapped(self, text: str, tokens: list[Token]) -> tuple[exp.Expr, Wrapped] | None:
+    def _wrapped(
+        self, text: str, tokens: list[Token], parsed: exp.Expr | None
+    ) -> tuple[exp.Expr, Wrapped] | None:
         """The statement and its split if it is DP cores with post-processing, else None.
 
         ``DECLARE name ... CURSOR ... FOR <query>`` declares a cursor over the query's wrapper:
-        FETCH, MOVE and CLOSE then pass through.
+        FETCH, MOVE and CLOSE then pass through. ``parsed`` is the statement if already parsed.
         """
         prefix = ""
         body = text
@@ -336,7 +338,7 @@ class Router:
             end = start + rest[words.index("FOR", words.index("CURSOR"))].end + 1
             prefix, body = text[:end] + " ", text[end:]
         try:
-            parsed = Translator.parse(body)
+            parsed = Translator.parse(body) if parsed is None or prefix else parsed
         except (DpproxyError, ParseError):
             return None
         if not isinstance(parsed, exp.Query):  # only queries: no INSERT, UPDATE, CREATE ... AS
