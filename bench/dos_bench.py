@@ -37,7 +37,7 @@ from bench.proxy_bench import (  # noqa: E402
 )
 from proxy.config import load_config  # noqa: E402
 from proxy.demo import load_adult  # noqa: E402
-from proxy.provision import provision_roles  # noqa: E402
+from proxy.storage.provision import provision_roles  # noqa: E402
 from tests.e2e.dos_client import CASES, ping_while  # noqa: E402
 
 

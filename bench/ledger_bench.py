@@ -33,8 +33,8 @@ import yaml
 
 from proxy.answering import DpService
 from proxy.config import load_config
-from proxy.durable import DurableLedger
 from proxy.engine.history import InMemoryHistoryStore
+from proxy.storage.postgres_ledger import PostgresLedgerStore
 from sqlmap.cube import Cube
 from sqlmap.vector import LinearQuery
 
@@ -86,7 +86,7 @@ async def run(dsn: str, n: int) -> None:
     translator = config.translator()
     source = FixedHistogram(cubes[0].n_cells)
     schema = f"ledger_bench_{uuid.uuid4().hex[:8]}"
-    ledger = await DurableLedger.open(dsn, cubes, schema)
+    ledger = await PostgresLedgerStore.open(dsn, cubes, schema)
     try:
         durable = await DpService.open_durable(cubes, source, ledger)
         memory = DpService(cubes, InMemoryHistoryStore(), source)

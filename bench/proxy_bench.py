@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from proxy.auth import make_verifier  # noqa: E402
 from proxy.config import load_config  # noqa: E402
 from proxy.demo import load_adult  # noqa: E402
-from proxy.provision import ANALYST_DATABASE, PASSTHROUGH_ROLE, provision_roles  # noqa: E402
+from proxy.storage.provision import ANALYST_DATABASE, PASSTHROUGH_ROLE, provision_roles  # noqa: E402
 
 #: The bench user's pass-through role (every analyst logs in as one of their own).
 BENCH_ROLE = "dpproxy_pt_bench"

@@ -43,7 +43,7 @@ from proxy.auth import make_verifier
 from proxy.config import dsn_with, load_config
 from proxy.demo import ADULT_COLUMNS, ADULT_ROWS, load_adult
 from proxy.embedded import start_embedded
-from proxy.provision import ANALYST_DATABASE, provision_roles
+from proxy.storage.provision import ANALYST_DATABASE, provision_roles
 from sqlmap.canonical import histogram_sql, measurement_sql
 
 ROOT = Path(__file__).resolve().parent.parent

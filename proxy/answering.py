@@ -3,7 +3,7 @@
 This is where the three parts meet: the :class:`~sqlmap.translate.AnswerSpec` says what to
 compute, the table's :class:`~proxy.engine.engine.PrivacyEngine` decides what it costs from public
 inputs only, and only then, if a fresh measurement is needed, does the privileged
-:class:`~proxy.backend.Reader` compute the true answers of the measured vectors.
+:class:`~proxy.storage.reader.Reader` compute the true answers of the measured vectors.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol, TypeVar
 
-from proxy.durable import AnswerRecord, DurableLedger, NewMeasurement
 from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply, describe_batch
 from proxy.engine.history import HistoryEntry, HistoryStore, InMemoryHistoryStore
 from proxy.engine.ledger import Charges, Ledger, UserCaps, cell_charges, format_budget
@@ -29,6 +28,8 @@ from proxy.errors import (
     UnsupportedQuery,
 )
 from proxy.logs import event
+from proxy.storage.ledger_store import AnswerRecord, LedgerStore, MemoryLedgerStore, NewMeasurement
+from proxy.storage.postgres_ledger import PostgresLedgerStore
 from proxy.workers import Workers
 from sqlmap.cube import CategoricalDimension, Cube
 from sqlmap.postprocess import Wrapped, WrapperColumnType, values_relation
@@ -139,7 +140,7 @@ def described(wrapped: Wrapped, specs: Sequence[AnswerSpec]) -> str:
 
 
 class MeasurementSource(Protocol):
-    """Whatever computes true answers: the privileged :class:`~proxy.backend.Reader`."""
+    """Whatever computes true answers: the privileged :class:`~proxy.storage.reader.Reader`."""
 
     async def measure(self, cube: Cube, queries: tuple[LinearQuery, ...]) -> list[float]:
         """``q . x`` for each offset-free query over ``cube``."""
@@ -147,15 +148,15 @@ class MeasurementSource(Protocol):
 
 
 class DpService:
-    """One engine per protected table; spends through the durable ledger when there is one.
+    """One engine per protected table; spends through its ledger store.
 
     Engine work runs in a worker thread (:class:`~proxy.workers.Workers`), never on the event
     loop, and each table's engine runs one call at a time (its gate): a free answer (from
     history) is planned and executed in one call, so it sees one history and changes nothing. A
-    fresh measurement also holds this process's spending lock on the table and, with a durable
-    ledger, the ledger's lock shared by every process; it absorbs what other processes wrote,
-    plans again, measures, writes, and only once the write has committed records the entries and
-    releases the answer.
+    fresh measurement also holds this process's spending lock on the table and the ledger
+    store's (shared by every process with a PostgreSQL store); it absorbs what other processes
+    wrote, plans again, measures, writes, and only once the write has committed records the
+    entries and releases the answer.
 
     Planning may run ``planning_timeout`` seconds (waiting for the engine does not count); then
     the statement fails with 57014 and the session goes on. A thread cannot be stopped, so the
@@ -167,7 +168,8 @@ class DpService:
         store: the starting history (an in-memory store; see :meth:`open_durable`).
         source: computes true answers, only after the engine decided to measure.
         rng: the noise source; the OS CSPRNG unless a test passes a seeded one.
-        ledger: the durable ledger, if any; ``last_ids`` then says what was loaded from it.
+        ledger: where measurements and answers are recorded (this process's memory only, by
+            default); ``last_ids`` says what was loaded from it.
         carried: per table, budget spent before its cube was redefined (from the ledger).
         caps: per-user budgets on top of the tables' totals.
         workers: the threads engine work runs in (a pool of its own if None).
@@ -180,7 +182,7 @@ class DpService:
         store: HistoryStore,
         source: MeasurementSource,
         rng: RandomSource | None = None,
-        ledger: DurableLedger | None = None,
+        ledger: LedgerStore | None = None,
         last_ids: dict[str, int] | None = None,
         carried: dict[str, Fraction] | None = None,
         caps: UserCaps | None = None,
@@ -193,7 +195,7 @@ class DpService:
         self._caps = caps or UserCaps()
         # (table, user) -> what that user's measurements charged each cell
         self._user_ledgers: dict[tuple[str, str], Ledger] = {}
-        self._ledger = ledger
+        self._ledger: LedgerStore = MemoryLedgerStore() if ledger is None else ledger
         self._last_ids = dict(last_ids or {})
         self._engines = {
             c.qualified_name: PrivacyEngine(
@@ -215,7 +217,7 @@ class DpService:
         cls,
         cubes: Iterable[Cube],
         source: MeasurementSource,
-        ledger: DurableLedger,
+        ledger: PostgresLedgerStore,
         rng: RandomSource | None = None,
         caps: UserCaps | None = None,
         workers: Workers | None = None,
@@ -296,10 +298,9 @@ class DpService:
             try:
                 plan = engine.plan(requests)
             except BudgetExhausted:
-                if self._ledger is None:
-                    raise
                 # this process's view may be stale: entries other processes wrote can make the
-                # query free (a cell this process exhausted, plus cells only they measured)
+                # query free (a cell this process exhausted, plus cells only they measured);
+                # spending plans again with them and refuses if it still must
                 return None
             return None if plan.measurements else engine.execute(plan, ())
 
@@ -399,47 +400,37 @@ class DpService:
             return engine.plan(requests)
 
         name = cube.qualified_name
-        if self._ledger is None:
-            # again: the history may have grown
-            planned = await self._in_gate(cube, plan, self._planning_timeout)
-            self._check_user(cube, user, planned)
-            true_answers = await self._measure(cube, planned)
-            entries = await self._in_gate(cube, lambda: engine.measure(planned, true_answers))
-            gate = await self._enter(cube)
-        else:
-            held: asyncio.Lock | None = None
-            try:
-                async with self._ledger.spending(cube) as spend:
-                    others = await spend.since(self._last_ids.get(name, 0))
-                    if others:
-                        absorbed = self._start(
-                            await self._enter(cube),
-                            lambda: engine.absorb([s.entry for s in others]),
-                        )
-                        for s in others:
-                            charges = cell_charges(s.entry.query, s.entry.budget)
-                            self._charge_user(cube, s.user, charges)
-                        self._last_ids[name] = others[-1].id
-                        await asyncio.shield(absorbed)
-                    planned = await self._in_gate(cube, plan, self._planning_timeout)
-                    self._check_user(cube, user, planned)
-                    true_answers = await self._measure(cube, planned)
-                    entries = await self._in_gate(
-                        cube, lambda: engine.measure(planned, true_answers)
+        held: asyncio.Lock | None = None
+        try:
+            async with self._ledger.spending(cube) as spend:
+                others = await spend.since(self._last_ids.get(name, 0))
+                if others:
+                    absorbed = self._start(
+                        await self._enter(cube),
+                        lambda: engine.absorb([s.entry for s in others]),
                     )
-                    ids = await spend.append(
-                        _new_measurements(planned, entries, user, sql), planned.charges
-                    )
-                    # held from the commit to the record, with no wait in between
-                    held = await self._enter(cube)
-            except BaseException:
-                if held is not None:
-                    held.release()
-                raise
-            gate = held
-            # committed: only now may the entries shape answers
-            if ids:
-                self._last_ids[name] = max(ids)
+                    for s in others:
+                        charges = cell_charges(s.entry.query, s.entry.budget)
+                        self._charge_user(cube, s.user, charges)
+                    self._last_ids[name] = others[-1].id
+                    await asyncio.shield(absorbed)
+                planned = await self._in_gate(cube, plan, self._planning_timeout)
+                self._check_user(cube, user, planned)
+                true_answers = await self._measure(cube, planned)
+                entries = await self._in_gate(cube, lambda: engine.measure(planned, true_answers))
+                ids = await spend.append(
+                    _new_measurements(planned, entries, user, sql), planned.charges
+                )
+                # held from the commit to the record, with no wait in between
+                held = await self._enter(cube)
+        except BaseException:
+            if held is not None:
+                held.release()
+            raise
+        # committed: only now may the entries shape answers
+        if ids:
+            self._last_ids[name] = max(ids)
+        gate = held
         self._charge_user(cube, user, planned.charges)
         recording = self._start(gate, lambda: engine.record(planned, entries))
         return await asyncio.shield(recording)  # once committed, a cancel does not stop it
@@ -478,9 +469,7 @@ class DpService:
         user: str | None,
         sql: str | None,
     ) -> None:
-        """Append the answers (or the refusal) to the ledger's audit log, if there is a ledger."""
-        if self._ledger is None:
-            return
+        """Append the answers (or the refusal) to the ledger store's audit log."""
         accuracy = spec.accuracy
         eps = accuracy.eps if accuracy else None
         confidence = accuracy.confidence if accuracy else None

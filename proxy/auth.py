@@ -31,6 +31,7 @@ __all__ = [
     "parse_verifier",
     "ScramExchange",
     "md5_password",
+    "passthrough_password",
 ]
 
 #: The only SASL mechanism dpproxy offers.
@@ -264,3 +265,16 @@ def md5_password(user: str, password: str, salt: bytes) -> str:
     """
     inner = hashlib.md5((password + user).encode("utf-8")).hexdigest()
     return "md5" + hashlib.md5(inner.encode("ascii") + salt).hexdigest()
+
+
+def passthrough_password(secret: str, role: str) -> str:
+    """The password of pass-through role ``role``: an HMAC of its name under ``secret``.
+
+    `dpproxy provision` installs its SCRAM verifier; dpproxy derives it again to log in, so no
+    per-analyst password is stored anywhere.
+
+    >>> passthrough_password("s", "dpproxy_pt_alice")
+    'EaahoPwfj1-ahDiLJmSsMmJL_C2loFn-oINT41-188c'
+    """
+    digest = hmac.new(secret.encode(), b"dpproxy passthrough\0" + role.encode(), "sha256")
+    return base64.urlsafe_b64encode(digest.digest()).decode().rstrip("=")

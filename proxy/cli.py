@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import getpass
 import os
 import sys
 from collections.abc import Sequence
+from fractions import Fraction
+
+import asyncpg
 
 from proxy.auth import make_verifier
 from proxy.config import PASSTHROUGH_ROLE_TEMPLATE, Config, load_config
@@ -29,23 +33,25 @@ def _parser() -> argparse.ArgumentParser:
         prog="dpproxy",
         description="A PostgreSQL proxy that answers aggregate queries under differential privacy.",
     )
+    config_help = "path to config.yaml (default: $DPPROXY_CONFIG or ./config.yaml)"
     parser.add_argument(
-        "--config",
-        default=os.environ.get("DPPROXY_CONFIG", DEFAULT_CONFIG),
-        help="path to config.yaml (default: $DPPROXY_CONFIG or ./config.yaml)",
+        "--config", default=os.environ.get("DPPROXY_CONFIG", DEFAULT_CONFIG), help=config_help
     )
+    # `--config` also after the command, like --host and --port; SUPPRESS keeps an absent one
+    # from overwriting the value given before the command
+    after = argparse.ArgumentParser(add_help=False)
+    after.add_argument("--config", default=argparse.SUPPRESS, help=config_help)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    check = commands.add_parser(
+    command = functools.partial(commands.add_parser, parents=[after])
+    check = command(
         "check", help="validate config.yaml; with --dsn, also against the backend's columns"
     )
     check.add_argument("--dsn", help="PostgreSQL DSN of the role that reads the protected tables")
-    translate = commands.add_parser(
-        "translate", help="show the query vectors dpproxy derives from a SQL query"
-    )
+    translate = command("translate", help="show the query vectors dpproxy derives from a SQL query")
     translate.add_argument(
         "sql", help='the query, e.g. "SELECT COUNT(*) FROM adult WHERE age < 25"'
     )
-    serve = commands.add_parser(
+    serve = command(
         "serve",
         help="run the PostgreSQL wire-protocol server (embedded demo PostgreSQL without a backend)",
     )
@@ -63,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log level (default: INFO)",
     )
-    provision = commands.add_parser(
+    provision = command(
         "provision",
         help="set up the roles, the analyst database and the grants on a server you administer",
     )
@@ -75,12 +81,12 @@ def _parser() -> argparse.ArgumentParser:
     provision.add_argument(
         "--load-demo", action="store_true", help="load the Adult demo table first"
     )
-    passwd = commands.add_parser(
+    passwd = command(
         "passwd",
         help="print the SCRAM-SHA-256 verifier of a password, for config.yaml's users section",
     )
     passwd.add_argument("user", nargs="?", help="print a `user: verifier` line for this user")
-    ledger = commands.add_parser("ledger", help="inspect, export or maintain the privacy ledger")
+    ledger = command("ledger", help="inspect, export or maintain the privacy ledger")
     ledger.add_argument(
         "--dsn",
         help="the ledger's DSN (default: ledger.dsn, else backend.dsn in the analyst database, "
@@ -150,7 +156,8 @@ async def _ledger(config: Config, args: argparse.Namespace) -> int:
         for row in await ledger_admin.history(dsn, schema, args.limit):
             print(
                 f"{row['created_at']:%Y-%m-%d %H:%M:%S} {row['table']} {row['source']} "
-                f"budget {row['budget']} user {row['user_name']}: {row['sql_text']}"
+                f"budget {format_budget(Fraction(str(row['budget'])), up=True)} "
+                f"user {row['user_name']}: {row['sql_text']}"
             )
     elif args.action == "export":
         async for line in ledger_admin.export(dsn, schema):
@@ -190,8 +197,6 @@ def _check(config: Config, dsn: str | None) -> int:
 
 
 async def _check_backend(config: Config, dsn: str) -> None:
-    import asyncpg
-
     conn = await asyncpg.connect(dsn)
     try:
         for cube in config.cubes:
@@ -210,14 +215,25 @@ def _serve(config: Config, args: argparse.Namespace) -> int:
         config = dataclasses.replace(
             config, listen=dataclasses.replace(config.listen, event_loop=args.loop)
         )
-    return run(config, args.host, args.port)
+    try:
+        return run(config, args.host, args.port)
+    except asyncpg.PostgresError as e:
+        # a right or an object the backend's roles lack, met while starting: one line, no
+        # traceback, and where to fix it
+        hint = (
+            "run `dpproxy provision --dsn <superuser DSN>` on that server (docs/deploy.md), "
+            "which creates the roles, the analyst database and the ledger schema with the "
+            "rights dpproxy needs"
+        )
+        print(f"dpproxy: {e.sqlstate}: backend: {e}\nHINT: {hint}", file=sys.stderr)
+        return 1
 
 
 def _provision(config: Config, dsn: str, load_demo: bool) -> int:
     import psycopg
 
     from proxy.demo import load_adult
-    from proxy.provision import PASSTHROUGH_ROLE, READER_ROLE, provision_roles
+    from proxy.storage.provision import PASSTHROUGH_ROLE, READER_ROLE, provision_roles
 
     backend = config.backend
     try:

@@ -18,7 +18,7 @@ import pytest
 from proxy.config import load_config
 from proxy.demo import load_adult
 from proxy.embedded import start_embedded
-from proxy.provision import BackendRoles, provision_roles
+from proxy.storage.provision import BackendRoles, provision_roles
 
 ROOT = Path(__file__).parent.parent
 

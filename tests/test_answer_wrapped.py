@@ -11,12 +11,12 @@ import psycopg
 import pytest
 
 from proxy.answering import DpService, WrappedAnswer, described
-from proxy.backend import Reader
 from proxy.config import load_config
 from proxy.dp.routing import Router
 from proxy.engine.history import InMemoryHistoryStore
 from proxy.errors import BudgetExhausted
-from proxy.provision import BackendRoles, provision_roles
+from proxy.storage.provision import BackendRoles, provision_roles
+from proxy.storage.reader import Reader
 
 CONFIG = load_config(Path(__file__).parent.parent / "config.yaml")
 TRANSLATOR = CONFIG.translator()

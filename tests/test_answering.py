@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from proxy.answering import ColumnType, DpResult, DpService
-from proxy.backend import Reader
 from proxy.config import load_config
 from proxy.engine.history import InMemoryHistoryStore
 from proxy.errors import BudgetExhausted, DpproxyError, QueryCanceled
-from proxy.provision import provision_roles
+from proxy.storage.provision import provision_roles
+from proxy.storage.reader import Reader
 from sqlmap.cube import Cube
 from sqlmap.vector import LinearQuery
 

@@ -19,12 +19,12 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from proxy.auth import make_verifier
-from proxy.backend import Reader
 from proxy.config import BackendConfig, Config, dsn_with, load_config
 from proxy.demo import ADULT_ROWS
 from proxy.errors import ConfigError
-from proxy.provision import BackendRoles, provision_roles
 from proxy.server.listener import check_boundary, check_ledger_home
+from proxy.storage.provision import BackendRoles, provision_roles
+from proxy.storage.reader import Reader
 from sqlmap.vector import LinearQuery
 
 CONFIG = load_config(Path(__file__).parent.parent / "config.yaml")

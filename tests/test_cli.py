@@ -11,7 +11,7 @@ import pytest
 
 from proxy.cli import main
 from proxy.config import load_config
-from proxy.provision import provision_roles
+from proxy.storage.provision import provision_roles
 
 ROOT = Path(__file__).parent.parent
 

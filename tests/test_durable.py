@@ -10,10 +10,11 @@ import numpy as np
 import psycopg
 import pytest
 
-from proxy.durable import AnswerRecord, DurableLedger, NewMeasurement
 from proxy.engine.history import HistoryEntry
 from proxy.engine.ledger import Charges
 from proxy.errors import ConfigError
+from proxy.storage.ledger_store import AnswerRecord, NewMeasurement
+from proxy.storage.postgres_ledger import PostgresLedgerStore
 from sqlmap.cube import CategoricalDimension, Cube, NumericDimension
 from sqlmap.vector import LinearQuery
 
@@ -41,7 +42,7 @@ def record(source: str, budget: Fraction) -> AnswerRecord:
 
 def test_entries_survive_reopening(pg_dsn: str, ledger_schema: str) -> None:
     async def run() -> None:
-        ledger = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
+        ledger = await PostgresLedgerStore.open(pg_dsn, [CUBE], ledger_schema)
         first = measurement([1, 1], Fraction(1, 10), 41.5)
         async with ledger.spending(CUBE) as spend:
             assert await spend.since(0) == []
@@ -52,7 +53,7 @@ def test_entries_survive_reopening(pg_dsn: str, ledger_schema: str) -> None:
         await ledger.record_answers(CUBE, [record("history", Fraction(0))])
         await ledger.close()
 
-        reopened = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
+        reopened = await PostgresLedgerStore.open(pg_dsn, [CUBE], ledger_schema)
         (stored,) = await reopened.load(CUBE)
         assert stored.id == ids[0] and stored.key == first.key
         assert stored.entry.budget == Fraction(1, 10) and stored.entry.noisy_answer == 41.5
@@ -76,22 +77,22 @@ def test_changed_cube_is_refused(pg_dsn: str, ledger_schema: str) -> None:
     other = Cube("public", "people", (CategoricalDimension("sex", ("M", "F", "X")),))
 
     async def run() -> None:
-        await (await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)).close()
+        await (await PostgresLedgerStore.open(pg_dsn, [CUBE], ledger_schema)).close()
         with pytest.raises(
             ConfigError, match="the cube differs from the one its ledger was written for"
         ):
-            await DurableLedger.open(pg_dsn, [other], ledger_schema)
+            await PostgresLedgerStore.open(pg_dsn, [other], ledger_schema)
 
     asyncio.run(run())
 
 
 def test_spending_lock_serializes_writers(pg_dsn: str, ledger_schema: str) -> None:
     async def run() -> list[str]:
-        a = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
-        b = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
+        a = await PostgresLedgerStore.open(pg_dsn, [CUBE], ledger_schema)
+        b = await PostgresLedgerStore.open(pg_dsn, [CUBE], ledger_schema)
         events: list[str] = []
 
-        async def hold(ledger: DurableLedger, name: str) -> None:
+        async def hold(ledger: PostgresLedgerStore, name: str) -> None:
             async with ledger.spending(CUBE):
                 events.append(f"{name} in")
                 await asyncio.sleep(0.2)
@@ -108,7 +109,7 @@ def test_spending_lock_serializes_writers(pg_dsn: str, ledger_schema: str) -> No
 
 def test_views_show_budget_and_history(pg_dsn: str, ledger_schema: str) -> None:
     async def run() -> None:
-        ledger = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
+        ledger = await PostgresLedgerStore.open(pg_dsn, [CUBE], ledger_schema)
         async with ledger.spending(CUBE) as spend:
             new = measurement([1, 1], Fraction(1, 4), 12.0)
             await spend.append([new], Charges.of([new.entry]))
@@ -128,14 +129,15 @@ def test_views_show_budget_and_history(pg_dsn: str, ledger_schema: str) -> None:
             "FROM dp.budget"
         ).fetchall()
         history = conn.execute(
-            "SELECT table_name, user_name, source, cells, weights, budget, noisy_answer, "
-            "half_width, confidence, reusable FROM dp.history ORDER BY id"
+            "SELECT h.table_name, user_name, source, n_cells, cells, weights, budget, "
+            "noisy_answer, half_width, confidence, reusable "
+            "FROM dp.history h JOIN dp.history_vectors USING (id) ORDER BY id"
         ).fetchall()
     # cell 1 paid both: 1/4 + 1/8
     assert budget == [("public.people", 1.0, 0.375, 0.625, 1, 1, 1, 1)]
     assert history == [
-        ("public.people", "analyst", "fresh", [0, 1], [1.0, 1.0], 0.25, 12.0, 10.0, 0.95, True),
-        ("public.people", "analyst", "fresh", [1, 2], [1.0, 1.0], 0.125, 3.0, 10.0, 0.95, True),
+        ("public.people", "analyst", "fresh", 2, [0, 1], [1.0, 1.0], 0.25, 12.0, 10.0, 0.95, True),
+        ("public.people", "analyst", "fresh", 2, [1, 2], [1.0, 1.0], 0.125, 3.0, 10.0, 0.95, True),
     ]
 
 
@@ -151,7 +153,7 @@ def test_ledger_of_an_earlier_layout_is_upgraded(pg_dsn: str, ledger_schema: str
         )
 
     async def run() -> None:
-        ledger = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
+        ledger = await PostgresLedgerStore.open(pg_dsn, [CUBE], ledger_schema)
         async with ledger.spending(CUBE) as spend:
             new = measurement([1], Fraction(1, 2), 5.0)
             assert await spend.append([new], Charges.of_query(new.entry.query, Fraction(1)))
@@ -164,7 +166,7 @@ def test_ledger_of_an_earlier_layout_is_upgraded(pg_dsn: str, ledger_schema: str
 
 def test_concurrent_answers_share_audit_writes(pg_dsn: str, ledger_schema: str) -> None:
     async def run() -> None:
-        ledger = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
+        ledger = await PostgresLedgerStore.open(pg_dsn, [CUBE], ledger_schema)
         await asyncio.gather(
             *(ledger.record_answers(CUBE, [record("history", Fraction(0))]) for _ in range(300))
         )
@@ -174,3 +176,29 @@ def test_concurrent_answers_share_audit_writes(pg_dsn: str, ledger_schema: str) 
         await ledger.close()
 
     asyncio.run(run())
+
+
+def test_an_older_history_view_is_replaced(pg_dsn: str, ledger_schema: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA IF NOT EXISTS dp")
+        conn.execute("DROP VIEW IF EXISTS dp.history")
+        # the shape before: per-cell arrays and requested_eps
+        conn.execute(
+            "CREATE VIEW dp.history AS SELECT 1 AS id, ARRAY[1] AS cells, "
+            "ARRAY[1.0] AS weights, 2.0::float8 AS requested_eps"
+        )
+
+    async def run() -> None:
+        await (await PostgresLedgerStore.open(pg_dsn, [CUBE], ledger_schema)).close()
+
+    asyncio.run(run())
+    with psycopg.connect(pg_dsn) as conn:
+        columns = [
+            r[0]
+            for r in conn.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = 'dp.history'::regclass "
+                "AND attnum > 0 ORDER BY attnum"
+            )
+        ]
+    assert "cells" not in columns and "requested_eps" not in columns
+    assert {"n_cells", "requested_accuracy", "sql_text", "budget"} <= set(columns)

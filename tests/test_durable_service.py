@@ -10,13 +10,13 @@ import psycopg
 import pytest
 
 from proxy.answering import DpService
-from proxy.backend import Reader
 from proxy.config import load_config
-from proxy.durable import DurableLedger
 from proxy.engine.engine import QueryRequest
 from proxy.engine.ledger import Ledger, UserCaps, cell_charges
 from proxy.errors import BudgetExhausted
-from proxy.provision import BackendRoles
+from proxy.storage.postgres_ledger import PostgresLedgerStore
+from proxy.storage.provision import BackendRoles
+from proxy.storage.reader import Reader
 from sqlmap.cube import Cube
 from sqlmap.vector import LinearQuery
 
@@ -27,8 +27,8 @@ TRANSLATOR = CONFIG.translator()
 
 async def open_service(
     dsn: str, roles: BackendRoles, ledger_schema: str, cube: Cube = CUBE
-) -> tuple[DpService, DurableLedger, Reader]:
-    ledger = await DurableLedger.open(dsn, [cube], ledger_schema)
+) -> tuple[DpService, PostgresLedgerStore, Reader]:
+    ledger = await PostgresLedgerStore.open(dsn, [cube], ledger_schema)
     reader = await Reader.connect(roles.reader_dsn)
     return await DpService.open_durable([cube], reader, ledger), ledger, reader
 
@@ -161,8 +161,8 @@ def test_user_caps_survive_restart(pg_dsn: str, roles: BackendRoles, ledger_sche
         for c in ("sex = 'Male'", "age < 45", "race = 'White'")
     ]
 
-    async def open_capped() -> tuple[DpService, DurableLedger, Reader]:
-        ledger = await DurableLedger.open(pg_dsn, [CUBE], ledger_schema)
+    async def open_capped() -> tuple[DpService, PostgresLedgerStore, Reader]:
+        ledger = await PostgresLedgerStore.open(pg_dsn, [CUBE], ledger_schema)
         reader = await Reader.connect(roles.reader_dsn)
         return await DpService.open_durable([CUBE], reader, ledger, caps=caps), ledger, reader
 

@@ -6,9 +6,10 @@ at module level, under ``if TYPE_CHECKING:``, or inside a function. The rules:
 - ``sqlmap`` imports nothing of ``proxy``; ``sqlmap.errors`` (the bottom) imports nothing of ours.
 - ``proxy.engine`` imports, of ``proxy``, only ``proxy.engine.*`` and ``proxy.errors`` (the
   engine raises ``InvalidParameterValue`` and ``BudgetExhausted``); ``sqlmap`` it may use.
+- ``proxy.storage`` imports nothing of ``proxy.server``.
 - The graph of all these imports has no cycle. A deferred import (in a function or under
-  ``TYPE_CHECKING``) that closes a cycle is a cycle dodged, not removed, so it counts too, except
-  the known debt below. Deferred imports that close no cycle (the CLI's lazy start-up) are fine.
+  ``TYPE_CHECKING``) that closes a cycle is a cycle dodged, not removed, so it counts too.
+  Deferred imports that close no cycle (the CLI's lazy start-up) are fine.
 
 Importing a submodule also runs its parent packages' ``__init__``; those implicit edges are left
 out, or every package that re-exports its submodules would be a cycle.
@@ -25,20 +26,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("proxy", "sqlmap")
-
-#: Deferred imports that dodge the session <-> extended <-> handshake cycle today, as
-#: (importer, imported module, name). Issue 11 item 3 (explicit session states, a narrow
-#: interface for handshake and extended) removes them; delete each entry as it goes.
-KNOWN_CYCLE_DEBT = {
-    ("proxy.server.session", "proxy.server.extended", "ExtendedProtocol"),
-    ("proxy.server.session", "proxy.server.handshake", "handshake"),
-    ("proxy.server.extended", "proxy.server.session", "Session"),
-    ("proxy.server.extended", "proxy.server.session", "State"),
-    ("proxy.server.extended", "proxy.server.session", "frame"),
-    ("proxy.server.handshake", "proxy.server.session", "Session"),
-    ("proxy.server.handshake", "proxy.server.session", "Fatal"),
-    ("proxy.server.handshake", "proxy.server.session", "State"),
-}
 
 
 @dataclass(frozen=True)
@@ -184,11 +171,13 @@ def test_engine_imports_only_engine_and_errors_of_proxy(imports: list[Import]) -
     assert not bad, "the engine must not import the server or storage:\n" + show(bad)
 
 
-def test_no_import_cycles_beyond_the_known_debt(imports: list[Import]) -> None:
+def test_storage_never_imports_the_server(imports: list[Import]) -> None:
+    bad = [i for i in imports if _in(i.importer, "proxy.storage") and _in(i.target, "proxy.server")]
+    assert not bad, "storage sits below the server:\n" + show(bad)
+
+
+def test_no_import_cycles(imports: list[Import]) -> None:
     eager = cycle_closers([i for i in imports if not i.deferred])
     assert not eager, "module-level imports form a cycle:\n" + show(eager)
-    closers = {i for i in cycle_closers(imports) if i.deferred}
-    dodged = {i for i in closers if (i.importer, i.target, i.name) not in KNOWN_CYCLE_DEBT}
+    dodged = {i for i in cycle_closers(imports) if i.deferred}
     assert not dodged, "deferred imports dodge a cycle (restructure instead):\n" + show(dodged)
-    paid = KNOWN_CYCLE_DEBT - {(i.importer, i.target, i.name) for i in closers}
-    assert not paid, f"debt paid off, delete from KNOWN_CYCLE_DEBT: {sorted(paid)}"

@@ -10,11 +10,12 @@ import pytest
 
 from proxy import ledger_admin
 from proxy.answering import DpService
-from proxy.backend import Reader
+from proxy.cli import main
 from proxy.config import load_config
-from proxy.durable import DurableLedger
 from proxy.errors import ConfigError
-from proxy.provision import BackendRoles
+from proxy.storage.postgres_ledger import PostgresLedgerStore
+from proxy.storage.provision import BackendRoles
+from proxy.storage.reader import Reader
 from sqlmap.cube import CategoricalDimension, Cube
 from sqlmap.translate import Translator
 
@@ -26,7 +27,7 @@ SQL = "SELECT COUNT(*) FROM adult WHERE sex = 'Female' WITH ACCURACY 40"
 async def ask(
     dsn: str, roles: BackendRoles, ledger_schema: str, cube: Cube, sql: str
 ) -> tuple[str, DpService]:
-    ledger = await DurableLedger.open(dsn, [cube], ledger_schema)
+    ledger = await PostgresLedgerStore.open(dsn, [cube], ledger_schema)
     reader = await Reader.connect(roles.reader_dsn)
     try:
         service = await DpService.open_durable([cube], reader, ledger)
@@ -83,7 +84,7 @@ def test_rekey_carries_the_spent_budget(
         with pytest.raises(
             ConfigError, match="the cube differs from the one its ledger was written for"
         ):
-            await DurableLedger.open(pg_dsn, [narrower], ledger_schema)
+            await PostgresLedgerStore.open(pg_dsn, [narrower], ledger_schema)
         assert await ledger_admin.rekey(pg_dsn, narrower, ledger_schema) == spent
         with pytest.raises(ConfigError, match="nothing to rekey"):
             await ledger_admin.rekey(pg_dsn, narrower, ledger_schema)
@@ -94,3 +95,21 @@ def test_rekey_carries_the_spent_budget(
         assert state.spent == service.engine(narrower).ledger.spent
 
     asyncio.run(run())
+
+
+def test_cli_history_prints_budgets_as_decimals(
+    pg_dsn: str,
+    roles: BackendRoles,
+    ledger_schema: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    asyncio.run(ask(pg_dsn, roles, ledger_schema, CUBE, SQL))
+    config = tmp_path / "config.yaml"
+    config.write_text(Path(CONFIG.source).read_text() + f"ledger:\n  schema: {ledger_schema}\n")
+    # --config after the command, as for serve's --host and --port
+    assert main(["ledger", "--config", str(config), "--dsn", pg_dsn, "history"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    budget = line.split(" budget ")[1].split()[0]
+    assert "/" not in budget and 0 < float(budget) < 1, line
+    assert line.endswith(f"fresh budget {budget} user analyst: {SQL}")

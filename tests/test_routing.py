@@ -8,6 +8,7 @@ import pytest
 
 from proxy.config import load_config
 from proxy.dp.routing import Route, Router, split_statements
+from proxy.dp.settings import SettingCommand, Verb
 from proxy.errors import DpproxyError
 
 CONFIG = load_config(Path(__file__).parent.parent / "config.yaml")
@@ -53,15 +54,15 @@ def test_pass_through(sql: str) -> None:
 @pytest.mark.parametrize(
     ("sql", "setting"),
     [
-        ("SET dp.accuracy = 10", ("SET", "dp.accuracy", "10")),
-        ("set session DP.confidence to 0.9;", ("SET", "dp.confidence", "0.9")),
-        ("SET dp.accuracy TO DEFAULT", ("SET", "dp.accuracy", None)),
-        ("SET dp.accuracy = '12.5'", ("SET", "dp.accuracy", "12.5")),
-        ("RESET dp.accuracy", ("RESET", "dp.accuracy", None)),
-        ("SHOW dp.confidence", ("SHOW", "dp.confidence", None)),
+        ("SET dp.accuracy = 10", SettingCommand(Verb.SET, "dp.accuracy", "10")),
+        ("set session DP.confidence to 0.9;", SettingCommand(Verb.SET, "dp.confidence", "0.9")),
+        ("SET dp.accuracy TO DEFAULT", SettingCommand(Verb.SET, "dp.accuracy")),
+        ("SET dp.accuracy = '12.5'", SettingCommand(Verb.SET, "dp.accuracy", "12.5")),
+        ("RESET dp.accuracy", SettingCommand(Verb.RESET, "dp.accuracy")),
+        ("SHOW dp.confidence", SettingCommand(Verb.SHOW, "dp.confidence")),
     ],
 )
-def test_dp_settings(sql: str, setting: tuple[str, str, str | None]) -> None:
+def test_dp_settings(sql: str, setting: SettingCommand) -> None:
     (statement,) = ROUTER.route(sql)
     assert statement.route is Route.SETTING and statement.setting == setting
 

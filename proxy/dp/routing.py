@@ -29,6 +29,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokenizer_core import Token, TokenType
 
+from proxy.dp.settings import SettingCommand, Verb
 from proxy.errors import DpproxyError, InsufficientPrivilege, SqlSyntaxError
 from sqlmap.accuracy import DPPostgres
 from sqlmap.cube import Cube
@@ -53,17 +54,17 @@ class Statement:
     """One statement of a query string and its route.
 
     ``start`` is its offset in the query string, for error positions. ``parsed`` is the sqlglot
-    tree of a DP query (with its accuracy clause); ``setting`` holds (verb, name, value) of a
-    dp.* SET/RESET/SHOW. ``wrapped`` is set for a DP query with post-processing around its
-    cores (ORDER BY, LIMIT, HAVING, outer queries, a cursor, ...): the cores are answered, then
-    the wrapper runs under the pass-through role (`sqlmap.postprocess`).
+    tree of a DP query (with its accuracy clause); ``setting`` is the command of a dp.*
+    SET/RESET/SHOW. ``wrapped`` is set for a DP query with post-processing around its cores
+    (ORDER BY, LIMIT, HAVING, outer queries, a cursor, ...): the cores are answered, then the
+    wrapper runs under the pass-through role (`sqlmap.postprocess`).
     """
 
     text: str
     start: int
     route: Route
     parsed: exp.Expr | None = None
-    setting: tuple[str, str, str | None] | None = None
+    setting: SettingCommand | None = None
     wrapped: Wrapped | None = None
 
 
@@ -404,8 +405,8 @@ def _tokens_or_none(text: str) -> list[Token] | None:
         return None
 
 
-def _dp_setting(tokens: list[Token]) -> tuple[str, str, str | None] | None:
-    """(verb, name, value) for ``SET [SESSION] dp.x {=|TO} v``, ``RESET dp.x``, ``SHOW dp.x``."""
+def _dp_setting(tokens: list[Token]) -> SettingCommand | None:
+    """The command ``SET [SESSION] dp.x {=|TO} v``, ``RESET dp.x`` or ``SHOW dp.x``."""
     words = [t for t in tokens if t.token_type != TokenType.SEMICOLON]
     if not words:
         return None
@@ -416,7 +417,7 @@ def _dp_setting(tokens: list[Token]) -> tuple[str, str, str | None] | None:
         and words[1].token_type in (TokenType.STRING, TokenType.VAR)
     ):
         name = words[1].text.strip().lower()  # sqlglot reads SHOW x and RESET x as command + string
-        return (verb, name, None) if name.startswith("dp.") else None
+        return SettingCommand(Verb(verb), name) if name.startswith("dp.") else None
     if verb not in ("SET", "RESET"):
         return None
     rest = words[1:]
@@ -426,11 +427,11 @@ def _dp_setting(tokens: list[Token]) -> tuple[str, str, str | None] | None:
         return None
     name = "dp." + rest[2].text.lower()
     if verb == "RESET":
-        return ("RESET", name, None) if len(rest) == 3 else None
+        return SettingCommand(Verb.RESET, name) if len(rest) == 3 else None
     if len(rest) < 5 or not (rest[3].token_type == TokenType.EQ or rest[3].text.upper() == "TO"):
         return None
     value = "".join(t.text for t in rest[4:])
-    return ("SET", name, None if value.upper() == "DEFAULT" else value)
+    return SettingCommand(Verb.SET, name, None if value.upper() == "DEFAULT" else value)
 
 
 # A trie (see _any_of): the plain alternation took 0.4 s on a 1 MB statement, holding the GIL.

@@ -8,14 +8,35 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from enum import Enum
 
 from proxy.errors import InvalidParameterValue, UnknownSetting
 from sqlmap.accuracy import AccuracyDefaults
 
-__all__ = ["DpSettings", "SETTING_NAMES"]
+__all__ = ["DpSettings", "SETTING_NAMES", "SettingCommand", "Verb"]
 
 #: The settings a session may change, with what SHOW prints for them when unset.
 SETTING_NAMES = ("dp.accuracy", "dp.confidence")
+
+
+class Verb(Enum):
+    """What a setting command does; the value is its CommandComplete tag."""
+
+    SET = "SET"
+    RESET = "RESET"
+    SHOW = "SHOW"
+
+
+@dataclass(frozen=True, slots=True)
+class SettingCommand:
+    """One ``SET``, ``RESET`` or ``SHOW`` of a ``dp.*`` setting, as the router read it.
+
+    ``value`` is the text a SET gives (None for ``SET ... TO DEFAULT``, RESET and SHOW).
+    """
+
+    verb: Verb
+    name: str
+    value: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +51,19 @@ class DpSettings:
     accuracy: float | None = None
     confidence: float | None = None
 
-    def set(self, name: str, value: str | None) -> DpSettings:
-        """A copy with ``name`` set to ``value`` (None: back to the default)."""
+    def set(self, name: str, value: str | None, start: DpSettings | None = None) -> DpSettings:
+        """A copy with ``name`` set to ``value``.
+
+        None (``RESET``, ``SET ... TO DEFAULT``) goes back to the value the session started
+        with (``start``, from the startup packet's options), as PostgreSQL's RESET does.
+
+        >>> start = DpSettings(accuracy=77.0)
+        >>> DpSettings(accuracy=5.0).set("dp.accuracy", None, start).accuracy
+        77.0
+        """
         field = _field(name)
         if value is None:
-            return replace(self, **{field: None})
+            return replace(self, **{field: getattr(start, field) if start else None})
         text = value.strip().strip("'\"")
         try:
             number = float(text)

@@ -10,15 +10,18 @@ local messages is simply relayed until ReadyForQuery.
 After an error, both sides discard messages until Sync. An error raised here inside a
 transaction (or after pass-through messages in the same batch) is mirrored in the backend with
 a Bind that cannot succeed, so that it rolls back just as PostgreSQL would.
+
+Over ~400 lines because the seven messages' handlers share the statements, the portals and the
+queue of replies still due from the backend: they are one protocol's state, kept in one place.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from sqlglot import exp
 
@@ -27,6 +30,7 @@ from proxy.dp.parameters import bind as bind_parameters
 from proxy.dp.parameters import parameter_types
 from proxy.dp.results import TEXT_ONLY, Formats, data_rows, notices, row_description
 from proxy.dp.routing import Route
+from proxy.dp.settings import SettingCommand, Verb
 from proxy.errors import (
     DpproxyError,
     DuplicateCursor,
@@ -34,7 +38,10 @@ from proxy.errors import (
     ProtocolViolation,
     SqlSyntaxError,
 )
-from proxy.server.upstream import Action
+from proxy.server.answers import LocalAnswers
+from proxy.server.context import SessionContext
+from proxy.server.states import State
+from proxy.server.upstream import Action, Decide, Upstream
 from proxy.wire import (
     Bind,
     BindComplete,
@@ -56,22 +63,30 @@ from proxy.wire import (
     TransactionStatus,
     decode_frontend,
 )
+from proxy.wire.framing import (
+    BIND_COMPLETE,
+    CLOSE_COMPLETE,
+    COMMAND_COMPLETE,
+    EMPTY_QUERY_RESPONSE,
+    ERROR_RESPONSE,
+    NO_DATA,
+    PARSE_COMPLETE,
+    PORTAL_SUSPENDED,
+    READY_FOR_QUERY,
+    ROW_DESCRIPTION,
+    reframe,
+)
 from sqlmap.translate import AnswerSpec
 
-if TYPE_CHECKING:
-    from proxy.server.session import Session
-
-__all__ = ["ExtendedProtocol", "Prepared", "Portal"]
+__all__ = ["ExtendedProtocol", "ExtendedHost", "Prepared", "Portal"]
 
 # Replies that complete each forwarded message (ErrorResponse completes any of them).
-_PARSED: Final = frozenset(b"1")
-_BOUND: Final = frozenset(b"2")
-_CLOSED: Final = frozenset(b"3")
-_DESCRIBED: Final = frozenset(b"Tn")  # ParameterDescription comes first for a statement
-_EXECUTED: Final = frozenset(b"CsI")
-_ERROR: Final = ord("E")
-_READY: Final = ord("Z")
-_COPY_IN: Final = ord("G")
+_PARSED: Final = frozenset({PARSE_COMPLETE})
+_BOUND: Final = frozenset({BIND_COMPLETE})
+_CLOSED: Final = frozenset({CLOSE_COMPLETE})
+# ParameterDescription comes first for a statement
+_DESCRIBED: Final = frozenset({ROW_DESCRIPTION, NO_DATA})
+_EXECUTED: Final = frozenset({COMMAND_COMPLETE, PORTAL_SUSPENDED, EMPTY_QUERY_RESPONSE})
 _FLUSH: Final = Flush().encode()
 _DEALLOCATE: Final = re.compile(
     r"\b(?:deallocate\s+(?:prepare\s+)?(?P<name>\"[^\"]+\"|\w+)|discard\s+all\b)", re.IGNORECASE
@@ -89,7 +104,7 @@ class Prepared:
 
     route: Route
     tree: exp.Expr | None = None
-    setting: tuple[str, str, str | None] | None = None
+    setting: SettingCommand | None = None
     param_types: tuple[int, ...] = ()
     spec: AnswerSpec | None = None  # a DP query without parameters, translated at Parse
     text: str = ""
@@ -103,7 +118,7 @@ class Portal:
     spec: AnswerSpec | None = None
     key: Hashable = None  # the spec's memo key
     text: str = ""
-    setting: tuple[str, str, str | None] | None = None
+    setting: SettingCommand | None = None
     formats: Formats = TEXT_ONLY
     result: DpResult | None = None
     sent: int = 0
@@ -128,10 +143,58 @@ def _restore(table: dict[K, V], key: K, previous: V | None) -> Callable[[], None
     return undo
 
 
+class ExtendedHost(Protocol):
+    """What the extended protocol needs of its session (`proxy.server.session.Session`)."""
+
+    @property
+    def ctx(self) -> SessionContext:
+        """The server's shared state."""
+
+    @property
+    def state(self) -> State:
+        """Where the session is."""
+
+    @property
+    def up(self) -> Upstream:
+        """The pass-through connection."""
+
+    @property
+    def status(self) -> TransactionStatus:
+        """The backend's transaction status."""
+
+    def enter(self, state: State) -> None:
+        """Move to ``state``."""
+
+    def send(self, *messages: Message) -> None:
+        """Queue messages for the client."""
+
+    def flush_client(self) -> None:
+        """Write the queued messages."""
+
+    async def relieve_output(self, limit: int) -> None:
+        """Write the queued messages once past ``limit`` bytes."""
+
+    def error(self, error: DpproxyError, offset: int = 0) -> None:
+        """Send an ERROR."""
+
+    def send_ready(self) -> None:
+        """Send ReadyForQuery."""
+
+    async def relay(self, decide: Decide) -> None:
+        """Relay the backend's replies as ``decide`` says (COPY FROM STDIN included)."""
+
+    def refuse_in_failed_transaction(self) -> None:
+        """Raise if the transaction block has failed."""
+
+    @property
+    def answers(self) -> LocalAnswers:
+        """DP queries and ``dp.*`` settings, answered here."""
+
+
 class ExtendedProtocol:
     """The named statements and portals of one session and the handlers of their messages."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: ExtendedHost) -> None:
         self.session = session
         self.statements: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
@@ -140,6 +203,15 @@ class ExtendedProtocol:
         self.local_failure = False  # an error raised here since the last Sync
         self._forwarded = 0  # bytes forwarded since the backend last replied to all of them
         self._poison = Bind("", f"dpproxy_rollback_{secrets.token_hex(8)}").encode()
+        # each message's handler, by its class (Sync, which ends an error state, comes first)
+        self._handlers: dict[type[Message], Callable[[Any, RawMessage], Awaitable[None]]] = {
+            Parse: self.parse,
+            Bind: self.bind,
+            Describe: self.describe,
+            Execute: self.execute,
+            Close: self.close,
+            Flush: self.flush,
+        }
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -150,18 +222,7 @@ class ExtendedProtocol:
             return
         try:
             message = decode_frontend(raw)
-            if isinstance(message, Parse):
-                await self.parse(message, raw)
-            elif isinstance(message, Bind):
-                await self.bind(message, raw)
-            elif isinstance(message, Describe):
-                await self.describe(message, raw)
-            elif isinstance(message, Execute):
-                await self.execute(message, raw)
-            elif isinstance(message, Close):
-                await self.close(message, raw)
-            elif isinstance(message, Flush):
-                await self.flush()
+            await self._handlers[type(message)](message, raw)
         except DpproxyError as e:
             await self.fail(e)
         await self._relieve()
@@ -184,20 +245,16 @@ class ExtendedProtocol:
 
     async def fail(self, error: DpproxyError) -> None:
         """Report an error (after the replies before it) and discard until Sync."""
-        from proxy.server.session import State
-
         if await self.drain():
             self.session.error(error)
-            self.session.state = State.EXTENDED_ERROR
+            self.session.enter(State.EXTENDED_ERROR)
             self.local_failure = True
 
     def forward(
         self, raw: RawMessage, completes: frozenset[int], undo: Callable[[], None] | None = None
     ) -> None:
         """Queue a message for the backend; its reply is relayed in order later."""
-        from proxy.server.session import frame
-
-        data = frame(raw)
+        data = reframe(raw)
         self.session.up.queue(data)
         self._forwarded += len(data)
         self.pending.append(_Pending(completes, undo))
@@ -205,8 +262,6 @@ class ExtendedProtocol:
 
     async def drain(self) -> bool:
         """Relay the backend's replies to everything forwarded so far; False if one failed."""
-        from proxy.server.session import State
-
         session = self.session
         if self.pending:
             session.up.queue(_FLUSH)
@@ -257,7 +312,7 @@ class ExtendedProtocol:
         source = tree.args["from_"].this
         types = parameter_types(tree, ctx.translator.cube_for(source), message.param_types)
         # refuse what cannot be answered now
-        spec = None if types else (await self.session.translate(tree, message.sql))[0]
+        spec = None if types else (await self.session.answers.translate(tree, message.sql))[0]
         return Prepared(Route.DP, tree=tree, param_types=types, spec=spec, text=message.sql)
 
     async def bind(self, message: Bind, raw: RawMessage) -> None:
@@ -292,13 +347,13 @@ class ExtendedProtocol:
         if prepared.param_types:
             formats = tuple(message.param_format(i) for i in range(len(message.params)))
             key = (prepared.text, message.params, formats)
-            spec, key = await self.session.translate(
+            spec, key = await self.session.answers.translate(
                 tree,
                 key,
                 lambda: bind_parameters(tree, prepared.param_types, message.params, formats),
             )
         else:
-            spec, key = await self.session.translate(tree, key)
+            spec, key = await self.session.answers.translate(tree, key)
         return Portal(
             Route.DP,
             spec=spec,
@@ -333,17 +388,15 @@ class ExtendedProtocol:
         # the columns do not depend on the values: describe it as if every parameter were NULL
         n = len(prepared.param_types)
         nulls = bind_parameters(prepared.tree, prepared.param_types, [None] * n, [0] * n)
-        return (await self.session.translate(nulls, (prepared.text, (None,) * n)))[0]
+        return (await self.session.answers.translate(nulls, (prepared.text, (None,) * n)))[0]
 
     def _rows(
-        self, setting: tuple[str, str, str | None] | None, spec: AnswerSpec | None, formats: Formats
+        self, setting: SettingCommand | None, spec: AnswerSpec | None, formats: Formats
     ) -> Message:
         if setting is not None:
-            return (
-                self.session.setting_description(setting, formats)
-                if setting[0] == "SHOW"
-                else NoData()
-            )
+            if setting.verb is Verb.SHOW:
+                return self.session.answers.setting_description(setting, formats)
+            return NoData()
         assert spec is not None
         return row_description(result_columns(spec), formats)
 
@@ -358,12 +411,14 @@ class ExtendedProtocol:
         session = self.session
         session.refuse_in_failed_transaction()
         if portal.setting is not None:
-            self.send(*session.apply_setting(portal.setting, portal.formats, describe=False))
+            self.send(
+                *session.answers.apply_setting(portal.setting, portal.formats, describe=False)
+            )
             return
         if portal.result is None:
             assert portal.spec is not None
             session.flush_client()  # what came before reaches the client while we compute
-            portal.result = await session.answer_spec(portal.spec, portal.key, portal.text)
+            portal.result = await session.answers.answer_spec(portal.spec, portal.key, portal.text)
             self.send(*notices(portal.result))
         result = portal.result
         total = len(result.rows)
@@ -397,15 +452,13 @@ class ExtendedProtocol:
             return Route.PASSTHROUGH, None
         return entry.route, _restore(table, name, entry)
 
-    async def flush(self) -> None:
+    async def flush(self, message: Flush, raw: RawMessage) -> None:
         """Flush: everything so far reaches the client."""
         await self.drain()
         self.session.flush_client()
 
     async def sync(self) -> None:
         """Sync: end the batch; the backend's ReadyForQuery (or ours) ends the cycle."""
-        from proxy.server.session import State
-
         session = self.session
         poison = self.local_failure and (
             self.batch_upstream or session.status is not TransactionStatus.IDLE
@@ -419,7 +472,7 @@ class ExtendedProtocol:
             self.pending.clear()
         else:
             session.send_ready()
-        session.state = State.READY  # Sync ends the error state on both sides
+        session.enter(State.READY)  # Sync ends the error state on both sides
         self.batch_upstream = False
         self._forwarded = 0
         if session.status is TransactionStatus.IDLE:
@@ -453,53 +506,36 @@ class ExtendedProtocol:
 
     async def poison_now(self) -> None:
         """Fail the backend's transaction block now (between simple-protocol cycles)."""
-        from proxy.server.session import State
-
         self._queue_poison()
         self.session.up.queue(_SYNC)
         await self._relay(stop_when_drained=False, ready=Action.DROP_STOP)
         self.pending.clear()
-        self.session.state = State.READY
+        self.session.enter(State.READY)
 
     async def _relay(self, stop_when_drained: bool, ready: Action = Action.RELAY_STOP) -> None:
-        from proxy.server.session import State
-
         session = self.session
-        copy_in = False
 
         def decide(kind: int, buf: bytearray, start: int, end: int) -> Action:
-            nonlocal copy_in
-            if kind == _READY:
+            if kind == READY_FOR_QUERY:
                 return ready
-            if kind == _ERROR:
+            if kind == ERROR_RESPONSE:
                 poisoned = bool(self.pending) and self.pending[0].poison
                 for pending in reversed(self.pending):
                     if pending.undo is not None:
                         pending.undo()
                 self.pending.clear()
                 if not poisoned:
-                    session.state = State.EXTENDED_ERROR  # the backend now skips until Sync
+                    session.enter(State.EXTENDED_ERROR)  # the backend now skips until Sync
                 if stop_when_drained:
                     return Action.DROP_STOP if poisoned else Action.RELAY_STOP
                 return Action.DROP if poisoned else Action.RELAY
-            if kind == _COPY_IN:
-                copy_in = True
-                return Action.RELAY_STOP
             if self.pending and kind in self.pending[0].completes:
                 self.pending.pop(0)
                 if stop_when_drained and not self.pending:
                     return Action.RELAY_STOP
             return Action.RELAY
 
-        session.flush_client()
-        await session.up.flush()
-        while True:
-            await session.up.relay(session.conn, decide)
-            if not copy_in:
-                return
-            copy_in = False
-            await session.copy_in()
-            await session.up.flush()
+        await session.relay(decide)
 
 
 def _deallocations(sql: str) -> Iterator[re.Match[str]]:

@@ -26,24 +26,25 @@ from typing import Final
 import asyncpg
 
 from proxy.answering import DpService
-from proxy.backend import Reader
 from proxy.config import DEMO_USERS, BackendConfig, Config
 from proxy.dp.memo import DpMemo
 from proxy.dp.routing import Router
-from proxy.durable import DurableLedger
 from proxy.engine.history import InMemoryHistoryStore
 from proxy.errors import ConfigError, ConnectionFailure
 from proxy.logs import event
-from proxy.provision import (
+from proxy.server.connection import Connection
+from proxy.server.context import SessionContext
+from proxy.server.loops import loop_factory, loop_name
+from proxy.server.session import Session
+from proxy.server.upstream import UpstreamAddress
+from proxy.storage.postgres_ledger import PostgresLedgerStore
+from proxy.storage.provision import (
     FORBIDDEN_MEMBERSHIPS,
     PASSTHROUGH_ROLE,
     STATISTICS_FUNCTIONS_SQL,
     STATISTICS_VIEWS_SQL,
 )
-from proxy.server.connection import Connection
-from proxy.server.loops import loop_factory, loop_name
-from proxy.server.session import Session, SessionContext
-from proxy.server.upstream import UpstreamAddress
+from proxy.storage.reader import Reader
 from proxy.workers import Workers
 from sqlmap.canonical import quote_ident
 
@@ -66,7 +67,7 @@ class Server:
     """A listening dpproxy: its sessions, its reader pool, and its shutdown."""
 
     def __init__(
-        self, ctx: SessionContext, reader: Reader, ledger: DurableLedger | None = None
+        self, ctx: SessionContext, reader: Reader, ledger: PostgresLedgerStore | None = None
     ) -> None:
         self.ctx = ctx
         self.reader = reader
@@ -78,9 +79,15 @@ class Server:
     async def start(self, host: str, port: int) -> None:
         """Listen on host:port (port 0: any free port)."""
         loop = asyncio.get_running_loop()
-        self._listener = await loop.create_server(
-            lambda: Connection(self._accept), host, port, reuse_address=True
-        )
+        try:
+            self._listener = await loop.create_server(
+                lambda: Connection(self._accept), host, port, reuse_address=True
+            )
+        except OSError as e:
+            raise ConfigError(
+                f"listen: cannot listen on {host}:{port}: {e.strerror or e}",
+                hint="another server may hold that port: choose one with --port or listen.port",
+            ) from None
         event("listening", host=host, port=self.port, event_loop=loop_name(loop))
 
     @property
@@ -300,7 +307,7 @@ async def open_server(
         reader = await Reader.connect(backend.dsn)
     except (OSError, asyncpg.PostgresError) as e:
         raise ConnectionFailure(f"backend.dsn: cannot connect: {e}") from None
-    ledger: DurableLedger | None = None
+    ledger: PostgresLedgerStore | None = None
     try:
         for cube in config.cubes:
             await reader.check_columns(cube)
@@ -317,7 +324,7 @@ async def open_server(
                 planning_timeout=timeout,
             )
         else:
-            ledger = await DurableLedger.open(
+            ledger = await PostgresLedgerStore.open(
                 backend.ledger_dsn, config.cubes, backend.ledger_schema, PASSTHROUGH_ROLE
             )
             service = await DpService.open_durable(
@@ -368,11 +375,11 @@ def embedded_backend(config: Config) -> BackendConfig:
     """Start the embedded PostgreSQL, load the Adult demo table, and set up the boundary.
 
     The tables stay in the server's ``postgres`` database; analysts' sessions and the ledger
-    go to a database named like ``listen.database`` (`proxy.provision`).
+    go to a database named like ``listen.database`` (`proxy.storage.provision`).
     """
     from proxy.demo import load_adult
     from proxy.embedded import start_embedded
-    from proxy.provision import provision_roles
+    from proxy.storage.provision import provision_roles
 
     data_dir = Path(os.environ.get(DATA_DIR_ENV) or _DEFAULT_DATA_DIR)
     event("embedded_postgres", data_dir=str(data_dir))

@@ -1,33 +1,29 @@
-"""One client session: start-up, SCRAM, the pass-through connection, and the query loop.
+"""One client session: its states, its client connection, the fast relay and the query loop.
 
-A session is one asyncio task that moves through named states (`State`); each state that reads
-client messages has one handler. Statements are routed before anything runs
-(`proxy.dp.routing`): DP queries are answered here, ``dp.*`` settings kept here, everything else
-relayed to the session's own pass-through connection (`proxy.server.upstream`). The extended query
-protocol lives in `proxy.server.extended`.
+A session is one asyncio task that moves through the named states of `proxy.server.states`,
+each with one handler, every move through `Session.enter`. The start-up and SCRAM are
+`proxy.server.handshake`; statements are routed before anything runs (`proxy.dp.routing`): DP
+queries and ``dp.*`` settings are answered by `proxy.server.answers`, everything else relayed to
+the session's own pass-through connection (`proxy.server.upstream`) by the one relay loop,
+`Session.relay`. The extended query protocol lives in `proxy.server.extended`; handshake and
+extended see the session through the narrow interfaces they declare (`Handshaking`,
+`ExtendedHost`).
+
+Over ~400 lines because the fast relay (IDLE, RELAYING), the task's loop and the simple
+protocol share the client buffer, the handoff and the state: split, each part would reach into
+the others' fields.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
-import secrets
 import ssl
-import struct
-from collections.abc import Awaitable, Callable, Hashable, Mapping
-from dataclasses import dataclass, field
-from enum import Enum
+from collections.abc import Awaitable, Callable
 from typing import Final
 
-from sqlglot import exp
-
-from proxy.answering import DpResult, DpService
-from proxy.auth import Verifier
-from proxy.config import LimitsConfig
-from proxy.dp.memo import DpMemo
-from proxy.dp.results import TEXT_ONLY, Formats, data_rows, notices, row_description
-from proxy.dp.routing import Route, Router, Statement
+from proxy.dp.results import TEXT_ONLY, data_rows, notices, row_description
+from proxy.dp.routing import Route, Statement
 from proxy.dp.settings import DpSettings
 from proxy.errors import (
     AdminShutdown,
@@ -37,33 +33,40 @@ from proxy.errors import (
     InvalidAuthorization,
     ProgramLimitExceeded,
     ProtocolViolation,
-    QueryCanceled,
     UnsupportedQuery,
 )
 from proxy.logs import event
+from proxy.server.answers import LocalAnswers
 from proxy.server.connection import Connection
-from proxy.server.upstream import Action, Upstream, UpstreamAddress
+from proxy.server.context import CancelKey, SessionContext
+from proxy.server.extended import ExtendedProtocol
+from proxy.server.handshake import handshake
+from proxy.server.states import NEXT, Fatal, State
+from proxy.server.upstream import Action, Decide, Upstream
 from proxy.wire import (
     FRONTEND_LIMITS,
-    CancelRequest,
     CommandComplete,
-    DataRow,
     ErrorResponse,
     Message,
     MessageBuffer,
     Query,
     RawMessage,
     ReadyForQuery,
-    RowDescription,
     TransactionStatus,
     decode_frontend,
     encode_all,
 )
-from proxy.wire.types import Oid, column
-from sqlmap.accuracy import AccuracyDefaults
-from sqlmap.translate import AnswerSpec, Translator
+from proxy.wire.framing import (
+    COPY_DATA,
+    COPY_IN_RESPONSE,
+    ERROR_RESPONSE,
+    QUERY,
+    READY_FOR_QUERY,
+    one_frame,
+    reframe,
+)
 
-__all__ = ["State", "SessionContext", "Session", "CancelKey", "Fatal"]
+__all__ = ["Session", "AUTH_TIMEOUT"]
 
 #: Buffered client bytes past which a busy session stops reading its client.
 _BUFFER_LIMIT: Final = 1 << 20
@@ -72,78 +75,7 @@ _BURST: Final = 16
 #: How long a client may take from connecting to being authenticated (PostgreSQL's
 #: authentication_timeout).
 AUTH_TIMEOUT: Final = 60.0
-# Message type bytes, as ints (RawMessage.type is one byte).
-_COPY_IN: Final = ord("G")
-_ERROR: Final = ord("E")
-_READY: Final = ord("Z")
-_QUERY: Final = ord("Q")
-
-
-class State(Enum):
-    """Where a session is; each value says what it waits for."""
-
-    STARTUP = "startup"  # SSLRequest, GSSENCRequest, CancelRequest or StartupMessage
-    AUTHENTICATING = "authenticating"  # the SCRAM exchange
-    CONNECTING = "connecting"  # logging in to the backend as the pass-through role
-    READY = "ready"  # any query-cycle message
-    EXTENDED_ERROR = "extended error"  # after an extended-protocol error: discard until Sync
-    COPY_IN = "copy in"  # the client streams COPY data to the backend
-    CLOSED = "closed"  # done: the connection is closed
-
-
-@dataclass(frozen=True, slots=True)
-class CancelKey:
-    """The BackendKeyData dpproxy gives a session (never the backend's own key)."""
-
-    process_id: int
-    secret_key: bytes
-
-
-@dataclass(slots=True)
-class SessionContext:
-    """What every session of one server shares."""
-
-    router: Router
-    translator: Translator
-    service: DpService
-    memo: DpMemo
-    defaults: AccuracyDefaults
-    upstream: UpstreamAddress
-    users: Mapping[str, Verifier]
-    database: str
-    max_connections: int = 100
-    limits: LimitsConfig = LimitsConfig()
-    tls: ssl.SSLContext | None = None
-    mock_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
-    sessions: dict[int, Session] = field(default_factory=dict)
-    shutting_down: bool = False
-
-    def new_key(self) -> CancelKey:
-        """A process id not in use and a random secret."""
-        while True:
-            pid = secrets.randbelow(2**31 - 2) + 1
-            if pid not in self.sessions:
-                return CancelKey(pid, secrets.token_bytes(4))
-
-    async def cancel(self, request: CancelRequest) -> None:
-        """Forward a CancelRequest to the session it names, if the key matches."""
-        session = self.sessions.get(request.process_id)
-        if (
-            session is None
-            or session.key is None
-            or not hmac.compare_digest(session.key.secret_key, request.secret_key)
-        ):
-            event("cancel_ignored", process_id=request.process_id)
-            return
-        await session.cancel()
-
-
-class Fatal(Exception):
-    """Ends the session: send the error with severity FATAL, then close."""
-
-    def __init__(self, error: DpproxyError) -> None:
-        super().__init__(error.message)
-        self.error = error
+_SHUTDOWN: Final = "terminating connection due to administrator command"
 
 
 class Session:
@@ -157,53 +89,128 @@ class Session:
     def __init__(self, ctx: SessionContext, conn: Connection) -> None:
         self.ctx = ctx
         self.conn = conn
-        self.state = State.STARTUP
+        self._state = State.STARTUP
         # a statement over the limit is dropped as it arrives, then refused (54000)
         statement = ctx.limits.max_statement_bytes + 4  # the length word counts itself
         self.buffer = MessageBuffer(
             limits=FRONTEND_LIMITS, oversize={b"Q": statement, b"P": statement}
         )
         self._whole_limit = statement + 1  # the longest Query `_relay_whole` takes
-        self.user = ""
-        self.settings = DpSettings()
+        self._user = ""
+        self.answers = LocalAnswers(ctx)
         self.upstream: Upstream | None = None
-        self.key: CancelKey | None = None
-        self.peer = str(conn.get_extra_info("peername") or "unix")
+        self._key: CancelKey | None = None
+        self._peer = str(conn.get_extra_info("peername") or "unix")
         self._out = bytearray()
-        self._idle = False
-        self._shutdown = False
-        self._dp_task: asyncio.Future[DpResult] | None = None
-        # reading the client: the task waits on _waiter; while it is parked (_park), plain
-        # pass-through queries are relayed from the connections' callbacks (_pump)
+        # what the client did that the task must see
         self._waiter: asyncio.Future[None] | None = None
         self._fed = 0
         self._eof = False
-        self._wanting = False
-        self._parked = False
+        self._shutdown = False
+        self._wanting = False  # the task waits in `fill` for client bytes
+        # IDLE and RELAYING: what the callbacks hand the task (the first message they may not
+        # relay, or the failure that stopped them); `_pumping` guards `_pump` against itself
+        self._handoff: RawMessage | Exception | None = None
         self._pumping = False
-        self._relaying = False
-        self._held: RawMessage | None = None
-        self._copy_pending = False
-        self._error: BaseException | None = None
-        # imported here: proxy.server.extended and proxy.server.handshake need this module's names
-        from proxy.server.extended import ExtendedProtocol
-
         self.extended = ExtendedProtocol(self)
         self._handlers: dict[State, Callable[[RawMessage], Awaitable[None]]] = {
             State.READY: self._on_ready,
             State.EXTENDED_ERROR: self._on_extended_error,
+            State.COPY_IN: self._on_copy_in,
         }
         conn.attach(self)
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        """Where the session is; `enter` moves it."""
+        return self._state
+
+    def enter(self, state: State) -> None:
+        """Move to ``state``: the one place the state changes.
+
+        CLOSED is final: a step still under way when a shutdown closed the session moves
+        nothing.
+
+        Raises:
+            RuntimeError: `proxy.server.states.NEXT` does not allow the move (a bug).
+        """
+        current = self._state
+        if state is current or current is State.CLOSED:
+            return
+        if state not in NEXT[current]:
+            raise RuntimeError(f"a session cannot move from {current.name} to {state.name}")
+        self._state = state
+
+    @property
+    def user(self) -> str:
+        """The user the startup packet named ("" before)."""
+        return self._user
+
+    @property
+    def peer(self) -> str:
+        """The client's address, for the log."""
+        return self._peer
+
+    @property
+    def key(self) -> CancelKey | None:
+        """The BackendKeyData this session gave its client, once connected."""
+        return self._key
+
+    @property
+    def tls(self) -> bool:
+        """The client connection is encrypted."""
+        return self.conn.get_extra_info("sslcontext") is not None
+
+    # -- what the handshake hands over (`proxy.server.handshake.Handshaking`) ----------------
+
+    def identify(self, user: str) -> None:
+        """The startup packet named ``user``."""
+        self._user = user
+
+    def use_settings(self, settings: DpSettings) -> None:
+        """Start with these ``dp.*`` settings."""
+        self.answers = LocalAnswers(self.ctx, self._user, settings)
+
+    @property
+    def settings(self) -> DpSettings:
+        """The session's ``dp.*`` settings now."""
+        return self.answers.settings
+
+    def connected(self, upstream: Upstream) -> CancelKey:
+        """Keep the pass-through connection; register and return the session's cancel key."""
+        self.upstream = upstream
+        self._key = self.ctx.new_key()
+        self.ctx.sessions[self._key.process_id] = self
+        return self._key
+
+    def write_now(self, data: bytes) -> None:
+        """Write bytes to the client at once."""
+        self.conn.write(data)
+
+    async def start_tls(self, context: ssl.SSLContext) -> None:
+        """Continue the client connection over TLS."""
+        await self.conn.start_tls(context, server_side=True)
+
+    def unread(self) -> int:
+        """Client bytes received and not yet taken."""
+        return self.buffer.pending
+
+    async def read_startup(self) -> bytes | None:
+        """The next startup packet's payload; None at end of stream."""
+        while (payload := self.buffer.take_startup()) is None:
+            if not await self.fill():
+                return None
+        return payload
 
     # -- life cycle -------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Serve the connection until it closes; never raises (errors end the session)."""
-        from proxy.server.handshake import handshake
-
         try:
             await asyncio.wait_for(handshake(self), AUTH_TIMEOUT)
-            if self.state is not State.CLOSED:
+            if self._state is not State.CLOSED:
                 await self._loop()
         except Fatal as fatal:
             self._send_fatal(fatal.error)
@@ -216,26 +223,25 @@ class Session:
         except (ConnectionError, ssl.SSLError):
             pass  # the client went away
         except asyncio.CancelledError:
-            self._send_fatal(AdminShutdown("terminating connection due to administrator command"))
+            self._send_fatal(AdminShutdown(_SHUTDOWN))
             raise
         except Exception:
             logging.getLogger("dpproxy").exception(
-                "session failed", extra={"fields": {"user": self.user}}
+                "session failed", extra={"fields": {"user": self._user}}
             )
             self._send_fatal(DpproxyError("internal error in dpproxy"))
         finally:
             self._close()
 
     def _close(self) -> None:
-        if self.key is not None and self.ctx.sessions.get(self.key.process_id) is self:
-            del self.ctx.sessions[self.key.process_id]
+        if self._key is not None and self.ctx.sessions.get(self._key.process_id) is self:
+            del self.ctx.sessions[self._key.process_id]
         if self.upstream is not None:
             self.upstream.close()
             self.upstream = None
-        if self.state is not State.CLOSED:
-            self.state = State.CLOSED
-            if self.user:
-                event("session_closed", user=self.user, peer=self.peer)
+        self.enter(State.CLOSED)  # a Terminate or a shutdown may have entered it already
+        if self._user:
+            event("session_closed", user=self._user, peer=self._peer)
         if not self.conn.is_closing():
             self.flush_client()
             self.conn.close()
@@ -245,12 +251,12 @@ class Session:
             return
         self.send(ErrorResponse.from_error(error, "FATAL"))
         self.flush_client()
-        if self.user or not isinstance(error, InvalidAuthorization):
+        if self._user or not isinstance(error, InvalidAuthorization):
             event(
                 "session_fatal",
                 logging.WARNING,
-                user=self.user or None,
-                peer=self.peer,
+                user=self._user or None,
+                peer=self._peer,
                 sqlstate=error.sqlstate,
                 message=error.message,
             )
@@ -258,20 +264,16 @@ class Session:
     def request_shutdown(self) -> None:
         """Ask the session to close: now if it is idle, else after its current query cycle."""
         self._shutdown = True
-        if (self._idle and not self._relaying) or self.state in (
-            State.STARTUP,
-            State.AUTHENTICATING,
-        ):
-            self._send_fatal(AdminShutdown("terminating connection due to administrator command"))
-            self.state = State.CLOSED
+        waiting_for_sync = self._state is State.EXTENDED_ERROR and self._wanting
+        if waiting_for_sync or self._state in (State.IDLE, State.STARTUP, State.AUTHENTICATING):
+            self._send_fatal(AdminShutdown(_SHUTDOWN))
+            self.enter(State.CLOSED)
             self.conn.close()
 
     async def cancel(self) -> None:
         """Cancel what the session runs: a DP answer here, or the backend's statement."""
-        event("cancel", user=self.user)
-        if self._dp_task is not None and not self._dp_task.done():
-            self._dp_task.cancel()
-        elif self.upstream is not None:
+        event("cancel", user=self._user)
+        if not self.answers.cancel() and self.upstream is not None:
             await self.upstream.cancel()
 
     # -- client I/O -------------------------------------------------------------------------
@@ -295,19 +297,20 @@ class Session:
     # The connection's callbacks (see proxy.server.connection.Listener).
 
     def on_data(self, data: bytes) -> None:
-        """Client bytes: into the buffer; relayed at once when parked, else the task is woken."""
-        if self._parked and self._relay_whole(data):
+        """Client bytes: into the buffer; relayed at once when IDLE, else the task is woken."""
+        idle = self._state is State.IDLE
+        if idle and self._relay_whole(data):
             return
         self.buffer.feed(data)
         self._fed += len(data)
-        if self._parked:
+        if idle:
             self._pump()
         else:
             self._wake()
         if (
             self.buffer.pending > _BUFFER_LIMIT
             and not self._wanting
-            and (self._relaying or not self._parked)
+            and self._state is not State.IDLE
         ):
             self.conn.pause_reading()  # busy: let the client wait rather than buffer without end
 
@@ -318,7 +321,7 @@ class Session:
 
     def on_writable(self, writable: bool) -> None:
         """The client fell behind reading (or caught up): hold the fast relay meanwhile."""
-        if self._relaying and self.upstream is not None:
+        if self._state is State.RELAYING and self.upstream is not None:
             self.upstream.pause(not writable)
 
     def _wake(self) -> None:
@@ -346,25 +349,30 @@ class Session:
             self._wanting = False
         return self._fed > before
 
-    async def _park(self) -> None:
-        """Wait, between query cycles, for a message the task must handle.
+    # -- IDLE and RELAYING: the fast relay --------------------------------------------------
+
+    async def _idle(self) -> None:
+        """IDLE: wait, between query cycles, for a message the task must handle.
 
         Meanwhile plain pass-through queries are relayed by `_pump`, from the connections'
-        callbacks.
+        callbacks (RELAYING while a reply is under way). The task wakes in READY with a
+        message handed over, in COPY_IN if a relayed query began COPY FROM STDIN, at end of
+        stream, on a shutdown, or to raise the failure that stopped the relay.
         """
         self.flush_client()
         await self.conn.drain()
-        self._parked = True
-        try:
-            self._pump()
-            while self._held is None and not (
-                self._eof or self._copy_pending or self._shutdown or self._error
-            ):
-                await self._wait()
-        finally:
-            self._parked = False
-        if self._error is not None:
-            error, self._error = self._error, None
+        self.enter(State.IDLE)
+        self._pump()
+        while self._handoff is None and not self._eof:
+            if self._state is State.IDLE and self._shutdown:
+                break
+            if self._state is not State.IDLE and self._state is not State.RELAYING:
+                break
+            await self._wait()
+        if self._state is State.IDLE:
+            self.enter(State.READY)
+        if isinstance(self._handoff, Exception):
+            error, self._handoff = self._handoff, None
             raise error
 
     def _pump(self) -> None:
@@ -376,8 +384,8 @@ class Session:
             return  # a relay finished inside start_relay: the loop below goes on
         self._pumping = True
         try:
-            while not self._relaying and self._held is None and self._error is None:
-                if self._shutdown or self._copy_pending:
+            while self._state is State.IDLE and self._handoff is None:
+                if self._shutdown:
                     self._wake()
                     return
                 raw = self.buffer.take_message()
@@ -387,63 +395,53 @@ class Session:
                         self._wake()
                     return
                 if not self._plain_query(raw):
-                    self._held = raw
-                    self._wake()
+                    self._hand_over(raw)
                     return
-                self._relay_query(_frame(raw))
+                self._relay_query(reframe(raw))
         except Exception as e:  # ProtocolViolation, ConnectionFailure: the task reports it
-            self._error = e
-            self._wake()
+            self._hand_over(e)
         finally:
             self._pumping = False
+
+    def _hand_over(self, what: RawMessage | Exception) -> None:
+        self._handoff = what
+        self._wake()
 
     def _relay_whole(self, data: bytes) -> bool:
         """`_pump`'s common case, without the buffer: ``data`` is one whole plain Query.
 
-        It must also be all there is: nothing buffered, held or being relayed. Then it goes
-        to the backend as it came (no copy); False leaves everything to `_pump`.
+        It must also be all there is: nothing buffered or handed over. Then it goes to the
+        backend as it came (no copy); False leaves everything to `_pump`.
         """
-        if (
-            self._relaying
-            or self._pumping
-            or self.buffer.pending
-            or self._held is not None
-            or self._error is not None
-            or self._shutdown
-            or self._copy_pending
-        ):
+        if self._handoff is not None or self.buffer.pending or self._shutdown:
             return False
-        size = len(data)
-        if size < 6 or size > self._whole_limit or data[0] != _QUERY:
-            return False
-        if _LENGTH.unpack_from(data, 1)[0] != size - 1:
+        if len(data) > self._whole_limit or not one_frame(data, QUERY):
             return False
         if not self._plain_payload(data[5:]):
             return False
-        self._fed += size
+        self._fed += len(data)
         try:
             self._relay_query(data)
         except Exception as e:  # ConnectionFailure: the task reports it
-            self._error = e
-            self._wake()
+            self._hand_over(e)
         return True
 
     def _relay_query(self, frame: bytes) -> None:
         """Send one plain Query and relay its reply from the connections' callbacks."""
-        self._relaying = True
+        self.enter(State.RELAYING)
         self.up.send(frame)
         self.up.start_relay(self.conn, self._relayed)
 
     def _relayed(self, error: ConnectionFailure | None, last: int) -> None:
         """The fast relay of one query finished (or stopped for COPY FROM STDIN)."""
-        self._relaying = False
-        if error is not None:
-            self._error = error
-        elif last == _COPY_IN:
-            self._copy_pending = True
-        if self._error is not None or self._copy_pending:
+        if error is None and last == COPY_IN_RESPONSE:
+            self.enter(State.COPY_IN)
             self._wake()
-        elif self._parked:
+            return
+        self.enter(State.IDLE)
+        if error is not None:
+            self._hand_over(error)
+        else:
             self._pump()
 
     def _plain_query(self, raw: RawMessage) -> bool:
@@ -456,7 +454,7 @@ class Session:
 
     def _plain_payload(self, payload: bytes) -> bool:
         """`_plain_query` for a Query with this payload."""
-        if self.state is not State.READY or self.upstream is None:
+        if self.upstream is None:
             return False
         if self.extended.pending or self.extended.batch_upstream or self.upstream.queued:
             return False
@@ -498,36 +496,39 @@ class Session:
 
     async def _loop(self) -> None:
         burst = 0  # messages handled since the task last let other sessions run
-        while self.state is not State.CLOSED:
-            if self._copy_pending:  # the fast relay met COPY FROM STDIN
-                self._copy_pending = False
+        while self._state is not State.CLOSED:
+            if self._state is State.COPY_IN:  # the fast relay met COPY FROM STDIN
                 await self.copy_in()
                 await self._relay_cycle(stop_at_ready=Action.RELAY_STOP)
                 continue
-            raw, self._held = self._held, None
-            if raw is None:
-                raw = self.buffer.take_message()
+            raw = self._take()
             if raw is None:
                 if self._shutdown:
-                    raise Fatal(
-                        AdminShutdown("terminating connection due to administrator command")
-                    )
+                    raise Fatal(AdminShutdown(_SHUTDOWN))
                 if self._eof:
                     return
-                self._idle = True
-                try:
-                    await self._park()
-                finally:
-                    self._idle = False
+                if self._state is State.EXTENDED_ERROR:  # nothing is relayed before the Sync
+                    await self.fill()
+                    continue
+                await self._idle()
+                if self._state is State.RELAYING:  # the client left while a reply was relayed
+                    return
                 burst = 0
                 continue
-            await self._handlers[self.state](raw)
+            await self._handlers[self._state](raw)
             burst += 1
             if burst == _BURST:
                 # a pipeline of messages answered from memos never waits on anything: let
                 # the other sessions' callbacks run in between
                 burst = 0
                 await asyncio.sleep(0)
+
+    def _take(self) -> RawMessage | None:
+        """The message the fast relay handed over, else the next buffered one."""
+        handoff, self._handoff = self._handoff, None
+        if isinstance(handoff, RawMessage):
+            return handoff
+        return self.buffer.take_message()
 
     async def _on_ready(self, raw: RawMessage) -> None:
         kind = raw.type
@@ -538,7 +539,7 @@ class Session:
         elif kind in b"PBDECSH":
             await self.extended.handle(raw)
         elif kind == b"X":
-            self.state = State.CLOSED
+            self.enter(State.CLOSED)
         elif kind == b"F":
             self.error(UnsupportedQuery("fast-path function calls are not supported by dpproxy"))
             self.send_ready()
@@ -565,15 +566,81 @@ class Session:
         if raw.type == b"S":
             await self.extended.handle(raw)
         elif raw.type == b"X":
-            self.state = State.CLOSED
+            self.enter(State.CLOSED)
         # anything else is discarded until Sync
+
+    async def _on_copy_in(self, raw: RawMessage) -> None:
+        """COPY_IN: CopyData to the backend; CopyDone or CopyFail ends it, back in READY."""
+        if raw.type in (b"d", b"c", b"f"):
+            self.up.queue(reframe(raw))
+            if raw.type[0] != COPY_DATA:
+                await self.up.flush()
+                self.enter(State.READY)
+            elif not self.buffer.pending:
+                await self.up.flush()
+        elif raw.type not in (b"H", b"S"):  # Flush and Sync are ignored, as PostgreSQL does
+            raise ProtocolViolation(f"unexpected message type {raw.type!r} during COPY from stdin")
 
     def error(self, error: DpproxyError, offset: int = 0) -> None:
         """Send an ERROR; ``offset`` moves its position from a statement to the query string."""
         if offset and error.position is not None:
             error.position += offset
         self.send(ErrorResponse.from_error(error))
-        event("statement_error", user=self.user, sqlstate=error.sqlstate, message=error.message)
+        event("statement_error", user=self._user, sqlstate=error.sqlstate, message=error.message)
+
+    # -- the one relay loop -----------------------------------------------------------------
+
+    async def relay(self, decide: Decide) -> None:
+        """Relay the backend's replies to the client as ``decide`` says, until it says stop.
+
+        This serves both protocols. A CopyInResponse on the way is relayed, then the client's
+        COPY data is streamed to the backend (COPY_IN) before the relay goes on.
+        """
+        copy_in = False
+
+        def decide_or_copy(kind: int, buf: bytearray, start: int, end: int) -> Action:
+            nonlocal copy_in
+            if kind == COPY_IN_RESPONSE:
+                copy_in = True
+                return Action.RELAY_STOP
+            return decide(kind, buf, start, end)
+
+        self.flush_client()
+        await self.up.flush()
+        while True:
+            await self.up.relay(self.conn, decide_or_copy)
+            if not copy_in:
+                return
+            copy_in = False
+            await self.copy_in()
+
+    async def copy_in(self) -> None:
+        """COPY_IN until the client's CopyDone or CopyFail has gone to the backend."""
+        self.enter(State.COPY_IN)
+        try:
+            while self._state is State.COPY_IN:
+                raw = await self.read_typed()
+                if raw is None:
+                    raise ConnectionError("client closed during COPY")
+                await self._on_copy_in(raw)
+        finally:
+            if self._state is State.COPY_IN:
+                self.enter(State.READY)
+
+    async def _relay_cycle(self, stop_at_ready: Action) -> bool:
+        """Relay the backend's reply to one Query; True unless it reported an error."""
+        failed = False
+
+        def decide(kind: int, buf: bytearray, start: int, end: int) -> Action:
+            nonlocal failed
+            if kind == READY_FOR_QUERY:
+                return stop_at_ready
+            if kind == ERROR_RESPONSE:
+                failed = True
+            return Action.RELAY
+
+        await self.relay(decide)
+        return not failed
 
     # -- simple query protocol --------------------------------------------------------------
 
@@ -591,73 +658,17 @@ class Session:
             # an empty string is forwarded too: the backend answers EmptyQueryResponse
             if self.extended.statements:
                 self.extended.forget(sql)
-            await self._forward_query(_frame(raw))
+            self.up.queue(reframe(raw))
+            await self._relay_cycle(stop_at_ready=Action.RELAY_STOP)
             return
         await self._mixed(statements)
-
-    async def _forward_query(self, frame: bytes) -> None:
-        """The fast path: the whole query string to the backend, its reply back unchanged."""
-        self.flush_client()
-        self.up.queue(frame)
-        await self.up.flush()
-        await self._relay_cycle(stop_at_ready=Action.RELAY_STOP)
-
-    async def _relay_cycle(self, stop_at_ready: Action) -> bool:
-        """Relay the backend's reply to one Query; True unless it reported an error."""
-        failed = False
-        copy_in = False
-
-        def decide(kind: int, buf: bytearray, start: int, end: int) -> Action:
-            nonlocal failed, copy_in
-            if kind == _READY:
-                return stop_at_ready
-            if kind == _ERROR:
-                failed = True
-            elif kind == _COPY_IN:
-                copy_in = True
-                return Action.RELAY_STOP
-            return Action.RELAY
-
-        while True:
-            await self.up.relay(self.conn, decide)
-            if not copy_in:
-                return not failed
-            copy_in = False
-            await self.copy_in()
-
-    async def copy_in(self) -> None:
-        """Pass the client's CopyData, then CopyDone or CopyFail, to the backend."""
-        self.state = State.COPY_IN
-        try:
-            while True:
-                raw = await self.read_typed()
-                if raw is None:
-                    raise ConnectionError("client closed during COPY")
-                if raw.type in (b"d", b"c", b"f"):
-                    self.up.queue(_frame(raw))
-                    if raw.type != b"d":
-                        await self.up.flush()
-                        return
-                    if not self.buffer.pending:
-                        await self.up.flush()
-                elif raw.type in (b"H", b"S"):
-                    continue  # ignored during COPY, as PostgreSQL does
-                else:
-                    raise ProtocolViolation(
-                        f"unexpected message type {raw.type!r} during COPY from stdin"
-                    )
-        finally:
-            if self.state is State.COPY_IN:
-                self.state = State.READY
 
     async def _mixed(self, statements: list[Statement]) -> None:
         """A query string mixing routes: one statement at a time, in order."""
         for statement in statements:
             if statement.route is Route.PASSTHROUGH:
                 self.extended.forget(statement.text)
-                self.flush_client()
                 self.up.queue(Query(statement.text).encode())
-                await self.up.flush()
                 if not await self._relay_cycle(stop_at_ready=Action.DROP_STOP):
                     break
             elif not await self._run_local(statement):
@@ -670,10 +681,10 @@ class Session:
             self.refuse_in_failed_transaction()
             if statement.route is Route.SETTING:
                 assert statement.setting is not None
-                self.send(*self.apply_setting(statement.setting, TEXT_ONLY, describe=True))
+                self.send(*self.answers.apply_setting(statement.setting, TEXT_ONLY, describe=True))
                 return True
             assert statement.parsed is not None
-            result = await self.answer(statement.parsed, statement.text)
+            result = await self.answers.answer(statement.parsed, statement.text)
         except DpproxyError as e:
             self.error(e, statement.start)
             await self.poison_if_in_transaction()
@@ -695,80 +706,6 @@ class Session:
                 "current transaction is aborted, commands ignored until end of transaction block"
             )
 
-    def apply_setting(
-        self, setting: tuple[str, str, str | None], formats: Formats, describe: bool
-    ) -> list[Message]:
-        """SET / RESET / SHOW of a dp.* setting; the messages that answer it."""
-        verb, name, value = setting
-        if verb == "SHOW":
-            text = self.settings.show(name, self.ctx.defaults)
-            header = [self.setting_description(setting, formats)] if describe else []
-            # text is the same bytes in both formats
-            return [*header, DataRow((text.encode("utf-8"),)), CommandComplete("SHOW")]
-        self.settings = self.settings.set(name, value)
-        event("setting", user=self.user, setting=name, value=value)
-        return [CommandComplete(verb)]
-
-    @staticmethod
-    def setting_description(setting: tuple[str, str, str | None], formats: Formats) -> Message:
-        """The RowDescription of SHOW dp.x (a text column named after the setting)."""
-        return RowDescription((column(setting[1], Oid.TEXT, formats(0, 1)),))
-
-    async def translate(
-        self, tree: exp.Expr, key: Hashable, bind: Callable[[], exp.Expr] | None = None
-    ) -> tuple[AnswerSpec, Hashable]:
-        """Translate with the session's accuracy settings, remembered under ``key``.
-
-        ``key`` is the SQL text and any bound values; ``bind`` makes the tree to translate
-        when the memo has none. Returns the spec and its full memo key.
-        """
-        defaults = self.settings.defaults(self.ctx.defaults)
-        full_key = (key, defaults)
-
-        def translate() -> AnswerSpec:
-            return self.ctx.translator.translate_parsed(
-                bind() if bind is not None else tree, defaults
-            )
-
-        return await self.ctx.memo.spec(full_key, translate), full_key
-
-    async def answer(self, tree: exp.Expr, key: str) -> DpResult:
-        """Translate and answer a DP query with the session's settings; cancellable."""
-        spec, full_key = await self.translate(tree, key)
-        return await self.answer_spec(spec, full_key, key)
-
-    async def answer_spec(self, spec: AnswerSpec, key: Hashable, sql: str) -> DpResult:
-        """Answer a translated query; a CancelRequest stops it with 57014.
-
-        ``sql`` is the query's text, for the audit log.
-
-        An answer the memo holds for ``key`` (given from the same history) is sent again
-        without asking the engine.
-        """
-        table = spec.cube.qualified_name
-        memo = self.ctx.memo
-        kept = memo.answer(key, spec.cube)
-        if kept is not None:
-            await self.ctx.service.log_repeat(spec, kept, self.user, sql)
-            _log_answer(self.user, table, kept, memo=True)
-            return kept
-        version = memo.version(spec.cube)
-        task = asyncio.ensure_future(self.ctx.service.answer(spec, user=self.user, sql=sql))
-        self._dp_task = task
-        try:
-            result = await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():  # the session itself is cancelled
-                task.cancel()
-                raise
-            raise QueryCanceled("canceling statement due to user request") from None
-        finally:
-            self._dp_task = None
-        memo.remember(key, version, result)
-        _log_answer(self.user, table, result)
-        return result
-
     async def poison_if_in_transaction(self) -> None:
         """After a local error inside a transaction block, fail the backend's transaction too.
 
@@ -778,37 +715,7 @@ class Session:
             await self.extended.poison_now()
 
 
-def _log_answer(user: str, table: str, result: DpResult, memo: bool = False) -> None:
-    """Who asked, on which table, where the answer came from and what it cost; no values."""
-    sources = sorted({r.source for r in result.replies})
-    charged = max((float(r.budget_charged) for r in result.replies), default=0.0)
-    remaining = min((float(r.budget_remaining) for r in result.replies), default=None)
-    event(
-        "dp_answer",
-        user=user,
-        table=table,
-        values=len(result.replies),
-        source=",".join(sources),
-        memo=memo or None,
-        budget_charged_max=f"{charged:.6g}",
-        budget_remaining=None if remaining is None else f"{remaining:.6g}",
-    )
-
-
 def _query_text(raw: RawMessage) -> str:
     message = decode_frontend(raw)
     assert isinstance(message, Query)
     return message.sql
-
-
-_LENGTH: Final = struct.Struct("!i")
-
-
-def _frame(raw: RawMessage) -> bytes:
-    """The message as it came over the wire, to forward it unchanged."""
-    return raw.type + _LENGTH.pack(len(raw.payload) + 4) + raw.payload
-
-
-def frame(raw: RawMessage) -> bytes:
-    """Public alias of the framing helper, for `proxy.server.extended`."""
-    return _frame(raw)

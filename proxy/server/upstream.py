@@ -9,13 +9,10 @@ message a caller asks for (ReadyForQuery, the end of one extended-protocol reply
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
-import hmac
 import os
 import socket
 import ssl
-import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -24,7 +21,7 @@ from typing import Final
 import scramp
 from psycopg.conninfo import conninfo_to_dict
 
-from proxy.auth import MECHANISM, md5_password
+from proxy.auth import MECHANISM, md5_password, passthrough_password
 from proxy.errors import ConnectionFailure
 from proxy.server.connection import Connection
 from proxy.wire import (
@@ -48,10 +45,10 @@ from proxy.wire import (
     TransactionStatus,
     decode_backend,
 )
+from proxy.wire.framing import COPY_IN_RESPONSE, READY_FOR_QUERY, FramingLost, frames
 
-__all__ = ["UpstreamAddress", "Upstream", "Action", "Decide", "passthrough_password"]
+__all__ = ["UpstreamAddress", "Upstream", "Action", "Decide"]
 
-_HEADER: Final = struct.Struct("!ci")
 _CONNECT_TIMEOUT: Final = 10.0
 
 
@@ -68,22 +65,7 @@ class Action(Enum):
 #: end).
 Decide = Callable[[int, bytearray, int, int], Action]
 
-_Z: Final = ord("Z")
-_G: Final = ord("G")
 _STATUSES: Final = {ord(s.value): s for s in TransactionStatus}
-
-
-def passthrough_password(secret: str, role: str) -> str:
-    """The password of pass-through role ``role``: an HMAC of its name under ``secret``.
-
-    `dpproxy provision` installs its SCRAM verifier; dpproxy derives it again to log in, so no
-    per-analyst password is stored anywhere.
-
-    >>> passthrough_password("s", "dpproxy_pt_alice")
-    'EaahoPwfj1-ahDiLJmSsMmJL_C2loFn-oINT41-188c'
-    """
-    digest = hmac.new(secret.encode(), b"dpproxy passthrough\0" + role.encode(), "sha256")
-    return base64.urlsafe_b64encode(digest.digest()).decode().rstrip("=")
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,13 +341,13 @@ class Upstream:
     async def read_message(self) -> RawMessage:
         """Read one whole message (for start-up and the rare message-level exchanges)."""
         while True:
-            if len(self._buf) >= 5:
-                _, length = _HEADER.unpack_from(self._buf, 0)
-                _check_length(length)
-                if len(self._buf) >= 1 + length:
-                    raw = RawMessage(bytes(self._buf[0:1]), bytes(self._buf[5 : 1 + length]))
-                    del self._buf[: 1 + length]
+            try:
+                for kind, start, end in frames(self._buf):
+                    raw = RawMessage(bytes((kind,)), bytes(self._buf[start:end]))
+                    del self._buf[:end]
                     return raw
+            except FramingLost as e:
+                raise _malformed(e) from None
             await self._more()
 
     def _scan(self, client: Connection, decide: Decide) -> bool:
@@ -376,25 +358,21 @@ class Upstream:
         buf = self._buf
         pos = start = 0
         stop = False
-        size = len(buf)
-        while size - pos >= 5:
-            length = _HEADER.unpack_from(buf, pos)[1]
-            _check_length(length)
-            end = pos + 1 + length
-            if end > size:
-                break
-            kind = buf[pos]
-            if kind == _Z and length == 5:
-                self.status = _status(buf[pos + 5])
-            action = decide(kind, buf, pos + 5, end)
-            if action is Action.DROP or action is Action.DROP_STOP:
-                if start < pos:
-                    client.write(bytes(buf[start:pos]))
-                start = end
-            pos = end
-            if action is Action.RELAY_STOP or action is Action.DROP_STOP:
-                stop = True
-                break
+        try:
+            for kind, payload, end in frames(buf):
+                if kind == READY_FOR_QUERY and end - payload == 1:
+                    self.status = _status(buf[payload])
+                action = decide(kind, buf, payload, end)
+                if action is Action.DROP or action is Action.DROP_STOP:
+                    if start < pos:
+                        client.write(bytes(buf[start:pos]))
+                    start = end
+                pos = end
+                if action is Action.RELAY_STOP or action is Action.DROP_STOP:
+                    stop = True
+                    break
+        except FramingLost as e:
+            raise _malformed(e) from None
         if start < pos:
             client.write(bytes(buf[start:pos]))
         del buf[:pos]
@@ -452,7 +430,7 @@ class Upstream:
                 self._buf += memoryview(buf)[pos:]
         if status is not None:
             self.status = status
-        if last == _Z or last == _G:
+        if last == READY_FOR_QUERY or last == COPY_IN_RESPONSE:
             self._fast = None
             done(None, last)
 
@@ -501,11 +479,11 @@ class Upstream:
             self.conn.close()
 
 
-def _check_length(length: int) -> None:
-    if length < 4:
-        raise ConnectionFailure(
-            f"the PostgreSQL backend sent a malformed message (length {length})"
-        )
+def _malformed(lost: FramingLost) -> ConnectionFailure:
+    """Lost framing, reported as the backend's failure."""
+    return ConnectionFailure(
+        f"the PostgreSQL backend sent a malformed message (length {lost.length})"
+    )
 
 
 def _status(byte: int) -> TransactionStatus:
@@ -530,19 +508,13 @@ def _hop(buf: bytes | bytearray) -> tuple[int, int, TransactionStatus | None]:
     >>> _hop(b"C\x00\x00\x00\x05xZ\x00\x00\x00\x05IN")
     (12, 90, <TransactionStatus.IDLE: 'I'>)
     """
-    pos, size, last = 0, len(buf), 0
-    unpack = _HEADER.unpack_from
-    while size - pos >= 5:
-        length = unpack(buf, pos)[1]
-        if length < 4:
-            _check_length(length)
-        end = pos + 1 + length
-        if end > size:
-            break
-        last = buf[pos]
-        pos = end
-        if last == _Z:
-            return pos, last, _status(buf[end - 1]) if length == 5 else None
-        if last == _G:
-            break
+    pos = last = 0
+    try:
+        for last, payload, pos in frames(buf):
+            if last == READY_FOR_QUERY:
+                return pos, last, _status(buf[payload]) if pos - payload == 1 else None
+            if last == COPY_IN_RESPONSE:
+                break
+    except FramingLost as e:
+        raise _malformed(e) from None
     return pos, last, None

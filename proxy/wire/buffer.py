@@ -8,11 +8,11 @@ failed and raises again on every later take.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from typing import Final, NoReturn
 
 from proxy.errors import ProtocolViolation
+from proxy.wire.framing import LENGTH
 from proxy.wire.message import RawMessage, type_name
 
 __all__ = ["MessageBuffer", "MAX_MESSAGE_LENGTH", "MAX_STARTUP_LENGTH"]
@@ -23,7 +23,6 @@ MAX_MESSAGE_LENGTH: Final = 1 << 30
 #: excludes the length word itself, which ours counts.
 MAX_STARTUP_LENGTH: Final = 10_000 + 4
 
-_LENGTH: Final = struct.Struct("!i")
 # Compact the buffer once this many consumed bytes sit in front of the unread ones.
 _COMPACT_AFTER: Final = 64 * 1024
 
@@ -184,7 +183,7 @@ class MessageBuffer:
         return min(cap, self._max_length)
 
     def _length_at(self, offset: int) -> int:
-        return int(_LENGTH.unpack_from(self._buf, offset)[0])
+        return int(LENGTH.unpack_from(self._buf, offset)[0])
 
     def _consume(self, start: int, end: int) -> bytes:
         payload = bytes(self._buf[start:end])

@@ -20,9 +20,9 @@ import pytest
 
 from proxy import logs
 from proxy.config import BackendConfig, Config, load_config
-from proxy.provision import provision_roles
 from proxy.server.listener import Server, open_server
 from proxy.server.loops import loop_factory
+from proxy.storage.provision import provision_roles
 
 ROOT = Path(__file__).parent.parent.parent
 CONFIG = load_config(ROOT / "config.yaml")

@@ -14,7 +14,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from proxy.config import dsn_with
-from proxy.provision import BackendRoles
+from proxy.storage.provision import BackendRoles
 from tests.e2e.conftest import Proxy
 
 BYPASSES = [

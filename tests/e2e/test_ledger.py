@@ -12,7 +12,7 @@ import pytest
 
 from proxy.cli import main
 from proxy.config import BackendConfig
-from proxy.provision import BackendRoles
+from proxy.storage.provision import BackendRoles
 
 from .conftest import CONFIG, start_proxy, stop_proxy
 

@@ -34,7 +34,7 @@ import yaml
 
 from proxy.config import load_config
 from proxy.engine.ledger import Ledger, cell_charges
-from proxy.provision import provision_roles
+from proxy.storage.provision import provision_roles
 from sqlmap.cube import Cube
 from sqlmap.vector import LinearQuery
 

@@ -26,7 +26,7 @@ from psycopg.conninfo import conninfo_to_dict
 from proxy.auth import make_verifier, parse_verifier
 from proxy.config import BackendConfig, Config, dsn_with
 from proxy.demo import ADULT_ROWS
-from proxy.provision import BackendRoles, provision_roles
+from proxy.storage.provision import BackendRoles, provision_roles
 from proxy.wire import (
     Bind,
     DataRow,

@@ -15,10 +15,10 @@ import psycopg
 import pytest
 
 from proxy.answering import DpService
-from proxy.backend import Reader
 from proxy.config import BackendConfig, Config
 from proxy.dp.memo import DpMemo
 from proxy.engine.history import InMemoryHistoryStore
+from proxy.storage.reader import Reader
 from proxy.wire import (
     Bind,
     CancelRequest,

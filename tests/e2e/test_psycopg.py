@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 from psycopg import errors
@@ -100,6 +102,31 @@ def test_settings_in_the_extended_protocol(proxy: Proxy) -> None:
         conn.execute("SET dp.accuracy = 321", prepare=True)
         assert conn.execute("SHOW dp.accuracy", prepare=True).fetchone() == ("321",)
         conn.execute("SELECT COUNT(*) FROM adult").fetchone()  # uses the session's accuracy
+
+
+def test_reset_returns_to_the_value_given_at_connection(proxy: Proxy) -> None:
+    with psycopg.connect(proxy.dsn(options="-c%20dp.accuracy%3D77"), autocommit=True) as conn:
+        assert conn.execute("SHOW dp.accuracy").fetchone() == ("77",)
+        conn.execute("SET dp.accuracy = 5")
+        conn.execute("RESET dp.accuracy")
+        assert conn.execute("SHOW dp.accuracy").fetchone() == ("77",)
+        conn.execute("SET dp.accuracy = 5")
+        conn.execute("SET dp.accuracy TO DEFAULT")
+        assert conn.execute("SHOW dp.accuracy").fetchone() == ("77",)
+        conn.execute("RESET dp.confidence")  # none given at connection: the config's default
+        assert conn.execute("SHOW dp.confidence").fetchone() == ("0.95",)
+
+
+def test_a_normal_disconnect_is_logged(proxy: Proxy) -> None:
+    closed = "event=session_closed user=analyst"
+    before = proxy.log.getvalue().count(closed)
+    with psycopg.connect(proxy.dsn(), autocommit=True) as conn:
+        conn.execute("SELECT 1")
+    # the proxy logs after the client's Terminate; give its loop a moment
+    deadline = time.monotonic() + 10
+    while proxy.log.getvalue().count(closed) == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proxy.log.getvalue().count(closed) == before + 1, proxy.log.getvalue()[-2000:]
 
 
 def test_transactions_report_status(proxy: Proxy) -> None:

@@ -1,4 +1,4 @@
-"""The durable ledger: every released measurement, every answer, and the budget, in PostgreSQL.
+"""The ledger store in PostgreSQL: every released measurement, every answer, and the budget.
 
 Layout, in a schema of its own (``dpproxy`` by default) that analysts cannot reach:
 
@@ -14,11 +14,11 @@ Layout, in a schema of its own (``dpproxy`` by default) that analysts cannot rea
 
 Two read-only views in schema ``dp``, ``dp.budget`` and ``dp.history``, are granted to the
 analysts' pass-through roles, so analysts query them like any relation (docs/config.md). The
-ledger lives in the analyst database for that (`proxy.provision`).
+ledger lives in the analyst database for that (`proxy.storage.provision`).
 
-A fresh measurement is written inside :meth:`DurableLedger.spending`, which holds a transaction
-and the table's row of ``tables`` locked FOR NO KEY UPDATE, so processes sharing the ledger
-spend one after another. Taking that lock needs UPDATE on the ledger, which analysts lack
+A fresh measurement is written inside :meth:`PostgresLedgerStore.spending`, which holds a
+transaction and the table's row of ``tables`` locked FOR NO KEY UPDATE, so processes sharing the
+ledger spend one after another. Taking that lock needs UPDATE on the ledger, which analysts lack
 (unlike an advisory lock, which any role connected to the database can take and hold); it does
 not conflict with the key-share locks of the audit log's inserts, so answers from history never
 wait for it.
@@ -27,7 +27,6 @@ wait for it.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -40,17 +39,12 @@ import numpy.typing as npt
 from proxy.engine.history import HistoryEntry
 from proxy.engine.ledger import Charges
 from proxy.errors import ConfigError
+from proxy.storage.ledger_store import AnswerRecord, NewMeasurement, StoredEntry
 from sqlmap.canonical import quote_ident
 from sqlmap.cube import Cube
 from sqlmap.vector import LinearQuery
 
-__all__ = [
-    "DurableLedger",
-    "Spend",
-    "StoredEntry",
-    "NewMeasurement",
-    "AnswerRecord",
-]
+__all__ = ["PostgresLedgerStore", "Spend"]
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS {schema}.tables (
@@ -146,60 +140,25 @@ CROSS JOIN LATERAL (
     FROM {schema}.answers WHERE table_id = t.id) a;
 CREATE OR REPLACE VIEW dp.history AS
 SELECT m.id, t.name AS table_name, m.created_at, m.user_name, m.source, m.sql_text,
-       m.cells, m.weights, m.query_offset, m.sensitivity, """
+       cardinality(m.cells) AS n_cells, """
     + _AS_FLOAT.format("m.budget")
     + """ AS budget,
-       m.noisy_answer, m.requested_eps, m.requested_confidence, m.half_width, m.confidence,
+       m.noisy_answer, m.requested_eps AS requested_accuracy, m.requested_confidence,
+       m.half_width, m.confidence,
        (m.fingerprint = t.fingerprint AND m.data_version = t.data_version) AS reusable
+FROM {schema}.measurements m JOIN {schema}.tables t ON t.id = m.table_id;
+CREATE OR REPLACE VIEW dp.history_vectors AS
+SELECT m.id, t.name AS table_name, m.cells, m.weights, m.query_offset, m.sensitivity
 FROM {schema}.measurements m JOIN {schema}.tables t ON t.id = m.table_id;
 """
 )
 
-
-@dataclass(frozen=True, slots=True)
-class StoredEntry:
-    """A history entry as stored: its row id, its entry key, the entry, and who caused it."""
-
-    id: int
-    key: uuid.UUID
-    entry: HistoryEntry
-    user: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NewMeasurement:
-    """A measurement to write, with the request and the answer it served.
-
-    ``key`` is drawn once, before the first attempt to write it. ``source`` (fresh or combined),
-    ``query_offset``, ``half_width`` and ``confidence`` describe the answer it went into.
-    """
-
-    key: uuid.UUID
-    entry: HistoryEntry
-    requested_eps: float
-    requested_confidence: float
-    user: str | None
-    sql: str | None
-    source: str
-    query_offset: float
-    half_width: float
-    confidence: float
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerRecord:
-    """One answer (or refusal) for the audit log."""
-
-    source: str
-    budget: Fraction
-    estimate: float | None
-    low: float | None
-    high: float | None
-    confidence: float | None
-    requested_eps: float | None
-    requested_confidence: float | None
-    user: str | None
-    sql: str | None
+#: Views whose columns changed (CREATE OR REPLACE VIEW cannot drop or rename columns): the
+#: arrays of dp.history moved to dp.history_vectors, requested_eps became requested_accuracy.
+_OLD_VIEWS = """
+SELECT EXISTS (SELECT FROM pg_attribute
+               WHERE attrelid = to_regclass('dp.history') AND attname = 'cells')
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,8 +169,8 @@ class _Table:
     carried: Fraction
 
 
-class DurableLedger:
-    """The ledger of every protected table, in PostgreSQL."""
+class PostgresLedgerStore:
+    """The ledger of every protected table, in PostgreSQL (a `LedgerStore`)."""
 
     def __init__(self, pool: asyncpg.Pool, schema: str, tables: dict[str, _Table]) -> None:
         self._pool = pool
@@ -229,7 +188,7 @@ class DurableLedger:
         cubes: Iterable[Cube],
         schema: str = "dpproxy",
         analyst_role: str | None = None,
-    ) -> DurableLedger:
+    ) -> PostgresLedgerStore:
         """Connect, create the schema and the ``dp`` views if needed, and register every cube.
 
         Args:
@@ -326,7 +285,7 @@ class DurableLedger:
 
 
 class Spend:
-    """What may be done while holding a table's spending lock."""
+    """What may be done while holding a table's spending lock (a `Spending`)."""
 
     def __init__(self, conn: asyncpg.Connection, schema: str, table: _Table) -> None:
         self._conn = conn
@@ -423,11 +382,14 @@ async def _register_locked(
         f"{schema}.tables",
     ):
         await conn.execute(_UPGRADE.format(schema=schema))
+    if await conn.fetchval(_OLD_VIEWS):
+        await conn.execute("DROP VIEW dp.history")
     await conn.execute(_VIEWS.format(schema=schema))
     if analyst_role is not None:
         role = quote_ident(analyst_role)
         await conn.execute(
-            f"GRANT USAGE ON SCHEMA dp TO {role}; GRANT SELECT ON dp.budget, dp.history TO {role}"
+            f"GRANT USAGE ON SCHEMA dp TO {role}; "
+            f"GRANT SELECT ON dp.budget, dp.history, dp.history_vectors TO {role}"
         )
     for cube in cubes:
         row = await conn.fetchrow(

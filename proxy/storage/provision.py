@@ -15,7 +15,7 @@ Two databases on one server (docs/deploy.md):
 Each analyst logs in to the analyst database as a role of their own (``dpproxy_pt_<user>``), a
 member of the group ``dpproxy_passthrough`` that holds their grants, so analysts cannot signal,
 watch or reconfigure each other's sessions. With ``backend.passthrough_secret`` their passwords
-are derived from it (`proxy.server.upstream.passthrough_password`) and their SCRAM verifiers
+are derived from it (`proxy.auth.passthrough_password`) and their SCRAM verifiers
 installed here; without it they log in without one (the embedded server's trusted Unix socket).
 
 Everything is idempotent: run it again after adding users or tables.
@@ -30,10 +30,9 @@ from typing import Final
 import psycopg
 from psycopg import sql
 
-from proxy.auth import make_verifier
+from proxy.auth import make_verifier, passthrough_password
 from proxy.config import PASSTHROUGH_ROLE_TEMPLATE, dsn_with
 from proxy.errors import ConfigError
-from proxy.server.upstream import passthrough_password
 from sqlmap.cube import Cube
 
 __all__ = [

@@ -1,0 +1,140 @@
+"""What a session answers itself: DP queries and its ``dp.*`` settings.
+
+Both protocols come here: the simple one (`proxy.server.session`) and the extended one
+(`proxy.server.extended`). A DP query is translated with the session's settings and answered by
+the server's `DpService`, through the memo; a CancelRequest stops the answer with 57014.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Hashable
+
+from sqlglot import exp
+
+from proxy.answering import DpResult
+from proxy.dp.results import Formats
+from proxy.dp.settings import DpSettings, SettingCommand, Verb
+from proxy.errors import QueryCanceled
+from proxy.logs import event
+from proxy.server.context import SessionContext
+from proxy.wire import CommandComplete, DataRow, Message, RowDescription
+from proxy.wire.types import Oid, column
+from sqlmap.translate import AnswerSpec
+
+__all__ = ["LocalAnswers"]
+
+
+class LocalAnswers:
+    """The DP answers and ``dp.*`` settings of one session.
+
+    Args:
+        ctx: the server's shared state.
+        user: who asks (for the budget per user and the log).
+        settings: the session's ``dp.*`` settings to start with.
+    """
+
+    def __init__(
+        self, ctx: SessionContext, user: str = "", settings: DpSettings | None = None
+    ) -> None:
+        self.ctx = ctx
+        self.user = user
+        self.settings = self.start_settings = settings or DpSettings()
+        self._running: asyncio.Future[DpResult] | None = None
+
+    def cancel(self) -> bool:
+        """Cancel the DP answer under way; False if there is none."""
+        if self._running is None or self._running.done():
+            return False
+        self._running.cancel()
+        return True
+
+    def apply_setting(
+        self, command: SettingCommand, formats: Formats, describe: bool
+    ) -> list[Message]:
+        """SET / RESET / SHOW of a dp.* setting; the messages that answer it."""
+        if command.verb is Verb.SHOW:
+            text = self.settings.show(command.name, self.ctx.defaults)
+            header = [self.setting_description(command, formats)] if describe else []
+            # text is the same bytes in both formats
+            return [*header, DataRow((text.encode("utf-8"),)), CommandComplete("SHOW")]
+        self.settings = self.settings.set(command.name, command.value, self.start_settings)
+        event("setting", user=self.user, setting=command.name, value=command.value)
+        return [CommandComplete(command.verb.value)]
+
+    @staticmethod
+    def setting_description(command: SettingCommand, formats: Formats) -> Message:
+        """The RowDescription of SHOW dp.x (a text column named after the setting)."""
+        return RowDescription((column(command.name, Oid.TEXT, formats(0, 1)),))
+
+    async def translate(
+        self, tree: exp.Expr, key: Hashable, bind: Callable[[], exp.Expr] | None = None
+    ) -> tuple[AnswerSpec, Hashable]:
+        """Translate with the session's accuracy settings, remembered under ``key``.
+
+        ``key`` is the SQL text and any bound values; ``bind`` makes the tree to translate
+        when the memo has none. Returns the spec and its full memo key.
+        """
+        defaults = self.settings.defaults(self.ctx.defaults)
+        full_key = (key, defaults)
+
+        def translate() -> AnswerSpec:
+            return self.ctx.translator.translate_parsed(
+                bind() if bind is not None else tree, defaults
+            )
+
+        return await self.ctx.memo.spec(full_key, translate), full_key
+
+    async def answer(self, tree: exp.Expr, key: str) -> DpResult:
+        """Translate and answer a DP query with the session's settings; cancellable."""
+        spec, full_key = await self.translate(tree, key)
+        return await self.answer_spec(spec, full_key, key)
+
+    async def answer_spec(self, spec: AnswerSpec, key: Hashable, sql: str) -> DpResult:
+        """Answer a translated query; a CancelRequest stops it with 57014.
+
+        ``sql`` is the query's text, for the audit log.
+
+        An answer the memo holds for ``key`` (given from the same history) is sent again
+        without asking the engine.
+        """
+        table = spec.cube.qualified_name
+        memo = self.ctx.memo
+        kept = memo.answer(key, spec.cube)
+        if kept is not None:
+            await self.ctx.service.log_repeat(spec, kept, self.user, sql)
+            _log_answer(self.user, table, kept, memo=True)
+            return kept
+        version = memo.version(spec.cube)
+        task = asyncio.ensure_future(self.ctx.service.answer(spec, user=self.user, sql=sql))
+        self._running = task
+        try:
+            result = await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():  # the session itself is cancelled
+                task.cancel()
+                raise
+            raise QueryCanceled("canceling statement due to user request") from None
+        finally:
+            self._running = None
+        memo.remember(key, version, result)
+        _log_answer(self.user, table, result)
+        return result
+
+
+def _log_answer(user: str, table: str, result: DpResult, memo: bool = False) -> None:
+    """Who asked, on which table, where the answer came from and what it cost; no values."""
+    sources = sorted({r.source for r in result.replies})
+    charged = max((float(r.budget_charged) for r in result.replies), default=0.0)
+    remaining = min((float(r.budget_remaining) for r in result.replies), default=None)
+    event(
+        "dp_answer",
+        user=user,
+        table=table,
+        values=len(result.replies),
+        source=",".join(sources),
+        memo=memo or None,
+        budget_charged_max=f"{charged:.6g}",
+        budget_remaining=None if remaining is None else f"{remaining:.6g}",
+    )
