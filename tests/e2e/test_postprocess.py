@@ -146,7 +146,9 @@ def test_postgres_errors_in_the_wrapper_reach_the_client(
 ) -> None:
     with pytest.raises(errors.DivisionByZero):
         conn.execute("SELECT COUNT(*) / 0 FROM adult")
-    with pytest.raises(errors.UndefinedColumn):
+    with pytest.raises(errors.InvalidRowCountInLimitClause):
+        conn.execute("SELECT COUNT(*) FROM adult LIMIT -1")
+    with pytest.raises(errors.FeatureNotSupported, match="column n must appear"):
         conn.execute("SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex HAVING n > 1")
     assert conn.execute("SELECT 1").fetchone() == (1,)
 
