@@ -279,7 +279,7 @@ class DpService:
         They must read the same table: the engine decides, charges and refuses them together.
         """
         cube = specs[0].cube
-        if any(s.cube != cube for s in specs):
+        if any(s.cube.qualified_name != cube.qualified_name for s in specs):
             raise UnsupportedQuery(
                 "a statement may read only one protected table",
                 hint="send one statement per protected table",

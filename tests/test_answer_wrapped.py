@@ -14,9 +14,12 @@ from proxy.answering import DpService, WrappedAnswer, described
 from proxy.config import load_config
 from proxy.dp.routing import Router
 from proxy.engine.history import InMemoryHistoryStore
-from proxy.errors import BudgetExhausted
+from proxy.errors import BudgetExhausted, DpproxyError
 from proxy.storage.provision import BackendRoles, provision_roles
 from proxy.storage.reader import Reader
+from sqlmap.cube import CategoricalDimension, Cube
+from sqlmap.translate import Translator
+from sqlmap.vector import LinearQuery
 
 CONFIG = load_config(Path(__file__).parent.parent / "config.yaml")
 TRANSLATOR = CONFIG.translator()
@@ -121,3 +124,26 @@ def test_described_wrapper_has_the_answer_s_columns_and_no_rows(
             ("half", 701),
         ]
         assert cur.fetchall() == []
+
+
+def test_cores_on_two_protected_tables_are_refused_before_anything_runs(
+    service: tuple[asyncio.AbstractEventLoop, DpService, BackendRoles],
+) -> None:
+    loop, _, _ = service
+    other = Cube("public", "other", (CategoricalDimension("k", ("a", "b")),))
+    translator = Translator([*CONFIG.cubes, other])
+    dp = DpService([*CONFIG.cubes, other], InMemoryHistoryStore(), Unreachable())
+    specs = [
+        translator.translate("SELECT COUNT(*) FROM adult WITH ACCURACY 100"),
+        translator.translate("SELECT COUNT(*) FROM other WITH ACCURACY 100"),
+    ]
+    with pytest.raises(DpproxyError, match="only one protected table") as info:
+        loop.run_until_complete(dp.answer_batch(specs))
+    assert info.value.sqlstate == "0A000"
+
+
+class Unreachable:
+    """A measurement source that must not be asked."""
+
+    async def measure(self, cube: Cube, queries: tuple[LinearQuery, ...]) -> list[float]:
+        raise AssertionError("measured")
