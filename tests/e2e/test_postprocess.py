@@ -210,3 +210,45 @@ def test_asyncpg_extended_protocol(proxy: Proxy, truth: dict[str, float]) -> Non
     rows = asyncio.run(run())
     assert [r["sex"] for r in rows] == ["Male", "Female"]
     assert close(rows[0]["COUNT(*)"], truth["Male"])
+
+
+#: SQL in the shape the tools generate, with the rows expected (sex values, in order).
+TOOL_SHAPES = {
+    "metabase breakout": (
+        'SELECT "public"."adult"."sex" AS "sex", count(*) AS "count" FROM "public"."adult" '
+        'GROUP BY "public"."adult"."sex" ORDER BY "public"."adult"."sex" ASC',
+        ["Female", "Male"],
+    ),
+    "metabase nested question": (
+        'SELECT "source"."sex" AS "sex", "source"."count" AS "count" FROM (SELECT '
+        '"public"."adult"."sex" AS "sex", count(*) AS "count" FROM "public"."adult" '
+        'GROUP BY "public"."adult"."sex") AS "source" ORDER BY "source"."count" DESC '
+        "LIMIT 1048575",
+        ["Male", "Female"],
+    ),
+    "grafana builder": (
+        'SELECT sex AS "metric", COUNT(*) AS "value" FROM adult GROUP BY 1 ORDER BY 1 LIMIT 50',
+        ["Female", "Male"],
+    ),
+}
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
+@pytest.mark.parametrize("shape", list(TOOL_SHAPES))
+def test_tool_shapes(proxy: Proxy, truth: dict[str, float], shape: str, driver: str) -> None:
+    sql, order = TOOL_SHAPES[shape]
+    if driver == "psycopg":
+        with psycopg.connect(proxy.dsn(), autocommit=True, options="-c dp.accuracy=200") as c:
+            rows = [tuple(r) for r in c.execute(sql).fetchall()]
+    else:
+
+        async def run() -> list[tuple[object, ...]]:
+            conn = await asyncpg.connect(**proxy.kwargs, server_settings={"dp.accuracy": "200"})
+            try:
+                return [tuple(r) for r in await conn.fetch(sql)]
+            finally:
+                await conn.close()
+
+        rows = asyncio.run(run())
+    assert [r[0] for r in rows] == order
+    assert all(close(n, truth[str(s)]) for s, n in rows)
