@@ -252,3 +252,22 @@ def test_tool_shapes(proxy: Proxy, truth: dict[str, float], shape: str, driver: 
         rows = asyncio.run(run())
     assert [r[0] for r in rows] == order
     assert all(close(n, truth[str(s)]) for s, n in rows)
+
+
+def test_asyncpg_cursor_fetches_a_wrapper_portal_in_chunks(proxy: Proxy) -> None:
+    """asyncpg's cursors Execute the portal with a row limit: PortalSuspended, from PostgreSQL."""
+
+    async def run() -> list[list[object]]:
+        conn = await asyncpg.connect(**proxy.kwargs, server_settings={"dp.accuracy": "200"})
+        try:
+            async with conn.transaction():
+                cursor = await conn.cursor(
+                    "SELECT education, COUNT(*) AS n FROM adult GROUP BY 1 ORDER BY 1"
+                )
+                return [[r["education"] for r in await cursor.fetch(5)] for _ in range(4)]
+        finally:
+            await conn.close()
+
+    chunks = asyncio.run(run())
+    assert [len(c) for c in chunks] == [5, 5, 5, 1]
+    assert chunks[0][0] == "10th"
