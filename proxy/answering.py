@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol, TypeVar
@@ -20,12 +20,19 @@ from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply, descri
 from proxy.engine.history import HistoryEntry, HistoryStore, InMemoryHistoryStore
 from proxy.engine.ledger import Charges, Ledger, UserCaps, cell_charges, format_budget
 from proxy.engine.noise import RandomSource
-from proxy.errors import BudgetExhausted, DomainViolation, InvalidParameterValue, QueryCanceled
+from proxy.errors import (
+    BudgetExhausted,
+    DomainViolation,
+    InvalidParameterValue,
+    QueryCanceled,
+    UnsupportedQuery,
+)
 from proxy.logs import event
 from proxy.storage.ledger_store import AnswerRecord, LedgerStore, MemoryLedgerStore, NewMeasurement
 from proxy.storage.postgres_ledger import PostgresLedgerStore
 from proxy.workers import Workers
 from sqlmap.cube import CategoricalDimension, Cube
+from sqlmap.postprocess import Wrapped, WrapperColumnType, values_relation
 from sqlmap.translate import AnswerSpec, OutputKind
 from sqlmap.vector import LinearQuery
 
@@ -37,6 +44,8 @@ __all__ = [
     "DpService",
     "notice_text",
     "result_columns",
+    "WrappedAnswer",
+    "described",
 ]
 
 T = TypeVar("T")
@@ -76,6 +85,58 @@ class DpResult:
     rows: tuple[tuple[str | float | None, ...], ...]
     notices: tuple[str, ...]
     replies: tuple[Reply, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WrappedAnswer:
+    """A statement with post-processing: its cores' results and the wrapper to run.
+
+    ``sql`` holds only released values and the analyst's own SQL: it runs under the
+    pass-through role, which returns its rows (and its errors) to the client.
+    """
+
+    sql: str
+    results: tuple[DpResult, ...]
+
+    @property
+    def notices(self) -> tuple[str, ...]:
+        """One notice per released value, naming its row, before the wrapper's rows."""
+        return tuple(n for r in self.results for n in r.notices)
+
+    @property
+    def replies(self) -> tuple[Reply, ...]:
+        """The engine's replies, for logs."""
+        return tuple(r for result in self.results for r in result.replies)
+
+
+_RELATION_TYPES = {
+    ColumnType.TEXT: WrapperColumnType.TEXT,
+    ColumnType.FLOAT8: WrapperColumnType.FLOAT8,
+}
+
+
+def relation(result: DpResult) -> str:
+    """A core's released rows as the VALUES list the wrapper reads."""
+    return values_relation(result.rows, [_RELATION_TYPES[c.type_oid] for c in result.columns])
+
+
+def described(wrapped: Wrapped, specs: Sequence[AnswerSpec]) -> str:
+    """The wrapper over empty relations of the cores' types, answered by nobody.
+
+    PostgreSQL describes it (its parameters and row description) before anything is spent:
+    the extended protocol's Parse and Describe.
+    """
+    translated = iter(specs)
+    relations = []
+    for core in wrapped.cores:
+        types = (
+            core.types
+            if core.rows is not None
+            else [_RELATION_TYPES[c.type_oid] for c in result_columns(next(translated))]
+        )
+        nulls = ", ".join(f"NULL::{t}" for t in types)
+        relations.append(f"(VALUES ({nulls}) LIMIT 0)")
+    return wrapped.render(relations)
 
 
 class MeasurementSource(Protocol):
@@ -207,15 +268,30 @@ class DpService:
             InvalidParameterValue: the query states no accuracy and no default applies.
             BudgetExhausted: the fresh measurements would overspend some cell (nothing is spent).
         """
-        accuracy = spec.accuracy
-        if accuracy is None:
+        (result,) = await self.answer_batch((spec,), user, sql)
+        return result
+
+    async def answer_batch(
+        self, specs: Sequence[AnswerSpec], user: str | None = None, sql: str | None = None
+    ) -> tuple[DpResult, ...]:
+        """Answer the cores of one statement (`sqlmap.postprocess`) as one atomic batch.
+
+        They must read the same table: the engine decides, charges and refuses them together.
+        """
+        cube = specs[0].cube
+        if any(s.cube.qualified_name != cube.qualified_name for s in specs):
+            raise UnsupportedQuery(
+                "a statement may read only one protected table",
+                hint="send one statement per protected table",
+            )
+        accuracies = [s.accuracy for s in specs]
+        if None in accuracies:
             raise InvalidParameterValue(
                 "no accuracy requested",
                 hint="append WITH ACCURACY <eps> [CONFIDENCE <c>], or SET dp.accuracy = <eps>",
             )
-        cube = spec.cube
         engine = self.engine(cube)
-        requests = [QueryRequest(q, accuracy) for q in spec.queries]
+        requests = [QueryRequest(q, s.accuracy) for s in specs for q in s.queries if s.accuracy]
 
         def answer_free() -> tuple[Reply, ...] | None:
             """The replies if history answers the batch; None if it needs a measurement."""
@@ -234,14 +310,42 @@ class DpService:
                 async with self._locks[cube.qualified_name]:
                     replies = await self._spend(cube, engine, requests, user, sql)
         except BudgetExhausted:
-            await self._log(cube, spec, None, user, sql)
+            await self._log(cube, specs[0], None, user, sql)
             raise
         except DomainViolation as e:  # the count is for the DBA: the analyst's error has none
             event("domain_violation", logging.WARNING, table=e.table, rows=e.rows, user=user)
             raise
-        await self._log(cube, spec, replies, user, sql)
-        done = replies
-        return await self.workers.run(lambda: _result(spec, done))
+        parts, start = [], 0
+        for spec in specs:
+            parts.append(replies[start : start + len(spec.queries)])
+            start += len(spec.queries)
+        for spec, part in zip(specs, parts):
+            await self._log(cube, spec, part, user, sql)
+        return await self.workers.run(
+            lambda: tuple(_result(spec, part) for spec, part in zip(specs, parts))
+        )
+
+    async def answer_wrapped(
+        self,
+        wrapped: Wrapped,
+        specs: Sequence[AnswerSpec],
+        user: str | None = None,
+        sql: str | None = None,
+    ) -> WrappedAnswer:
+        """Answer a statement's cores and fill its wrapper in.
+
+        ``specs`` are the translations of the cores that ask the engine, in order; the others
+        list declared values and cost nothing.
+        """
+        results = await self.answer_batch(specs, user, sql) if specs else ()
+        answered = iter(results)
+        relations = [
+            relation(next(answered))
+            if core.rows is None
+            else values_relation(core.rows, core.types)
+            for core in wrapped.cores
+        ]
+        return WrappedAnswer(wrapped.render(relations), results)
 
     async def _enter(self, cube: Cube) -> asyncio.Lock:
         """Wait for the table's gate: its engine runs one call at a time."""
@@ -426,7 +530,9 @@ def result_columns(spec: AnswerSpec) -> tuple[ResultColumn, ...]:
     columns = []
     for output in spec.columns:
         dim = spec.cube.dimension(output.dimension) if output.dimension else None
-        text_key = isinstance(dim, CategoricalDimension) and not dim.numeric
+        text_key = output.kind is OutputKind.GROUP_KEY and (
+            output.text or (isinstance(dim, CategoricalDimension) and not dim.numeric)
+        )
         columns.append(
             ResultColumn(output.name, ColumnType.TEXT if text_key else ColumnType.FLOAT8)
         )

@@ -3,11 +3,16 @@
 The clause is not SQL, so the dialect below lifts it off the end of the token stream before
 PostgreSQL's grammar sees the statement. Working on tokens, not text, means a string literal or
 a comment that happens to contain the words is never mistaken for the clause.
+
+Tools that parse SQL themselves (Superset's SQL Lab, Metabase) reject the clause, but keep
+comments: ``/* dp: accuracy=100 confidence=0.95 */`` anywhere in a statement is a *hint*. The
+clause comes first, then the hint, then the session's ``dp.*`` settings, then config.yaml.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -19,10 +24,20 @@ from sqlglot.tokenizer_core import Token, TokenType
 
 from sqlmap.errors import InvalidParameterValue, SqlSyntaxError
 
-__all__ = ["AccuracyRequest", "AccuracyDefaults", "AccuracyClause", "DPPostgres", "CLAUSE_KEY"]
+__all__ = [
+    "AccuracyRequest",
+    "AccuracyDefaults",
+    "AccuracyClause",
+    "AccuracyHint",
+    "DPPostgres",
+    "CLAUSE_KEY",
+    "HINT_KEY",
+]
 
 #: The key under which a parsed statement carries its :class:`AccuracyClause`.
 CLAUSE_KEY = "dp_accuracy"
+#: The key under which a parsed statement carries its :class:`AccuracyHint`.
+HINT_KEY = "dp_hint"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +93,58 @@ class AccuracyClause(exp.Expression):
     arg_types = {"eps": True, "confidence": False}
 
 
+class AccuracyHint(exp.Expression):
+    """``/* dp: accuracy=eps confidence=c */``: either part may be absent."""
+
+    arg_types = {"eps": False, "confidence": False}
+
+
+_HINT_PARTS = (("accuracy", "eps"), ("confidence", "confidence"))
+_HINT = re.compile(r"\s*dp\s*:(.*)", re.DOTALL | re.IGNORECASE)
+_HINT_SETTING = re.compile(r"\s*(\w+)\s*=\s*([^\s,]+)\s*,?")
+
+
+def _hint(tokens: list[Token]) -> AccuracyHint | None:
+    """The statement's ``dp:`` comment, if any; more than one is a syntax error.
+
+    >>> tokens = DPPostgres().tokenize("SELECT 1 /* dp: accuracy=5, confidence=.9 */")
+    >>> _hint(tokens).sql(DPPostgres())
+    '/* dp: accuracy=5.0 confidence=0.9 */'
+    """
+    found: list[tuple[Token, str]] = [
+        (token, match.group(1))
+        for token in tokens
+        for comment in token.comments
+        if (match := _HINT.fullmatch(comment)) is not None
+    ]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise SqlSyntaxError("only one /* dp: ... */ hint is allowed", position=found[1][0].start)
+    token, body = found[0]
+    hint = AccuracyHint()
+    rest = body.strip()
+    while rest:
+        match = _HINT_SETTING.match(rest)
+        key = match.group(1).lower() if match else None
+        if match is None or key not in ("accuracy", "confidence"):
+            raise SqlSyntaxError(
+                f"unreadable dp hint: {body.strip()!r}",
+                hint="write /* dp: accuracy=100 confidence=0.95 */",
+                position=token.start,
+            )
+        try:
+            value = float(match.group(2))
+        except ValueError:
+            raise SqlSyntaxError(
+                f"{key} in the dp hint needs a number, got {match.group(2)!r}",
+                position=token.start,
+            ) from None
+        hint.set("eps" if key == "accuracy" else "confidence", exp.Literal.number(value))
+        rest = rest[match.end() :]
+    return hint
+
+
 class DPPostgres(Postgres):
     """PostgreSQL, plus a trailing accuracy clause on the last statement."""
 
@@ -90,6 +157,11 @@ class DPPostgres(Postgres):
                 ["WITH ACCURACY", self.sql(e, "eps")]
                 + (["CONFIDENCE", self.sql(e, "confidence")] if e.args.get("confidence") else [])
             ),
+            AccuracyHint: lambda self, e: " ".join(
+                ["/* dp:"]
+                + [f"{k}={self.sql(e, a)}" for k, a in _HINT_PARTS if e.args.get(a)]
+                + ["*/"]
+            ),
         }
 
     class Parser(PostgresParser):
@@ -98,6 +170,7 @@ class DPPostgres(Postgres):
         def parse(self, raw_tokens: list[Token], sql: str) -> list[exp.Expr | None]:
             """Parse ``sql`` into statements, the last one carrying its accuracy clause."""
             tokens, clause = _split_clause(raw_tokens, sql)
+            hint = _hint(raw_tokens)
             statements = super().parse(tokens, sql)
             if clause is not None:
                 if not statements or statements[-1] is None:
@@ -105,6 +178,8 @@ class DPPostgres(Postgres):
                         "WITH ACCURACY must follow a query", position=raw_tokens[0].start
                     )
                 statements[-1].set(CLAUSE_KEY, clause)
+            if hint is not None and statements and statements[-1] is not None:
+                statements[-1].set(HINT_KEY, hint)
             return statements
 
 
@@ -189,14 +264,26 @@ class AccuracyDefaults:
         AccuracyRequest(self.accuracy if self.accuracy is not None else 1.0, self.confidence)
 
     def resolve(self, statement: exp.Expr | None) -> AccuracyRequest | None:
-        """The statement's clause completed by these defaults; None if neither gives accuracy."""
-        clause = statement.args.get(CLAUSE_KEY) if statement is not None else None
-        if clause is None:
-            return (
-                None if self.accuracy is None else AccuracyRequest(self.accuracy, self.confidence)
-            )
-        confidence = clause.args.get("confidence")
-        return AccuracyRequest(
-            float(clause.args["eps"].to_py()),
-            float(confidence.to_py()) if confidence is not None else self.confidence,
-        )
+        """The statement's clause, then its hint, then these defaults; None if none gives eps.
+
+        >>> from sqlmap.accuracy import DPPostgres
+        >>> tree = DPPostgres().parse("SELECT 1 /* dp: confidence=0.9 */ WITH ACCURACY 3")[0]
+        >>> AccuracyDefaults(10, 0.99).resolve(tree)
+        AccuracyRequest(eps=3.0, confidence=0.9)
+        """
+        found = [
+            statement.args.get(key) if statement is not None else None
+            for key in (CLAUSE_KEY, HINT_KEY)
+        ]
+
+        def first(name: str, default: float | None) -> float | None:
+            for node in found:
+                value = node.args.get(name) if node is not None else None
+                if value is not None:
+                    return float(value.to_py())
+            return default
+
+        eps = first("eps", self.accuracy)
+        confidence = first("confidence", self.confidence)
+        assert confidence is not None
+        return None if eps is None else AccuracyRequest(eps, confidence)

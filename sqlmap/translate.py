@@ -207,7 +207,8 @@ _INTERVAL_FUNCTIONS = {
 class OutputColumn:
     """A result column.
 
-    ``dimension`` names a GROUP BY key's dimension; ``aggregate`` is, for an interval column,
+    ``dimension`` names a GROUP BY key (its dimension, or the SQL of a grouped expression such
+    as a CASE over dimensions); ``aggregate`` is, for an interval column,
     the index (among the aggregate columns, i.e. into :attr:`AnswerRow.queries`) of the
     aggregate whose interval it reports.
     """
@@ -217,6 +218,7 @@ class OutputColumn:
     kind: OutputKind = OutputKind.AGGREGATE
     dimension: str | None = None
     aggregate: int | None = None
+    text: bool = False  # a group key of type text
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,7 +400,7 @@ class _Query:
             if where is not None
             else np.ones((1,) * len(self.cube.shape), dtype=bool)
         )
-        group_dims = self._group_dims()
+        group_keys = self._group_keys()
         columns: list[OutputColumn] = []
         aggregates: list[tuple[Floats, float]] = []
         aggregate_bodies: list[exp.Expr] = []
@@ -416,7 +418,7 @@ class _Query:
                 aggregate_bodies.append(body)
                 columns.append(OutputColumn(name, body.sql("postgres")))
             else:
-                columns.append(self._non_aggregate(item, name, body, group_dims))
+                columns.append(self._non_aggregate(item, name, body, group_keys))
         columns = [
             self._link_interval(c, item, aggregate_bodies)
             for c, item in zip(columns, self.statement.expressions)
@@ -430,11 +432,11 @@ class _Query:
             )
         if accuracy is not None:
             self.limits.check_accuracy(accuracy, largest)
-        groups = math.prod(d.size for d in group_dims)
+        groups = math.prod(len(k.labels) for k in group_keys)
         self.limits.check_batch(groups, len(aggregates), self.statement)
-        rows = self._rows(group_dims, aggregates)
+        rows = self._rows(group_keys, aggregates)
         return AnswerSpec(
-            self.cube, accuracy, tuple(columns), tuple(d.name for d in group_dims), rows
+            self.cube, accuracy, tuple(columns), tuple(k.name for k in group_keys), rows
         )
 
     @staticmethod
@@ -462,13 +464,22 @@ class _Query:
         )
 
     def _non_aggregate(
-        self, item: exp.Expr, name: str, body: exp.Expr, group_dims: list[Dimension]
+        self, item: exp.Expr, name: str, body: exp.Expr, group_keys: list[_GroupKey]
     ) -> OutputColumn:
+        for key in group_keys:
+            if key.node is not None and key.node == body:
+                return OutputColumn(
+                    name, body.sql("postgres"), OutputKind.GROUP_KEY, key.name, text=key.text
+                )
         if isinstance(body, exp.Column):
             dim = self.resolve(body)
-            if dim in group_dims:
+            if any(k.name == dim.name and k.node is None for k in group_keys):
                 return OutputColumn(
-                    name, body.sql("postgres"), OutputKind.GROUP_KEY, dimension=dim.name
+                    name,
+                    body.sql("postgres"),
+                    OutputKind.GROUP_KEY,
+                    dimension=dim.name,
+                    text=isinstance(dim, CategoricalDimension) and not dim.numeric,
                 )
             raise UnsupportedQuery(
                 f"column {dim.name} must appear in the GROUP BY clause or be used in an aggregate",
@@ -488,18 +499,18 @@ class _Query:
             position=position_of(item),
         )
 
-    def _group_dims(self) -> list[Dimension]:
+    def _group_keys(self) -> list[_GroupKey]:
         group = self.statement.args.get("group")
         if group is None:
             return []
-        dims: list[Dimension] = []
-        for key in group.expressions:
-            dim = self._group_dim(key)
-            if dim not in dims:
-                dims.append(dim)
-        return dims
+        keys: list[_GroupKey] = []
+        for node in group.expressions:
+            key = self._group_key(node)
+            if all(k.name != key.name for k in keys):
+                keys.append(key)
+        return keys
 
-    def _group_dim(self, key: exp.Expr) -> Dimension:
+    def _group_key(self, key: exp.Expr) -> _GroupKey:
         items = self.statement.expressions
         if isinstance(key, exp.Literal) and not key.is_string:  # GROUP BY 1: an output column
             index = int(key.this)
@@ -523,38 +534,92 @@ class _Query:
                 type(key)
             ]
             raise UnsupportedQuery(f"GROUP BY {words} is not supported", position=position_of(key))
+        if isinstance(key, exp.Case):
+            return self._case_key(key)
         if not isinstance(key, exp.Column):
             raise UnsupportedQuery(
-                f"GROUP BY {key.sql('postgres')}: only dimension columns can be grouped",
+                f"GROUP BY {key.sql('postgres')}: only dimension columns and CASE over "
+                "dimensions can be grouped",
                 position=position_of(key),
             )
         dim = self.resolve(key)
         if not isinstance(dim, CategoricalDimension):
             raise UnsupportedQuery(
                 f"GROUP BY {dim.name}: a binned dimension has no single value per group",
-                hint=f"declare {dim.name} with 'values:' to group by it, or filter on its bins",
+                hint=f"declare {dim.name} with 'values:' to group by it, "
+                "group by a CASE over its bins, or filter on its bins",
                 position=position_of(key),
             )
-        return dim
+        cells = np.arange(dim.size).reshape(
+            [-1 if axis == self.cube.axis(dim.name) else 1 for axis in range(len(self.cube.shape))]
+        )
+        labels = tuple(GroupValue.of(b) for b in dim.bins)
+        return _GroupKey(dim.name, labels, cells, not dim.numeric)
+
+    def _case_key(self, node: exp.Case) -> _GroupKey:
+        """A CASE over dimensions as a group key: its value in every cell, decided per cell.
+
+        Its groups are the values some cell of the cube can take, in the order the CASE lists
+        them: known from the cube alone.
+        """
+        ndim = len(self.cube.shape)
+        subject = node.this
+        labels: list[GroupValue] = []
+        kinds: set[bool] = set()
+
+        def label(value_node: exp.Expr | None) -> int:
+            value = constant(value_node) if value_node is not None else None
+            if value is None:
+                group = GroupValue(BinKind.NULL, None)
+            else:
+                kinds.add(isinstance(value, str))
+                group = GroupValue(BinKind.VALUE, value if isinstance(value, str) else float(value))
+            if group not in labels:
+                labels.append(group)
+            return labels.index(group)
+
+        cells: npt.NDArray[np.intp] = np.full((1,) * ndim, -1)
+        for branch in node.args.get("ifs") or []:
+            condition = (
+                branch.this
+                if subject is None
+                else exp.EQ(this=subject.copy(), expression=branch.this.copy())
+            )
+            true = self.evaluator.truth(condition).true
+            cells = np.where((cells < 0) & true, label(branch.args["true"]), cells)
+        cells = np.where(cells < 0, label(node.args.get("default")), cells)
+        if len(kinds) > 1:
+            raise DatatypeMismatch(
+                "CASE types text and numeric cannot be matched", position=position_of(node)
+            )
+        used = [i for i in range(len(labels)) if np.any(cells == i)]
+        renumber = np.zeros(len(labels), dtype=np.intp)
+        renumber[used] = np.arange(len(used))
+        return _GroupKey(
+            node.sql("postgres"),
+            tuple(labels[i] for i in used),
+            renumber[cells],
+            kinds == {True},
+            node,
+        )
 
     def _rows(
-        self, group_dims: list[Dimension], aggregates: list[tuple[Floats, float]]
+        self, group_keys: list[_GroupKey], aggregates: list[tuple[Floats, float]]
     ) -> tuple[AnswerRow, ...]:
-        """One row per combination of the grouped dimensions' bins, empty or not."""
+        """One row per combination of the keys' groups, empty or not."""
         shape = self.cube.shape
-        axes = [self.cube.axis(d.name) for d in group_dims]
         rows = []
-        for combo in itertools.product(*(range(d.size) for d in group_dims)):
-            index: list[slice | int] = [slice(None)] * len(shape)
-            for axis, b in zip(axes, combo):
-                index[axis] = b
-            queries = []
-            for weights, offset in aggregates:
-                dense = np.zeros(shape)
-                dense[tuple(index)] = weights[tuple(index)]
-                queries.append(LinearQuery.from_dense(dense, offset))
-            keys = tuple(GroupValue.of(d.bins[b]) for d, b in zip(group_dims, combo))
-            rows.append(AnswerRow(keys, tuple(queries)))
+        for combo in itertools.product(*(range(len(k.labels)) for k in group_keys)):
+            mask = np.ones((1,) * len(shape), dtype=bool)
+            for key, group in zip(group_keys, combo):
+                mask = mask & (key.cells == group)
+            mask = np.broadcast_to(mask, shape)
+            queries = tuple(
+                LinearQuery.from_dense(np.where(mask, weights, 0.0), offset)
+                for weights, offset in aggregates
+            )
+            keys = tuple(k.labels[g] for k, g in zip(group_keys, combo))
+            rows.append(AnswerRow(keys, queries))
         return tuple(rows)
 
     def _linear(self, node: exp.Expr) -> tuple[Floats, Fraction]:
@@ -643,6 +708,20 @@ class _Query:
                 f"aggregate {name} is not supported", hint=hint, position=position_of(node)
             )
         return weights if mask is None else weights * mask
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _GroupKey:
+    """A GROUP BY key: its groups, and in every cell (broadcastable) the index of its group.
+
+    ``node`` is the grouped expression, None for a dimension column.
+    """
+
+    name: str
+    labels: tuple[GroupValue, ...]
+    cells: npt.NDArray[np.intp]
+    text: bool
+    node: exp.Expr | None = None
 
 
 def _require_select(statement: exp.Expr) -> exp.Select:

@@ -74,7 +74,7 @@ def test_dp_settings(sql: str, setting: SettingCommand) -> None:
         ("SELECT age FROM adult WHERE sex = 'Male'", "adult is a protected table"),
         ("SELECT COUNT(*) FROM (SELECT * FROM adult) t", "adult is a protected table"),
         ("WITH t AS (SELECT * FROM adult) SELECT COUNT(*) FROM t", "adult is a protected table"),
-        ("SELECT COUNT(*) FROM adult UNION SELECT 1", "adult is a protected table"),
+        ("SELECT COUNT(*) FROM adult UNION SELECT age FROM adult", "adult is a protected table"),
         ("SELECT COUNT(*) FROM adult a JOIN adult b ON true", "adult is a protected table"),
         ("SELECT COUNT(*) OVER () FROM adult", "adult is a protected table"),
         ("EXPLAIN SELECT * FROM adult", "adult is a protected table"),

@@ -33,6 +33,7 @@ from proxy.dp.settings import SettingCommand, Verb
 from proxy.errors import DpproxyError, InsufficientPrivilege, SqlSyntaxError
 from sqlmap.accuracy import DPPostgres
 from sqlmap.cube import Cube
+from sqlmap.postprocess import Wrapped, needs_wrapper, split
 from sqlmap.translate import SUPPORTED_FORMS, Translator
 
 __all__ = ["Route", "Statement", "split_statements", "Router", "STATISTICS_NAMES"]
@@ -54,7 +55,9 @@ class Statement:
 
     ``start`` is its offset in the query string, for error positions. ``parsed`` is the sqlglot
     tree of a DP query (with its accuracy clause); ``setting`` is the command of a dp.*
-    SET/RESET/SHOW.
+    SET/RESET/SHOW. ``wrapped`` is set for a DP query with post-processing around its cores
+    (ORDER BY, LIMIT, HAVING, outer queries, a cursor, ...): the cores are answered, then the
+    wrapper runs under the pass-through role (`sqlmap.postprocess`).
     """
 
     text: str
@@ -62,6 +65,7 @@ class Statement:
     route: Route
     parsed: exp.Expr | None = None
     setting: SettingCommand | None = None
+    wrapped: Wrapped | None = None
 
 
 #: Catalog relations, columns and functions that reveal how many rows a table has (or their
@@ -263,8 +267,12 @@ class Router:
             return Statement(text, offset, Route.PASSTHROUGH)
         if table is not None and tokens is not None:
             parsed = self._dp_query(text, offset)
-            if parsed is not None:
+            if parsed is not None and not needs_wrapper(parsed):
                 return Statement(text, offset, Route.DP, parsed=parsed)
+            # the wrapper runs as the pass-through role: it may not read statistics either
+            wrapped = self._wrapped(text, tokens, parsed) if statistics is None else None
+            if wrapped is not None:
+                return Statement(text, offset, Route.DP, parsed=wrapped[0], wrapped=wrapped[1])
         if table is not None:
             raise InsufficientPrivilege(
                 f"permission denied: {table} is a protected table, "
@@ -311,6 +319,38 @@ class Router:
             if name in self.tables:
                 return name
         return None
+
+    def _wrapped(
+        self, text: str, tokens: list[Token], parsed: exp.Expr | None
+    ) -> tuple[exp.Expr, Wrapped] | None:
+        """The statement and its split if it is DP cores with post-processing, else None.
+
+        ``DECLARE name ... CURSOR ... FOR <query>`` declares a cursor over the query's wrapper:
+        FETCH, MOVE and CLOSE then pass through. ``parsed`` is the statement if already parsed.
+        """
+        prefix = ""
+        body = text
+        if tokens[0].text.upper() == "DECLARE":
+            start = tokens[0].end + 1  # the tokenizer keeps the rest of a command as one string
+            rest = _tokens_or_none(text[start:]) or []
+            words = [t.text.upper() for t in rest]
+            if "CURSOR" not in words or "FOR" not in words[words.index("CURSOR") :]:
+                return None
+            end = start + rest[words.index("FOR", words.index("CURSOR"))].end + 1
+            prefix, body = text[:end] + " ", text[end:]
+        try:
+            parsed = Translator.parse(body) if parsed is None or prefix else parsed
+        except (DpproxyError, ParseError):
+            return None
+        if not isinstance(parsed, exp.Query):  # only queries: no INSERT, UPDATE, CREATE ... AS
+            return None
+        try:
+            wrapped = split(parsed, self.translator, prefix)
+        except DpproxyError as e:
+            if e.position is not None:
+                e.position += len(text) - len(body)
+            raise
+        return None if wrapped is None else (parsed, wrapped)
 
     def _first_mention(self, text: str) -> int | None:
         match = self._words.search(text)

@@ -8,11 +8,12 @@ the server's `DpService`, through the memo; a CancelRequest stops the answer wit
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, TypeVar
 
 from sqlglot import exp
 
-from proxy.answering import DpResult
+from proxy.answering import DpResult, WrappedAnswer
 from proxy.dp.results import Formats
 from proxy.dp.settings import DpSettings, SettingCommand, Verb
 from proxy.errors import QueryCanceled
@@ -20,9 +21,12 @@ from proxy.logs import event
 from proxy.server.context import SessionContext
 from proxy.wire import CommandComplete, DataRow, Message, RowDescription
 from proxy.wire.types import Oid, column
+from sqlmap.postprocess import Wrapped
 from sqlmap.translate import AnswerSpec
 
 __all__ = ["LocalAnswers"]
+
+T = TypeVar("T")
 
 
 class LocalAnswers:
@@ -40,7 +44,7 @@ class LocalAnswers:
         self.ctx = ctx
         self.user = user
         self.settings = self.start_settings = settings or DpSettings()
-        self._running: asyncio.Future[DpResult] | None = None
+        self._running: asyncio.Future[Any] | None = None
 
     def cancel(self) -> bool:
         """Cancel the DP answer under way; False if there is none."""
@@ -106,10 +110,39 @@ class LocalAnswers:
             _log_answer(self.user, table, kept, memo=True)
             return kept
         version = memo.version(spec.cube)
-        task = asyncio.ensure_future(self.ctx.service.answer(spec, user=self.user, sql=sql))
+        result = await self._cancellable(self.ctx.service.answer(spec, user=self.user, sql=sql))
+        memo.remember(key, version, result)
+        _log_answer(self.user, table, result)
+        return result
+
+    async def answer_wrapped(self, wrapped: Wrapped, sql: str) -> WrappedAnswer:
+        """Answer a statement's cores as one batch and fill its wrapper in; cancellable.
+
+        The wrapper, to run under the pass-through role, holds only the released values.
+        """
+        specs = await self.translate_cores(wrapped, sql)
+        answer = await self._cancellable(
+            self.ctx.service.answer_wrapped(wrapped, specs, user=self.user, sql=sql)
+        )
+        for spec, result in zip(specs, answer.results):
+            _log_answer(self.user, spec.cube.qualified_name, result)
+        return answer
+
+    async def translate_cores(self, wrapped: Wrapped, sql: str) -> list[AnswerSpec]:
+        """The specs of the cores that ask the engine (the others list declared values)."""
+        specs = []
+        for index, core in enumerate(wrapped.cores):
+            if core.rows is None:
+                # keyed by the statement's text: the core alone does not show its accuracy
+                specs.append((await self.translate(core.select, (sql, index)))[0])
+        return specs
+
+    async def _cancellable(self, work: Awaitable[T]) -> T:
+        """Await ``work`` as the session's DP answer: a CancelRequest stops it with 57014."""
+        task = asyncio.ensure_future(work)
         self._running = task
         try:
-            result = await task
+            return await task
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():  # the session itself is cancelled
@@ -118,9 +151,6 @@ class LocalAnswers:
             raise QueryCanceled("canceling statement due to user request") from None
         finally:
             self._running = None
-        memo.remember(key, version, result)
-        _log_answer(self.user, table, result)
-        return result
 
 
 def _log_answer(user: str, table: str, result: DpResult, memo: bool = False) -> None:

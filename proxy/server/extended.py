@@ -2,7 +2,11 @@
 
 Each Parse is routed like a simple query. Statements and portals of pass-through SQL live in the
 backend: their messages are forwarded as they come and queued until the client's Flush or
-Sync. DP statements and ``dp.*`` settings live here and are answered here. Replies must reach
+Sync. DP statements and ``dp.*`` settings live here and are answered here. A DP query with
+post-processing (`sqlmap.postprocess`) lives in the backend too: Parse prepares its wrapper
+over empty relations (so Describe needs no answer), Bind answers its cores and binds the portal
+to the wrapper over the released rows, and Execute (row limits included), Describe and Close of
+the portal pass through. Replies must reach
 the client in the order of its messages, so before any local reply the backend is asked
 (Flush) for the replies to everything forwarded so far, which are relayed first; a batch without
 local messages is simply relayed until ReadyForQuery.
@@ -25,7 +29,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from sqlglot import exp
 
-from proxy.answering import DpResult, result_columns
+from proxy.answering import DpResult, described, result_columns
 from proxy.dp.parameters import bind as bind_parameters
 from proxy.dp.parameters import parameter_types
 from proxy.dp.results import TEXT_ONLY, Formats, data_rows, notices, row_description
@@ -37,6 +41,7 @@ from proxy.errors import (
     DuplicatePreparedStatement,
     ProtocolViolation,
     SqlSyntaxError,
+    UnsupportedQuery,
 )
 from proxy.server.answers import LocalAnswers
 from proxy.server.context import SessionContext
@@ -76,6 +81,7 @@ from proxy.wire.framing import (
     ROW_DESCRIPTION,
     reframe,
 )
+from sqlmap.postprocess import Wrapped
 from sqlmap.translate import AnswerSpec
 
 __all__ = ["ExtendedProtocol", "ExtendedHost", "Prepared", "Portal"]
@@ -108,6 +114,12 @@ class Prepared:
     param_types: tuple[int, ...] = ()
     spec: AnswerSpec | None = None  # a DP query without parameters, translated at Parse
     text: str = ""
+    wrapped: Wrapped | None = None  # a DP query with post-processing: it lives in the backend
+
+    @property
+    def upstream(self) -> bool:
+        """Whether the backend holds this statement (pass-through, or a wrapper)."""
+        return self.route is Route.PASSTHROUGH or self.wrapped is not None
 
 
 @dataclass(slots=True)
@@ -131,6 +143,7 @@ class _Pending:
     completes: frozenset[int]
     undo: Callable[[], None] | None = None
     poison: bool = False
+    hidden: bool = False  # dpproxy's own message: its reply is not the client's
 
 
 def _restore(table: dict[K, V], key: K, previous: V | None) -> Callable[[], None]:
@@ -203,6 +216,7 @@ class ExtendedProtocol:
         self.local_failure = False  # an error raised here since the last Sync
         self._forwarded = 0  # bytes forwarded since the backend last replied to all of them
         self._poison = Bind("", f"dpproxy_rollback_{secrets.token_hex(8)}").encode()
+        self._wrapper_prefix = f"dpproxy_wrapper_{secrets.token_hex(8)}_"
         # each message's handler, by its class (Sync, which ends an error state, comes first)
         self._handlers: dict[type[Message], Callable[[Any, RawMessage], Awaitable[None]]] = {
             Parse: self.parse,
@@ -254,10 +268,19 @@ class ExtendedProtocol:
         self, raw: RawMessage, completes: frozenset[int], undo: Callable[[], None] | None = None
     ) -> None:
         """Queue a message for the backend; its reply is relayed in order later."""
-        data = reframe(raw)
+        self.forward_bytes(reframe(raw), completes, undo)
+
+    def forward_bytes(
+        self,
+        data: bytes,
+        completes: frozenset[int],
+        undo: Callable[[], None] | None = None,
+        hidden: bool = False,
+    ) -> None:
+        """Queue an encoded message for the backend; ``hidden`` drops its reply."""
         self.session.up.queue(data)
         self._forwarded += len(data)
-        self.pending.append(_Pending(completes, undo))
+        self.pending.append(_Pending(completes, undo, hidden=hidden))
         self.batch_upstream = True
 
     async def drain(self) -> bool:
@@ -277,43 +300,57 @@ class ExtendedProtocol:
 
     async def parse(self, message: Parse, raw: RawMessage) -> None:
         """Parse: route the statement; forward it or keep it here."""
-        prepared = await self._prepare(message)
+        prepared, described_sql = await self._prepare(message)
         existing = self.statements.get(message.name)
-        both_passthrough = (
-            existing is not None and existing.route is prepared.route is Route.PASSTHROUGH
-        )
-        if message.name and existing is not None and not both_passthrough:
+        both_upstream = existing is not None and existing.upstream and prepared.upstream
+        if message.name and existing is not None and not both_upstream:
             raise DuplicatePreparedStatement(f'prepared statement "{message.name}" already exists')
-        if prepared.route is Route.PASSTHROUGH:  # the backend refuses a name it already has
+        if prepared.upstream:  # the backend refuses a name it already has
             undo = _restore(self.statements, message.name, self.statements.get(message.name))
             self.statements[message.name] = prepared
-            self.forward(raw, _PARSED, undo)
+            if described_sql is None:
+                self.forward(raw, _PARSED, undo)
+            else:
+                self.forward_bytes(Parse(message.name, described_sql).encode(), _PARSED, undo)
             return
         if await self.drain():
             self.statements[message.name] = prepared
             self.send(ParseComplete())
 
-    async def _prepare(self, message: Parse) -> Prepared:
+    async def _prepare(self, message: Parse) -> tuple[Prepared, str | None]:
+        """The statement, and for a wrapper the SQL the backend prepares in its place."""
         ctx = self.session.ctx
         if ctx.router.plainly_passthrough(message.sql):
-            return Prepared(Route.PASSTHROUGH)
+            return Prepared(Route.PASSTHROUGH), None
         statements = await ctx.memo.route(message.sql)
         if len(statements) > 1:
             if all(s.route is Route.PASSTHROUGH for s in statements):
-                return Prepared(Route.PASSTHROUGH)  # the backend refuses it with its own words
+                # the backend refuses it with its own words
+                return Prepared(Route.PASSTHROUGH), None
             raise SqlSyntaxError("cannot insert multiple commands into a prepared statement")
         if not statements or statements[0].route is Route.PASSTHROUGH:
-            return Prepared(Route.PASSTHROUGH)
+            return Prepared(Route.PASSTHROUGH), None
         statement = statements[0]
         if statement.route is Route.SETTING:
-            return Prepared(Route.SETTING, setting=statement.setting)
+            return Prepared(Route.SETTING, setting=statement.setting), None
         tree = statement.parsed
         assert tree is not None
+        if statement.wrapped is not None:
+            if message.param_types or tree.find(exp.Parameter) is not None:
+                raise UnsupportedQuery(
+                    "parameters in a DP query with post-processing are not supported",
+                    hint="bind the values into the SQL text, or drop ORDER BY/LIMIT/... around "
+                    "the DP query",
+                )
+            # translated now, to refuse what cannot be answered and to type the empty rows
+            specs = await self.session.answers.translate_cores(statement.wrapped, message.sql)
+            prepared = Prepared(Route.DP, tree=tree, text=message.sql, wrapped=statement.wrapped)
+            return prepared, described(statement.wrapped, specs)
         source = tree.args["from_"].this
         types = parameter_types(tree, ctx.translator.cube_for(source), message.param_types)
         # refuse what cannot be answered now
         spec = None if types else (await self.session.answers.translate(tree, message.sql))[0]
-        return Prepared(Route.DP, tree=tree, param_types=types, spec=spec, text=message.sql)
+        return Prepared(Route.DP, tree=tree, param_types=types, spec=spec, text=message.sql), None
 
     async def bind(self, message: Bind, raw: RawMessage) -> None:
         """Bind: a portal here for a local statement, else forwarded."""
@@ -329,9 +366,36 @@ class ExtendedProtocol:
         if not await self.drain():
             return
         self.session.refuse_in_failed_transaction()
+        if prepared.wrapped is not None:
+            await self._bind_wrapper(prepared, prepared.wrapped, message, current)
+            return
         portal = await self._bind_local(prepared, message)
         self.portals[message.portal] = portal
         self.send(BindComplete())
+
+    async def _bind_wrapper(
+        self, prepared: Prepared, wrapped: Wrapped, message: Bind, current: Portal | None
+    ) -> None:
+        """Answer the cores, then bind the portal to the wrapper over the released rows.
+
+        The wrapper is prepared in the backend under a name of dpproxy's own, one per portal
+        (closing it first: the portal it served, if any, is replaced anyway); the backend's
+        replies to that Close and Parse are not the client's, its BindComplete is.
+        """
+        if message.params:
+            raise ProtocolViolation(
+                f"bind message supplies {len(message.params)} parameters, "
+                "but prepared statement requires 0"
+            )
+        answered = await self.session.answers.answer_wrapped(wrapped, prepared.text)
+        self.send(*(n for r in answered.results for n in notices(r)))
+        name = self._wrapper_prefix + message.portal
+        self.forward_bytes(Close(Target.STATEMENT, name).encode(), _CLOSED, hidden=True)
+        self.forward_bytes(Parse(name, answered.sql).encode(), _PARSED, hidden=True)
+        bind = Bind(message.portal, name, result_formats=message.result_formats)
+        undo = _restore(self.portals, message.portal, current)
+        self.portals[message.portal] = Portal(Route.PASSTHROUGH)
+        self.forward_bytes(bind.encode(), _BOUND, undo)
 
     async def _bind_local(self, prepared: Prepared, message: Bind) -> Portal:
         if len(message.params) != len(prepared.param_types):
@@ -366,7 +430,7 @@ class ExtendedProtocol:
         """Describe: parameter and row descriptions of local statements and portals."""
         if message.target is Target.STATEMENT:
             prepared = self.statements.get(message.name)
-            if prepared is None or prepared.route is Route.PASSTHROUGH:
+            if prepared is None or prepared.upstream:
                 self.forward(raw, _DESCRIBED)
                 return
             if await self.drain():
@@ -450,7 +514,11 @@ class ExtendedProtocol:
         entry = table.pop(name, None)
         if entry is None:
             return Route.PASSTHROUGH, None
-        return entry.route, _restore(table, name, entry)
+        lives_upstream = isinstance(entry, Prepared) and entry.upstream
+        return (
+            Route.PASSTHROUGH if lives_upstream else entry.route,
+            _restore(table, name, entry),
+        )
 
     async def flush(self, message: Flush, raw: RawMessage) -> None:
         """Flush: everything so far reaches the client."""
@@ -530,9 +598,11 @@ class ExtendedProtocol:
                     return Action.DROP_STOP if poisoned else Action.RELAY_STOP
                 return Action.DROP if poisoned else Action.RELAY
             if self.pending and kind in self.pending[0].completes:
-                self.pending.pop(0)
+                done = self.pending.pop(0)
                 if stop_when_drained and not self.pending:
-                    return Action.RELAY_STOP
+                    return Action.DROP_STOP if done.hidden else Action.RELAY_STOP
+                if done.hidden:
+                    return Action.DROP
             return Action.RELAY
 
         await session.relay(decide)

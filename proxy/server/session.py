@@ -683,12 +683,20 @@ class Session:
                 assert statement.setting is not None
                 self.send(*self.answers.apply_setting(statement.setting, TEXT_ONLY, describe=True))
                 return True
-            assert statement.parsed is not None
-            result = await self.answers.answer(statement.parsed, statement.text)
+            if statement.wrapped is not None:
+                answered = await self.answers.answer_wrapped(statement.wrapped, statement.text)
+            else:
+                assert statement.parsed is not None
+                result = await self.answers.answer(statement.parsed, statement.text)
         except DpproxyError as e:
             self.error(e, statement.start)
             await self.poison_if_in_transaction()
             return False
+        if statement.wrapped is not None:
+            # the released rows go through the wrapper in PostgreSQL, as the pass-through role
+            self.send(*(n for r in answered.results for n in notices(r)))
+            self.up.queue(Query(answered.sql).encode())
+            return await self._relay_cycle(stop_at_ready=Action.DROP_STOP)
         self.send(
             *notices(result),
             row_description(result.columns),

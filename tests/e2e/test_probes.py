@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -378,8 +379,25 @@ def test_probe_learns_nothing_about_protected_rows(
             outcome = run_psycopg(conn, statements)
     if via != "direct" and refused(outcome):
         return  # the router's second line, or PostgreSQL
+    if via != "direct" and name in DP_RELEASES:
+        # through dpproxy the count is a DP answer and the rest post-processing of it; a noisy
+        # value may by chance equal the count, so the substring test below does not apply
+        assert DP_RELEASES[name](outcome), outcome
+        return
     assert check(outcome), outcome
     assert str(ADULT_ROWS) not in repr(outcome)
+
+
+#: Probes whose count dpproxy answers with DP (issue 12: a DP query inside other SQL is a core
+#: and the rest runs over its released value), with what that released value then gives.
+DP_RELEASES: dict[str, Callable[[Outcome], bool]] = {
+    # a noisy count (a float8) in PostgreSQL's own error
+    "count in a cast error": lambda o: (
+        o.sqlstate == "22P02" and re.search(r'"\d+(\.\d+)?x"', o.message) is not None
+    ),
+    # the noisy count is far above 16000
+    "division bisection": error("22012", "division by zero"),
+}
 
 
 def test_the_suite_covers_both_outcomes() -> None:
