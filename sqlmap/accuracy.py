@@ -88,9 +88,12 @@ class AccuracyRequest:
 
 
 class AccuracyClause(exp.Expression):
-    """``WITH ACCURACY eps [CONFIDENCE c]`` as written; ``confidence`` may be absent."""
+    """``WITH ACCURACY eps [CONFIDENCE c]`` or ``WITH CONFIDENCE c``, as written.
 
-    arg_types = {"eps": True, "confidence": False}
+    Either part may be absent; the other comes from the hint, the settings or config.yaml.
+    """
+
+    arg_types = {"eps": False, "confidence": False}
 
 
 class AccuracyHint(exp.Expression):
@@ -154,7 +157,8 @@ class DPPostgres(Postgres):
         TRANSFORMS = {
             **PostgresGenerator.TRANSFORMS,
             AccuracyClause: lambda self, e: " ".join(
-                ["WITH ACCURACY", self.sql(e, "eps")]
+                ["WITH"]
+                + (["ACCURACY", self.sql(e, "eps")] if e.args.get("eps") else [])
                 + (["CONFIDENCE", self.sql(e, "confidence")] if e.args.get("confidence") else [])
             ),
             AccuracyHint: lambda self, e: " ".join(
@@ -187,16 +191,31 @@ def _is_word(token: Token, word: str) -> bool:
     return token.token_type == TokenType.VAR and token.text.upper() == word
 
 
+def _confidence_alone(tokens: list[Token], i: int) -> bool:
+    """``CONFIDENCE <number>`` at ``i``: not a CTE that happens to be named confidence."""
+    return (
+        _is_word(tokens[i], "CONFIDENCE")
+        and i + 1 < len(tokens)
+        and tokens[i + 1].token_type in (TokenType.NUMBER, TokenType.DOT)
+    )
+
+
 def _split_clause(tokens: list[Token], sql: str) -> tuple[list[Token], AccuracyClause | None]:
     """Split ``tokens`` into the statement's tokens and its trailing accuracy clause.
 
-    The clause is ``WITH ACCURACY <number> [CONFIDENCE <number>]`` and may only be followed by
-    a semicolon. ``WITH ACCURACY`` anywhere else is a syntax error that points at it.
+    The clause is ``WITH ACCURACY <number> [CONFIDENCE <number>]`` or ``WITH CONFIDENCE
+    <number>`` and may only be followed by a semicolon. It anywhere else is a syntax error that
+    points at it.
+
+    >>> sql = "SELECT 1 WITH CONFIDENCE 0.99"
+    >>> _split_clause(DPPostgres().tokenize(sql), sql)[1].sql(DPPostgres())
+    'WITH CONFIDENCE 0.99'
     """
     starts = [
         i
         for i in range(len(tokens) - 1)
-        if tokens[i].token_type == TokenType.WITH and _is_word(tokens[i + 1], "ACCURACY")
+        if tokens[i].token_type == TokenType.WITH
+        and (_is_word(tokens[i + 1], "ACCURACY") or _confidence_alone(tokens, i + 1))
     ]
     if not starts:
         return tokens, None
@@ -209,8 +228,11 @@ def _split_clause(tokens: list[Token], sql: str) -> tuple[list[Token], AccuracyC
         raise SqlSyntaxError(
             "only one WITH ACCURACY clause is allowed, at the end", position=tokens[starts[0]].start
         )
-    eps, after = _number(clause, 1, sql)
-    node = AccuracyClause(eps=exp.Literal.number(eps))
+    node = AccuracyClause()
+    after = 1
+    if _is_word(clause[1], "ACCURACY"):
+        eps, after = _number(clause, 1, sql)
+        node.set("eps", exp.Literal.number(eps))
     if after < len(clause) and _is_word(clause[after], "CONFIDENCE"):
         confidence, after = _number(clause, after, sql)
         node.set("confidence", exp.Literal.number(confidence))

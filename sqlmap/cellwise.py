@@ -144,6 +144,8 @@ def constant(node: exp.Expr) -> Number | str | None:
         return None
     if isinstance(node, exp.Literal):
         return node.this if node.is_string else Fraction(node.this)
+    if isinstance(node, exp.RawString):  # a dollar-quoted string: $$Female$$, $t$Female$t$
+        return str(node.this)
     if isinstance(node, exp.Neg):
         inner = constant(node.this)
         if isinstance(inner, str):

@@ -125,6 +125,22 @@ def test_syntax_error_in_a_dp_query_keeps_its_position() -> None:
     assert raised.value.sqlstate == "42601"
 
 
+@pytest.mark.parametrize(
+    ("sql", "first"),
+    [
+        ("SELEC COUNT(*) FROM adult", "SELEC"),
+        ("SLECT * FROM adult", "SLECT"),
+        ("COUNT(*) FROM adult", "COUNT"),
+    ],
+)
+def test_a_typo_in_the_first_word_is_a_syntax_error(sql: str, first: str) -> None:
+    with pytest.raises(DpproxyError) as raised:
+        ROUTER.route("SELECT 1;  " + sql)
+    assert raised.value.sqlstate == "42601"
+    assert str(raised.value) == f'syntax error at or near "{first}"'
+    assert raised.value.position == len("SELECT 1;  ")
+
+
 def test_mixed_batch_keeps_order() -> None:
     assert routes("SELECT 1; SELECT COUNT(*) FROM adult; SET dp.accuracy = 3; SELECT 2") == [
         Route.PASSTHROUGH,

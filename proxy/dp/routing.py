@@ -273,6 +273,8 @@ class Router:
             wrapped = self._wrapped(text, tokens, parsed) if statistics is None else None
             if wrapped is not None:
                 return Statement(text, offset, Route.DP, parsed=wrapped[0], wrapped=wrapped[1])
+        if table is not None and tokens:
+            _refuse_unknown_command(tokens, offset)
         if table is not None:
             raise InsufficientPrivilege(
                 f"permission denied: {table} is a protected table, "
@@ -389,6 +391,29 @@ class Router:
         if not any(isinstance(n, exp.AggFunc) for n in parsed.walk()):
             return None
         return parsed
+
+
+#: The words a PostgreSQL statement can begin with (gram.y's stmt rules); anything else is a
+#: syntax error there, which PostgreSQL reports before it looks at any table.
+_COMMAND_WORDS = frozenset(
+    """ABORT ALTER ANALYSE ANALYZE BEGIN CALL CHECKPOINT CLOSE CLUSTER COMMENT COMMIT COPY CREATE
+    DEALLOCATE DECLARE DELETE DISCARD DO DROP END EXECUTE EXPLAIN FETCH GRANT IMPORT INSERT
+    LISTEN LOAD LOCK MERGE MOVE NOTIFY PREPARE REASSIGN REFRESH REINDEX RELEASE RESET REVOKE
+    ROLLBACK SAVEPOINT SECURITY SELECT SET SHOW START TABLE TRUNCATE UNLISTEN UPDATE VACUUM
+    VALUES WITH""".split()
+)
+
+
+def _refuse_unknown_command(tokens: list[Token], offset: int) -> None:
+    """A statement whose first word no PostgreSQL command starts with is a syntax error (42601).
+
+    A typo such as ``SELEC COUNT(*) FROM adult`` then reads as PostgreSQL would report it, not
+    as a read of the protected table.
+    """
+    first = tokens[0]
+    if first.token_type == TokenType.L_PAREN or first.text.upper() in _COMMAND_WORDS:
+        return
+    raise SqlSyntaxError(f'syntax error at or near "{first.text}"', position=offset + first.start)
 
 
 def _looks_like_aggregate_query(text: str) -> bool:

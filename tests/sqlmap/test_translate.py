@@ -203,3 +203,20 @@ def test_interval_columns_point_at_their_aggregate() -> None:
 def test_bad_interval_columns(sql: str, message: str) -> None:
     with pytest.raises(DpproxyError, match=message):
         T.translate(sql)
+
+
+def test_confidence_alone_in_the_clause() -> None:
+    with_defaults = Translator([CUBE], AccuracyDefaults(10, 0.8))
+    spec = with_defaults.translate("SELECT COUNT(*) FROM people WITH CONFIDENCE 0.99")
+    assert spec.accuracy == AccuracyRequest(10, 0.99)
+    assert T.translate("SELECT COUNT(*) FROM people with confidence .9;").accuracy is None
+    # a CTE named confidence is not the clause
+    tree = Translator.parse("WITH confidence AS (SELECT 1) SELECT * FROM confidence")
+    assert with_defaults.defaults.resolve(tree) == AccuracyRequest(10, 0.8)
+
+
+def test_dollar_quoted_constants() -> None:
+    plain = T.translate("SELECT COUNT(*) FROM people WHERE sex = 'F'").rows[0].queries[0]
+    for quoted in ("$$F$$", "$q$F$q$"):
+        (q,) = T.translate(f"SELECT COUNT(*) FROM people WHERE sex = {quoted}").rows[0].queries
+        assert q.cells.tolist() == plain.cells.tolist()
