@@ -542,7 +542,8 @@ def result_columns(spec: AnswerSpec) -> tuple[ResultColumn, ...]:
 def _result(spec: AnswerSpec, replies: tuple[Reply, ...]) -> DpResult:
     columns = result_columns(spec)
     per_row = len(spec.rows[0].queries)
-    rows, notices = [], []
+    rows: list[tuple[str | float | None, ...]] = []
+    notices = [f"dp: warning: {w}" for w in spec.warnings]
     aggregates = [c for c in spec.columns if c.kind is OutputKind.AGGREGATE]
     for r, row in enumerate(spec.rows):
         keys = dict(zip(spec.group_dims, row.keys))

@@ -13,6 +13,7 @@ evaluating a predicate costs in proportion to its dimensions' bins, not the whol
 from __future__ import annotations
 
 import math
+import difflib
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -192,6 +193,8 @@ class CellEvaluator:
         self.cube = cube
         self.resolve = resolve
         self.ndim = len(cube.dimensions)
+        #: what the analyst should know about the query though it is answered (typos, ...)
+        self.warnings: list[str] = []
 
     # -- predicates ------------------------------------------------------------------------
 
@@ -268,9 +271,36 @@ class CellEvaluator:
             return Truth.const(None, self.ndim)
         where = f"{dim.name} {_SYMBOL[op]} {right.sql('postgres')}"
         rule = _bin_rule(dim, op, value, where, position_of(right))
+        if isinstance(dim, CategoricalDimension) and dim.closed and op in (exp.EQ, exp.NEQ):
+            self._warn_if_undeclared(dim, value)
         true = self._per_bin(dim, lambda b: rule(b) is True)
         false = self._per_bin(dim, lambda b: rule(b) is False)
         return Truth(true, false)
+
+    def _warn_if_undeclared(self, dim: CategoricalDimension, value: Number | str) -> None:
+        """A closed dimension compared with a value it does not declare: most likely a typo.
+
+        The query is answered as written (no row holds the value), with a warning naming the
+        closest declared values.
+        """
+        declared = {(Fraction(v) if dim.numeric else v): v for v in dim.values}
+        if (Fraction(value) if dim.numeric else value) in declared:
+            return
+        shown = str(value) if isinstance(value, str) else _fmt_edge(float(value))
+        names = [str(v) for v in dim.values]
+        close = difflib.get_close_matches(shown, names, n=3, cutoff=0.5)
+        suggestion = (
+            f"did you mean {' or '.join(repr(c) for c in close)}?"
+            if close
+            else f"it declares {', '.join(repr(n) for n in names[:10])}"
+            + (", ..." if len(names) > 10 else "")
+        )
+        warning = (
+            f"{shown!r} is not a declared value of {dim.name}, which is closed: "
+            f"no row holds it; {suggestion}"
+        )
+        if warning not in self.warnings:
+            self.warnings.append(warning)
 
     def _constant_compare(
         self,

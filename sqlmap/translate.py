@@ -241,6 +241,9 @@ class AnswerSpec:
     columns: tuple[OutputColumn, ...]
     group_dims: tuple[str, ...]
     rows: tuple[AnswerRow, ...]
+    #: things the analyst should know though the query is answered (a closed dimension
+    #: compared with a value it does not declare, ...), sent as NOTICEs
+    warnings: tuple[str, ...] = ()
 
     @property
     def queries(self) -> tuple[LinearQuery, ...]:
@@ -436,7 +439,12 @@ class _Query:
         self.limits.check_batch(groups, len(aggregates), self.statement)
         rows = self._rows(group_keys, aggregates)
         return AnswerSpec(
-            self.cube, accuracy, tuple(columns), tuple(k.name for k in group_keys), rows
+            self.cube,
+            accuracy,
+            tuple(columns),
+            tuple(k.name for k in group_keys),
+            rows,
+            tuple(self.evaluator.warnings),
         )
 
     @staticmethod

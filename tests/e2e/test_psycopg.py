@@ -104,6 +104,20 @@ def test_settings_in_the_extended_protocol(proxy: Proxy) -> None:
         conn.execute("SELECT COUNT(*) FROM adult").fetchone()  # uses the session's accuracy
 
 
+def test_a_typo_in_a_closed_dimension_value_is_answered_with_a_warning(proxy: Proxy) -> None:
+    notices: list[str] = []
+    with connect(proxy) as conn:
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        row = conn.execute(
+            "SELECT COUNT(*) FROM adult WHERE sex = 'Femal' WITH ACCURACY 100"
+        ).fetchone()
+    assert row == (0.0,)
+    assert notices[0] == (
+        "dp: warning: 'Femal' is not a declared value of sex, which is closed: no row holds it; "
+        "did you mean 'Female'?"
+    )
+
+
 def test_reset_returns_to_the_value_given_at_connection(proxy: Proxy) -> None:
     with psycopg.connect(proxy.dsn(options="-c%20dp.accuracy%3D77"), autocommit=True) as conn:
         assert conn.execute("SHOW dp.accuracy").fetchone() == ("77",)

@@ -220,3 +220,22 @@ def test_dollar_quoted_constants() -> None:
     for quoted in ("$$F$$", "$q$F$q$"):
         (q,) = T.translate(f"SELECT COUNT(*) FROM people WHERE sex = {quoted}").rows[0].queries
         assert q.cells.tolist() == plain.cells.tolist()
+
+
+def test_an_undeclared_value_of_a_closed_dimension_is_answered_with_a_warning() -> None:
+    closed = Cube(
+        "public", "adult", (CategoricalDimension("sex", ("Male", "Female"), closed=True),)
+    )
+    translator = Translator([closed])
+    spec = translator.translate("SELECT COUNT(*) FROM adult WHERE sex = 'Femal'")
+    (q,) = spec.rows[0].queries
+    assert q.cells.size == 0  # answered as written: no row holds 'Femal'
+    assert spec.warnings == (
+        "'Femal' is not a declared value of sex, which is closed: no row holds it; "
+        "did you mean 'Female'?",
+    )
+    assert translator.translate("SELECT COUNT(*) FROM adult WHERE sex = 'Male'").warnings == ()
+    (warning,) = T.translate("SELECT COUNT(*) FROM people WHERE rooms <> 7").warnings
+    assert warning.startswith("'7' is not a declared value of rooms") and "declares '1', '2'" in (
+        warning
+    )
