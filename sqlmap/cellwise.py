@@ -12,8 +12,8 @@ evaluating a predicate costs in proportion to its dimensions' bins, not the whol
 
 from __future__ import annotations
 
-import math
 import difflib
+import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
