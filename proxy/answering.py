@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -85,6 +86,10 @@ class DpResult:
     rows: tuple[tuple[str | float | None, ...], ...]
     notices: tuple[str, ...]
     replies: tuple[Reply, ...]
+    #: one line for the whole statement, sent instead of ``notices`` when there are several
+    summary: str = ""
+    #: what the analyst should know though the query was answered (sent in every case)
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -543,7 +548,7 @@ def _result(spec: AnswerSpec, replies: tuple[Reply, ...]) -> DpResult:
     columns = result_columns(spec)
     per_row = len(spec.rows[0].queries)
     rows: list[tuple[str | float | None, ...]] = []
-    notices = [f"dp: warning: {w}" for w in spec.warnings]
+    notices = []
     aggregates = [c for c in spec.columns if c.kind is OutputKind.AGGREGATE]
     for r, row in enumerate(spec.rows):
         keys = dict(zip(spec.group_dims, row.keys))
@@ -563,7 +568,44 @@ def _result(spec: AnswerSpec, replies: tuple[Reply, ...]) -> DpResult:
         labels = ", ".join(f"{d}={k.label}" for d, k in keys.items())
         for column, reply in zip(aggregates, row_replies):
             notices.append(notice_text(column.name + (f" [{labels}]" if labels else ""), reply))
-    return DpResult(columns, tuple(rows), tuple(notices), replies)
+    return DpResult(
+        columns,
+        tuple(rows),
+        tuple(notices),
+        replies,
+        summary_text(spec.cube.qualified_name, replies),
+        tuple(f"dp: warning: {w}" for w in spec.warnings),
+    )
+
+
+def summary_text(table: str, replies: Sequence[Reply]) -> str:
+    """The one NOTICE of a statement with several values (``SET dp.notices = rows`` for each).
+
+    Budgets are per cell: a statement charges the cells it reads, and "remaining" is what the
+    most-charged cell of the table has left, so it moves only when that cell is charged.
+
+    >>> from fractions import Fraction
+    >>> replies = [Reply(1.0, 0.0, 2.0, 0.95, s, Fraction(1, 8), Fraction(3, 4))
+    ...            for s in ("fresh", "fresh", "history")]
+    >>> for part in summary_text("public.adult", replies).split("; "):
+    ...     print(part)
+    dp: 3 values from public.adult, each within ±1 with confidence 0.95 (fresh 2, history 1)
+    budget charged 0.125 on the cells they read, remaining 0.75 for the most-charged cell
+    SET dp.notices = rows for each interval
+    """
+    sources = Counter(r.source for r in replies)
+    charged = max((r.budget_charged for r in replies), default=Fraction(0))
+    remaining = min((r.budget_remaining for r in replies), default=Fraction(0))
+    half_width = max(((r.high - r.low) / 2 for r in replies), default=0.0)
+    confidence = min((r.confidence for r in replies), default=1.0)
+    return (
+        f"dp: {len(replies)} values from {table}, each within ±{half_width:.6g} "
+        f"with confidence {confidence:.6g} "
+        f"({', '.join(f'{source} {n}' for source, n in sources.items())}); "
+        f"budget charged {format_budget(charged, up=True)} on the cells they read, "
+        f"remaining {format_budget(remaining, up=False)} for the most-charged cell; "
+        "SET dp.notices = rows for each interval"
+    )
 
 
 def notice_text(what: str, reply: Reply) -> str:

@@ -68,9 +68,15 @@ def _encode(value: str | float | None, oid: int, code: int) -> bytes | None:
     return encode_value(value, oid, code)
 
 
-def notices(result: DpResult) -> list[NoticeResponse]:
-    """One NOTICE per answered value: estimate, interval, confidence, source and budget."""
+def notices(result: DpResult, per_row: bool = False) -> list[NoticeResponse]:
+    """The NOTICEs of an answer: its warnings, then one line for the statement.
+
+    A single value's line gives its estimate, interval, confidence, source and budget; several
+    values get one summary (sources and budget), or with ``per_row`` (``SET dp.notices =
+    rows``) a line each.
+    """
+    lines = result.notices if per_row or len(result.notices) <= 1 else (result.summary,)
     return [
         NoticeResponse({"S": "NOTICE", "V": "NOTICE", "C": "00000", "M": text})
-        for text in result.notices
+        for text in (*result.warnings, *lines)
     ]

@@ -1,7 +1,9 @@
-"""The session's ``dp.*`` settings: accuracy defaults for tools that cannot add a clause.
+"""The session's ``dp.*`` settings: accuracy defaults, and how much the notices say.
 
-``SET dp.accuracy = 10``, ``SET dp.confidence TO 0.9``, ``RESET dp.accuracy``, ``SHOW dp.accuracy``
-and the startup option ``-c dp.accuracy=10`` are handled by the proxy, never by PostgreSQL.
+Accuracy defaults serve tools that cannot add a clause. ``SET dp.accuracy = 10``,
+``SET dp.confidence TO 0.9``, ``SET dp.notices = rows``, ``RESET dp.accuracy``,
+``SHOW dp.accuracy`` and the startup option ``-c dp.accuracy=10`` are handled by the proxy,
+never by PostgreSQL.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ from enum import Enum
 from proxy.errors import InvalidParameterValue, UnknownSetting
 from sqlmap.accuracy import AccuracyDefaults
 
-__all__ = ["DpSettings", "SETTING_NAMES", "SettingCommand", "Verb"]
+__all__ = ["DpSettings", "NOTICE_LEVELS", "SETTING_NAMES", "SettingCommand", "Verb"]
 
-#: The settings a session may change, with what SHOW prints for them when unset.
-SETTING_NAMES = ("dp.accuracy", "dp.confidence")
+#: The settings a session may change.
+SETTING_NAMES = ("dp.accuracy", "dp.confidence", "dp.notices")
+
+#: What ``dp.notices`` may say: one NOTICE per statement, or one per answered value.
+NOTICE_LEVELS = ("summary", "rows")
 
 
 class Verb(Enum):
@@ -50,6 +55,12 @@ class DpSettings:
 
     accuracy: float | None = None
     confidence: float | None = None
+    notices: str | None = None
+
+    @property
+    def notices_per_row(self) -> bool:
+        """``SET dp.notices = rows``: a NOTICE per answered value instead of one per statement."""
+        return self.notices == "rows"
 
     def set(self, name: str, value: str | None, start: DpSettings | None = None) -> DpSettings:
         """A copy with ``name`` set to ``value``.
@@ -65,6 +76,14 @@ class DpSettings:
         if value is None:
             return replace(self, **{field: getattr(start, field) if start else None})
         text = value.strip().strip("'\"")
+        if field == "notices":
+            level = text.lower()
+            if level not in NOTICE_LEVELS:
+                raise InvalidParameterValue(
+                    f'invalid value for parameter "{name}": "{value}"',
+                    hint=f"dp.notices is {' or '.join(NOTICE_LEVELS)}",
+                )
+            return replace(self, notices=level)
         try:
             number = float(text)
         except ValueError:
@@ -81,12 +100,17 @@ class DpSettings:
                 f'invalid value for parameter "{name}": "{value}"',
                 hint="dp.confidence must lie strictly between 0 and 1",
             )
-        return replace(self, **{field: number})
+        if field == "accuracy":
+            return replace(self, accuracy=number)
+        return replace(self, confidence=number)
 
     def show(self, name: str, defaults: AccuracyDefaults) -> str:
         """What ``SHOW name`` prints: the session's value, else the default in force."""
+        field = _field(name)
+        if field == "notices":
+            return self.notices or NOTICE_LEVELS[0]
         effective = self.defaults(defaults)
-        value = effective.accuracy if _field(name) == "accuracy" else effective.confidence
+        value = effective.accuracy if field == "accuracy" else effective.confidence
         return "" if value is None else f"{value:g}"
 
     def defaults(self, base: AccuracyDefaults) -> AccuracyDefaults:

@@ -388,7 +388,13 @@ class ExtendedProtocol:
                 "but prepared statement requires 0"
             )
         answered = await self.session.answers.answer_wrapped(wrapped, prepared.text)
-        self.send(*(n for r in answered.results for n in notices(r)))
+        self.send(
+            *(
+                n
+                for r in answered.results
+                for n in notices(r, self.session.answers.settings.notices_per_row)
+            )
+        )
         name = self._wrapper_prefix + message.portal
         self.forward_bytes(Close(Target.STATEMENT, name).encode(), _CLOSED, hidden=True)
         self.forward_bytes(Parse(name, answered.sql).encode(), _PARSED, hidden=True)
@@ -483,7 +489,7 @@ class ExtendedProtocol:
             assert portal.spec is not None
             session.flush_client()  # what came before reaches the client while we compute
             portal.result = await session.answers.answer_spec(portal.spec, portal.key, portal.text)
-            self.send(*notices(portal.result))
+            self.send(*notices(portal.result, session.answers.settings.notices_per_row))
         result = portal.result
         total = len(result.rows)
         stop = total if message.max_rows <= 0 else min(total, portal.sent + message.max_rows)

@@ -694,11 +694,17 @@ class Session:
             return False
         if statement.wrapped is not None:
             # the released rows go through the wrapper in PostgreSQL, as the pass-through role
-            self.send(*(n for r in answered.results for n in notices(r)))
+            self.send(
+                *(
+                    n
+                    for r in answered.results
+                    for n in notices(r, self.answers.settings.notices_per_row)
+                )
+            )
             self.up.queue(Query(answered.sql).encode())
             return await self._relay_cycle(stop_at_ready=Action.DROP_STOP)
         self.send(
-            *notices(result),
+            *notices(result, self.answers.settings.notices_per_row),
             row_description(result.columns),
             *data_rows(result),
             CommandComplete(f"SELECT {len(result.rows)}"),

@@ -60,6 +60,17 @@ def test_superset_explore_bar_chart(
     rows = cur.fetchall()
     assert [r[0] for r in rows] == ["Male", "Female"]
     assert all(close(n, truth[str(sex)]) for sex, n in rows)
+    # one summary for the statement; per row after SET dp.notices = rows
+    assert len(notices) == 1 and notices[0].startswith("dp: 2 values from public.adult, each")
+    notices.clear()
+    conn.execute("SET dp.notices = rows")
+    try:
+        conn.execute(
+            'SELECT sex AS sex, COUNT(*) AS "COUNT(*)" FROM public.adult GROUP BY sex '
+            'ORDER BY "COUNT(*)" DESC LIMIT 10000'
+        )
+    finally:
+        conn.execute("RESET dp.notices")
     assert len(notices) == 2 and "[sex='Male']" in notices[0]
 
 

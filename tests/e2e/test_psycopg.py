@@ -118,6 +118,24 @@ def test_a_typo_in_a_closed_dimension_value_is_answered_with_a_warning(proxy: Pr
     )
 
 
+def test_notices_one_per_statement_or_per_row(proxy: Proxy) -> None:
+    notices: list[str] = []
+    sql = "SELECT education, COUNT(*) FROM adult GROUP BY education WITH ACCURACY 300"
+    with connect(proxy) as conn:
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        assert conn.execute("SHOW dp.notices").fetchone() == ("summary",)
+        assert len(conn.execute(sql).fetchall()) == 16
+        (summary,) = notices
+        assert summary.startswith("dp: 16 values from public.adult, each within")
+        assert "remaining" in summary and "for the most-charged cell" in summary
+        notices.clear()
+        conn.execute("SET dp.notices = rows")
+        conn.execute(sql).fetchall()
+        assert len(notices) == 16 and all("[education=" in n for n in notices)
+        with pytest.raises(errors.InvalidParameterValue):
+            conn.execute("SET dp.notices = loud")
+
+
 def test_reset_returns_to_the_value_given_at_connection(proxy: Proxy) -> None:
     with psycopg.connect(proxy.dsn(options="-c%20dp.accuracy%3D77"), autocommit=True) as conn:
         assert conn.execute("SHOW dp.accuracy").fetchone() == ("77",)
