@@ -90,6 +90,13 @@ class DpResult:
     summary: str = ""
     #: what the analyst should know though the query was answered (sent in every case)
     warnings: tuple[str, ...] = ()
+    #: the CommandComplete tag: ``SELECT n`` for answers, ``EXPLAIN`` for a preview
+    tag: str = "SELECT"
+
+    @property
+    def command_tag(self) -> str:
+        """What CommandComplete says after the rows."""
+        return f"SELECT {len(self.rows)}" if self.tag == "SELECT" else self.tag
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +337,52 @@ class DpService:
             lambda: tuple(_result(spec, part) for spec, part in zip(specs, parts))
         )
 
+    async def preview(self, specs: Sequence[AnswerSpec]) -> DpResult:
+        """``EXPLAIN`` of a DP statement: how it would be answered and what it would cost.
+
+        The engine plans the batch as ``answer_batch`` would, from public inputs only (the
+        history's noisy answers, the requested accuracy, the budget), and nothing is measured,
+        charged or recorded. Another statement answered meanwhile can change the plan.
+        """
+        if not specs:  # only declared values (SELECT DISTINCT dim)
+            return _plan_result(["DP plan: the dimension's declared values, no budget"])
+        cube = specs[0].cube
+        if any(s.accuracy is None for s in specs):
+            raise InvalidParameterValue(
+                "no accuracy requested",
+                hint="append WITH ACCURACY <eps> [CONFIDENCE <c>], or SET dp.accuracy = <eps>",
+            )
+        engine = self.engine(cube)
+        requests = [QueryRequest(q, s.accuracy) for s in specs for q in s.queries if s.accuracy]
+        labels = [label for spec in specs for label in _value_labels(spec)]
+
+        def plan_lines() -> list[str]:
+            lines = [f"DP plan for {cube.qualified_name} (EXPLAIN spends nothing)"]
+            try:
+                plan = engine.plan(requests)
+            except BudgetExhausted as e:
+                return [*lines, f"  refused: {e.message}"]
+            for label, decision in zip(labels, plan.decisions):
+                cost = (
+                    "free"
+                    if decision.source == "history"
+                    else f"a measurement of budget {format_budget(decision.budget, up=True)}"
+                )
+                lines.append(
+                    f"  {label}: {decision.source} ({cost}), "
+                    f"±{decision.half_width:.6g} at confidence {decision.confidence:.6g}"
+                )
+            _, numerators, denominator = plan.charges.numerators()
+            charged = Fraction(int(numerators.max()), denominator) if numerators.size else 0
+            lines.append(
+                f"Budget: charges up to {format_budget(Fraction(charged), up=True)} on the cells "
+                f"it reads; remaining now {format_budget(engine.ledger.remaining, up=False)} "
+                "for the most-charged cell"
+            )
+            return lines
+
+        return _plan_result(await self._in_gate(cube, plan_lines, self._planning_timeout))
+
     async def answer_wrapped(
         self,
         wrapped: Wrapped,
@@ -544,12 +597,31 @@ def result_columns(spec: AnswerSpec) -> tuple[ResultColumn, ...]:
     return tuple(columns)
 
 
+def _plan_result(lines: list[str]) -> DpResult:
+    """EXPLAIN's reply: one text column named as PostgreSQL names it, a row per line."""
+    return DpResult(
+        (ResultColumn("QUERY PLAN", ColumnType.TEXT),),
+        tuple((line,) for line in lines),
+        (),
+        (),
+        tag="EXPLAIN",
+    )
+
+
+def _value_labels(spec: AnswerSpec) -> list[str]:
+    """What each of a spec's values is called in notices: the column and its group."""
+    aggregates = [c for c in spec.columns if c.kind is OutputKind.AGGREGATE]
+    labels: list[str] = []
+    for row in spec.rows:
+        keys = ", ".join(f"{d}={k.label}" for d, k in zip(spec.group_dims, row.keys))
+        labels.extend(c.name + (f" [{keys}]" if keys else "") for c in aggregates)
+    return labels
+
+
 def _result(spec: AnswerSpec, replies: tuple[Reply, ...]) -> DpResult:
     columns = result_columns(spec)
     per_row = len(spec.rows[0].queries)
     rows: list[tuple[str | float | None, ...]] = []
-    notices = []
-    aggregates = [c for c in spec.columns if c.kind is OutputKind.AGGREGATE]
     for r, row in enumerate(spec.rows):
         keys = dict(zip(spec.group_dims, row.keys))
         row_replies = replies[r * per_row : (r + 1) * per_row]
@@ -565,9 +637,7 @@ def _result(spec: AnswerSpec, replies: tuple[Reply, ...]) -> DpResult:
                 reply = row_replies[column.aggregate or 0]
                 values.append(reply.low if column.kind is OutputKind.INTERVAL_LOW else reply.high)
         rows.append(tuple(values))
-        labels = ", ".join(f"{d}={k.label}" for d, k in keys.items())
-        for column, reply in zip(aggregates, row_replies):
-            notices.append(notice_text(column.name + (f" [{labels}]" if labels else ""), reply))
+    notices = [notice_text(label, reply) for label, reply in zip(_value_labels(spec), replies)]
     return DpResult(
         columns,
         tuple(rows),

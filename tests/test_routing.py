@@ -193,3 +193,18 @@ def test_plainly_passthrough_recognizes_the_common_case() -> None:
     assert not ROUTER.plainly_passthrough(
         "SELECT 1 /* adult */"
     )  # merely cautious: route() decides
+
+
+def test_explain_of_a_dp_query_is_a_preview() -> None:
+    (plain,) = ROUTER.route("EXPLAIN SELECT COUNT(*) FROM adult WITH ACCURACY 5")
+    assert plain.route is Route.DP and plain.explain and plain.wrapped is None
+    (wrapped,) = ROUTER.route("explain SELECT sex, COUNT(*) FROM adult GROUP BY sex LIMIT 1")
+    assert wrapped.explain and wrapped.wrapped is not None
+    for refused in (
+        "EXPLAIN ANALYZE SELECT COUNT(*) FROM adult",
+        "EXPLAIN (COSTS OFF) SELECT COUNT(*) FROM adult",
+        "EXPLAIN SELECT * FROM adult",
+    ):
+        with pytest.raises(DpproxyError) as raised:
+            ROUTER.route(refused)
+        assert raised.value.sqlstate == "42501", refused

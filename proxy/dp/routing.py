@@ -66,6 +66,8 @@ class Statement:
     parsed: exp.Expr | None = None
     setting: SettingCommand | None = None
     wrapped: Wrapped | None = None
+    #: ``EXPLAIN <DP query>``: say how it would be answered and what it would cost, spend nothing
+    explain: bool = False
 
 
 #: Catalog relations, columns and functions that reveal how many rows a table has (or their
@@ -265,6 +267,10 @@ class Router:
         statistics = _statistics_name(text)
         if table is None and statistics is None:
             return Statement(text, offset, Route.PASSTHROUGH)
+        if table is not None and tokens and tokens[0].text.upper() == "EXPLAIN":
+            preview = self._explained(text, offset, tokens)
+            if preview is not None:
+                return preview
         if table is not None and tokens is not None:
             parsed = self._dp_query(text, offset)
             if parsed is not None and not needs_wrapper(parsed):
@@ -321,6 +327,29 @@ class Router:
             if name in self.tables:
                 return name
         return None
+
+    def _explained(self, text: str, offset: int, tokens: list[Token]) -> Statement | None:
+        """``EXPLAIN <DP query>`` as a preview of its plan; None for anything else.
+
+        EXPLAIN ANALYZE (or with options) of a DP query is not a preview: it is refused as a
+        read of the protected table, as is EXPLAIN of a query that is not a DP query.
+        """
+        start = tokens[0].end + 1  # the tokenizer keeps the rest of a command as one string
+        body = text[start:]
+        rest = _tokens_or_none(body)
+        if not rest or rest[0].token_type == TokenType.L_PAREN:
+            return None
+        if rest[0].text.upper() in ("ANALYZE", "ANALYSE", "VERBOSE"):
+            return None
+        parsed = self._dp_query(body, offset + start)
+        if parsed is not None and not needs_wrapper(parsed):
+            return Statement(text, offset, Route.DP, parsed=parsed, explain=True)
+        wrapped = self._wrapped(body, rest, parsed) if _statistics_name(body) is None else None
+        if wrapped is None:
+            return None
+        return Statement(
+            text, offset, Route.DP, parsed=wrapped[0], wrapped=wrapped[1], explain=True
+        )
 
     def _wrapped(
         self, text: str, tokens: list[Token], parsed: exp.Expr | None

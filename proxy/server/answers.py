@@ -15,6 +15,7 @@ from sqlglot import exp
 
 from proxy.answering import DpResult, WrappedAnswer
 from proxy.dp.results import Formats
+from proxy.dp.routing import Statement
 from proxy.dp.settings import DpSettings, SettingCommand, Verb
 from proxy.errors import QueryCanceled
 from proxy.logs import event
@@ -127,6 +128,18 @@ class LocalAnswers:
         for spec, result in zip(specs, answer.results):
             _log_answer(self.user, spec.cube.qualified_name, result)
         return answer
+
+    async def explain(self, statement: Statement) -> DpResult:
+        """``EXPLAIN <DP query>``: how its values would be answered, at what cost.
+
+        Nothing is spent.
+        """
+        if statement.wrapped is not None:
+            specs = await self.translate_cores(statement.wrapped, statement.text)
+        else:
+            assert statement.parsed is not None
+            specs = [(await self.translate(statement.parsed, statement.text))[0]]
+        return await self._cancellable(self.ctx.service.preview(specs))
 
     async def translate_cores(self, wrapped: Wrapped, sql: str) -> list[AnswerSpec]:
         """The specs of the cores that ask the engine (the others list declared values)."""

@@ -333,6 +333,12 @@ class ExtendedProtocol:
         statement = statements[0]
         if statement.route is Route.SETTING:
             return Prepared(Route.SETTING, setting=statement.setting), None
+        if statement.explain:
+            # the extended protocol answers DP queries at Execute; a preview has no path there
+            raise UnsupportedQuery(
+                "EXPLAIN of a DP query is answered in the simple query protocol only",
+                hint="send it as a plain query (psql does; in psycopg, without parameters)",
+            )
         tree = statement.parsed
         assert tree is not None
         if statement.wrapped is not None:

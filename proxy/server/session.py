@@ -683,7 +683,9 @@ class Session:
                 assert statement.setting is not None
                 self.send(*self.answers.apply_setting(statement.setting, TEXT_ONLY, describe=True))
                 return True
-            if statement.wrapped is not None:
+            if statement.explain:
+                result = await self.answers.explain(statement)
+            elif statement.wrapped is not None:
                 answered = await self.answers.answer_wrapped(statement.wrapped, statement.text)
             else:
                 assert statement.parsed is not None
@@ -692,7 +694,7 @@ class Session:
             self.error(e, statement.start)
             await self.poison_if_in_transaction()
             return False
-        if statement.wrapped is not None:
+        if statement.wrapped is not None and not statement.explain:
             # the released rows go through the wrapper in PostgreSQL, as the pass-through role
             self.send(
                 *(
@@ -707,7 +709,7 @@ class Session:
             *notices(result, self.answers.settings.notices_per_row),
             row_description(result.columns),
             *data_rows(result),
-            CommandComplete(f"SELECT {len(result.rows)}"),
+            CommandComplete(result.command_tag),
         )
         return True
 

@@ -106,3 +106,26 @@ def test_copy_from_stdin_to_an_open_table(proxy: Proxy, tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "COPY 2" in result.stdout and " 2\n" in result.stdout
+
+
+def test_explain_previews_the_cost_and_spends_nothing(proxy: Proxy) -> None:
+    query = "SELECT race, COUNT(*) FROM adult WHERE age < 25 GROUP BY race WITH ACCURACY 137"
+    before = psql(proxy, "\\pset tuples_only on", f"EXPLAIN {query}")
+    assert before.returncode == 0, before.stderr
+    plan = [line.strip() for line in before.stdout.splitlines() if line.strip()]
+    assert plan[0] == "DP plan for public.adult (EXPLAIN spends nothing)"
+    assert len(plan) == 1 + 5 + 1
+    assert all(": fresh (a measurement of budget" in p for p in plan[1:6])
+    assert "count [race=" in plan[1] and "±137 at confidence 0.95" in plan[1]
+    assert plan[-1].startswith("Budget: charges up to ")
+    # asked for real, it is answered as previewed (fresh: EXPLAIN measured nothing); then
+    # EXPLAIN says history answers it
+    after = psql(proxy, query, "\\pset tuples_only on", f"EXPLAIN {query}")
+    assert after.returncode == 0, after.stderr
+    assert "(fresh 5)" in after.stderr
+    assert after.stdout.count(": history (free)") == 5
+
+
+def test_explain_analyze_of_a_dp_query_stays_refused(proxy: Proxy) -> None:
+    result = psql(proxy, "EXPLAIN ANALYZE SELECT COUNT(*) FROM adult")
+    assert "ERROR:  permission denied: adult is a protected table" in result.stderr
