@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from proxy.cli import main
+from proxy.cli import _parser, main
 from proxy.config import load_config
 from proxy.storage.provision import provision_roles
 
@@ -120,3 +121,17 @@ backend:
             conn.execute("REVOKE CONNECT ON DATABASE postgres FROM leaky_analyst")
     assert result.returncode == 1
     assert "F0000" in result.stderr and "leaky_analyst may connect to postgres" in result.stderr
+
+
+def test_the_readme_commands_parse_as_written() -> None:
+    """Each `uv run dpproxy ...` line of the README runs as pasted: one command, valid flags."""
+    lines = [
+        line.split("#")[0].strip()
+        for line in (ROOT / "README.md").read_text().splitlines()
+        if line.startswith("uv run dpproxy ")
+    ]
+    assert len(lines) >= 8
+    for line in lines:
+        words = shlex.split(line.split(" > ")[0])  # a redirection is the shell's
+        assert not {"|", ";", "&&"} & set(words), line  # no shell pipeline by mistake
+        _parser().parse_args(words[3:])  # exits (SystemExit) on an unknown flag or command
