@@ -6,7 +6,10 @@ the posterior of the true value is ``theta = y - X`` ("Bayesian inference under 
 hypothesis tests such as ``Pr(theta > 0)`` and the confidence of an interval ``[L, U]``). When
 the true value is known to lie in a feasible range (a count in ``[0, N]``, a clamped sum in its
 bounds), the prior is flat on that range instead, and the posterior is the same law truncated to
-it (the single-count paper's Bayes estimator, with an uninformative prior on ``0..N``).
+it: its mode (the answer moved into the range), mean and median are estimates that stay in the
+range, the mean being the single-count paper's Bayes estimator with a flat prior in place of
+its binomial one (which :func:`binomial_posterior_mean` computes). docs/probabilistic.md says
+which to use where, and why the interval is the symmetric one cut to the range.
 
 Everything is computed from the tails ``P(|X| > x)`` of :data:`tails.EXACT`; a mass is always
 taken as a difference of the two small tails when it lies to one side of ``y``, so far-out
