@@ -30,3 +30,8 @@ EIGHT_BY_FOUR_H = [
 EIGHT_BY_FOUR_ALPHA = ("0.05", "0.1", "0.05", "0.1", "0.1", "0.05", "0.05", "0.1")
 #: ... and eq. (14): their noisy answers.
 EIGHT_BY_FOUR_Y = (30.8, 30.3, 46.9, 20.2, 30.4, 68.9, 38.9, 9.5)
+
+#: Sec. 4.2 / 5.2: the query x1 + x3 of that example, its BLUE weights over the 8 rows (eq. 26,
+#: as printed, to two places) and its estimate, 42; sec. 5.2 asks for Pr(theta > 0) there.
+EIGHT_BY_FOUR_THETA_WEIGHTS = (0.48, 0.36, -0.03, 0.50, -0.50, 0.26, 0.07, 0.24)
+EIGHT_BY_FOUR_THETA_ESTIMATE = 42.0
