@@ -4,7 +4,7 @@ Run ``uv run python bench/ledger_bench.py`` (``--dsn`` for a PostgreSQL of your 
 embedded one is started in a temporary directory; ``--queries N``). The figures recorded in
 docs/benchmarks.md come from this script.
 
-Two :class:`~proxy.answering.DpService` over the Adult cube of ``config.yaml`` (total budget
+Two :class:`~proxy.dp.answering.DpService` over the Adult cube of ``config.yaml`` (total budget
 raised so nothing is refused) answer the same stream of distinct DP queries, every one of which
 needs a fresh measurement (each names its own group of cells: age bin x sex x education x
 race). The services alternate query by query, so both see the same history size at each step.
@@ -31,8 +31,8 @@ import asyncpg
 import numpy as np
 import yaml
 
-from proxy.answering import DpService
 from proxy.config import load_config
+from proxy.dp.answering import DpService
 from proxy.engine.history import InMemoryHistoryStore
 from proxy.storage.postgres_ledger import PostgresLedgerStore
 from sqlmap.cube import Cube

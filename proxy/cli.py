@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _ledger(config: Config, args: argparse.Namespace) -> int:
-    from proxy import ledger_admin
+    from proxy.storage import ledger_admin
 
     dsn = (
         args.dsn

@@ -10,8 +10,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from proxy.answering import DpService, WrappedAnswer, described
 from proxy.config import load_config
+from proxy.dp.answering import DpService, WrappedAnswer, described
 from proxy.dp.routing import Router
 from proxy.engine.history import InMemoryHistoryStore
 from proxy.errors import BudgetExhausted, DpproxyError

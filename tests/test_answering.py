@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.answering import ColumnType, DpResult, DpService
 from proxy.config import load_config
+from proxy.dp.answering import ColumnType, DpResult, DpService
 from proxy.engine.history import InMemoryHistoryStore
 from proxy.errors import BudgetExhausted, DpproxyError, QueryCanceled
 from proxy.storage.provision import provision_roles

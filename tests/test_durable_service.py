@@ -9,8 +9,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from proxy.answering import DpService
 from proxy.config import load_config
+from proxy.dp.answering import DpService
 from proxy.engine.engine import QueryRequest
 from proxy.engine.ledger import Ledger, UserCaps, cell_charges
 from proxy.errors import BudgetExhausted

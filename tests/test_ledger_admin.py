@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from proxy import ledger_admin
-from proxy.answering import DpService
 from proxy.cli import main
 from proxy.config import load_config
+from proxy.dp.answering import DpService
 from proxy.errors import ConfigError
+from proxy.storage import ledger_admin
 from proxy.storage.postgres_ledger import PostgresLedgerStore
 from proxy.storage.provision import BackendRoles
 from proxy.storage.reader import Reader

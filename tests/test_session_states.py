@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from scramp import ScramClient
 
-from proxy.answering import DpService
 from proxy.auth import make_verifier, parse_verifier
 from proxy.config import load_config
+from proxy.dp.answering import DpService
 from proxy.dp.memo import DpMemo
 from proxy.dp.routing import Router
 from proxy.engine.history import InMemoryHistoryStore

@@ -2,6 +2,7 @@
 
 `routing` decides where each statement goes (DP, a ``dp.*`` setting, pass-through, refusal);
 `settings` keeps the session's ``dp.*`` settings; `parameters` binds ``$n`` values into a DP
-query; `memo` remembers routes, translations and answers from history; `results` turns DP
-answers into protocol messages. The answering itself is `proxy.answering`.
+query; `answering` answers a translated query (the engine decides, the reader measures, the
+ledger store records); `memo` remembers routes, translations and answers from history;
+`results` turns DP answers into protocol messages.
 """

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from proxy.answering import DpResult, DpService
+from proxy.dp.answering import DpResult, DpService
 from proxy.dp.routing import Router, Statement
 from sqlmap.cube import Cube
 from sqlmap.translate import AnswerSpec

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from proxy.answering import DpResult, ResultColumn
+from proxy.dp.answering import DpResult, ResultColumn
 from proxy.wire import DataRow, NoticeResponse, RowDescription
 from proxy.wire.types import Oid, column, encode_value
 
@@ -48,7 +48,7 @@ def data_rows(
 ) -> list[DataRow]:
     r"""The DataRows of ``result.rows[start:stop]``, each value in its column's format.
 
-    >>> from proxy.answering import DpResult
+    >>> from proxy.dp.answering import DpResult
     >>> r = DpResult((ResultColumn("sex", 25), ResultColumn("n", 701)), (("Male", 2.5),), (), ())
     >>> data_rows(r)[0].values, data_rows(r, lambda i, n: 1)[0].values[1]
     ((b'Male', b'2.5'), b'@\x04\x00\x00\x00\x00\x00\x00')

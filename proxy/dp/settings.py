@@ -127,7 +127,7 @@ class DpSettings:
         Returns the settings and the arguments left for PostgreSQL.
 
         >>> DpSettings.from_options(["-c", "dp.accuracy=5", "-cgeqo=off"])
-        (DpSettings(accuracy=5.0, confidence=None), ['-cgeqo=off'])
+        (DpSettings(accuracy=5.0, confidence=None, notices=None), ['-cgeqo=off'])
         """
         settings, rest, i = cls(), [], 0
         while i < len(args):

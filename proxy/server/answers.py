@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from sqlglot import exp
 
-from proxy.answering import DpResult, WrappedAnswer
+from proxy.dp.answering import DpResult, WrappedAnswer
 from proxy.dp.results import Formats
 from proxy.dp.routing import Statement
 from proxy.dp.settings import DpSettings, SettingCommand, Verb

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from proxy.answering import DpService
 from proxy.auth import Verifier
 from proxy.config import LimitsConfig
+from proxy.dp.answering import DpService
 from proxy.dp.memo import DpMemo
 from proxy.dp.routing import Router
 from proxy.logs import event

@@ -29,7 +29,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from sqlglot import exp
 
-from proxy.answering import DpResult, described, result_columns
+from proxy.dp.answering import DpResult, described, result_columns
 from proxy.dp.parameters import bind as bind_parameters
 from proxy.dp.parameters import parameter_types
 from proxy.dp.results import TEXT_ONLY, Formats, data_rows, notices, row_description

@@ -29,8 +29,8 @@ from typing import Final
 
 import asyncpg
 
-from proxy.answering import DpService
 from proxy.config import DEMO_USERS, BackendConfig, Config
+from proxy.dp.answering import DpService
 from proxy.dp.memo import DpMemo
 from proxy.dp.routing import Router
 from proxy.engine.history import InMemoryHistoryStore

@@ -5,7 +5,7 @@
 written before an answer is released) or `MemoryLedgerStore` (no ``ledger.dsn``: the
 measurements live only in this process's engines and end with it). Not to be confused with the
 engine's per-cell budget (`proxy.engine.ledger`) or the ``dpproxy ledger`` admin commands
-(`proxy.ledger_admin`).
+(`proxy.storage.ledger_admin`).
 """
 
 from __future__ import annotations

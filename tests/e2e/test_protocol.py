@@ -14,8 +14,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from proxy.answering import DpService
 from proxy.config import BackendConfig, Config
+from proxy.dp.answering import DpService
 from proxy.dp.memo import DpMemo
 from proxy.engine.history import InMemoryHistoryStore
 from proxy.storage.reader import Reader
