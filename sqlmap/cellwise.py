@@ -200,27 +200,9 @@ class CellEvaluator:
 
     def truth(self, node: exp.Expr) -> Truth:
         """The three-valued truth of a predicate on every cell."""
-        if isinstance(node, (exp.Paren, exp.Where)):
-            return self.truth(node.this)
-        if isinstance(node, exp.And):
-            return self.truth(node.this) & self.truth(node.expression)
-        if isinstance(node, exp.Or):
-            return self.truth(node.this) | self.truth(node.expression)
-        if isinstance(node, exp.Not):
-            return ~self.truth(node.this)
-        if isinstance(node, exp.Boolean):
-            return Truth.const(bool(node.this), self.ndim)
-        if isinstance(node, exp.Null):
-            return Truth.const(None, self.ndim)
-        if isinstance(node, exp.Is):
-            return self._is_null(node)
-        if isinstance(node, exp.In):
-            return self._in(node)
-        if isinstance(node, exp.Between):
-            low = self._compare(exp.GTE, node.this, node.args["low"], node)
-            return low & self._compare(exp.LTE, node.this, node.args["high"], node)
-        if type(node) in _FLIP:
-            return self._compare(type(node), node.this, node.expression, node)
+        rule = _TRUTH_RULES.get(type(node))
+        if rule is not None:
+            return rule(self, node)
         raise UnsupportedQuery(
             f"unsupported condition: {node.sql('postgres')}",
             hint="conditions compare a dimension with constants: = <> < <= > >= IN BETWEEN "
@@ -415,6 +397,30 @@ class CellEvaluator:
             ) from None
         return np.full((1,) * self.ndim, value is not None)
 
+
+def _between(evaluator: CellEvaluator, node: exp.Expr) -> Truth:
+    low = evaluator._compare(exp.GTE, node.this, node.args["low"], node)
+    return low & evaluator._compare(exp.LTE, node.this, node.args["high"], node)
+
+
+def _comparison(evaluator: CellEvaluator, node: exp.Expr) -> Truth:
+    return evaluator._compare(type(node), node.this, node.expression, node)
+
+
+#: How each kind of predicate node is decided on every cell (``CellEvaluator.truth``).
+_TRUTH_RULES: dict[type[exp.Expr], Callable[[CellEvaluator, Any], Truth]] = {
+    exp.Paren: lambda e, n: e.truth(n.this),
+    exp.Where: lambda e, n: e.truth(n.this),
+    exp.And: lambda e, n: e.truth(n.this) & e.truth(n.expression),
+    exp.Or: lambda e, n: e.truth(n.this) | e.truth(n.expression),
+    exp.Not: lambda e, n: ~e.truth(n.this),
+    exp.Boolean: lambda e, n: Truth.const(bool(n.this), e.ndim),
+    exp.Null: lambda e, n: Truth.const(None, e.ndim),
+    exp.Is: lambda e, n: e._is_null(n),
+    exp.In: lambda e, n: e._in(n),
+    exp.Between: _between,
+    **{kind: _comparison for kind in (exp.LT, exp.LTE, exp.GT, exp.GTE, exp.EQ, exp.NEQ)},
+}
 
 _OPS: dict[type[exp.Expr], Callable[[Any, Any], bool]] = {
     exp.LT: operator.lt,
