@@ -46,6 +46,7 @@ FloatArray = npt.NDArray[np.float64]
 # dependent vectors land below 1e-9 and new directions above 1e-2; a vector admitted on rounding
 # alone would make the basis nearly singular.
 _INDEPENDENT = 3e-5
+_BLOCK = 64  # vectors placed together
 _PENDING = 32  # basis vectors kept outside the sparse row index before it is rebuilt
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
 
@@ -72,7 +73,9 @@ class SpanSolver:
         self.n_cells = n_cells
         self._residual = residual
         self.size = 0  # distinct vectors
-        self.rank = 0  # basis vectors
+        self._rank = 0  # basis vectors
+        self._placed = 0  # vectors with coordinates; the others wait in the queue
+        self._queue: list[tuple[IntArray, FloatArray]] = []
         self._vectors: list[tuple[IntArray, FloatArray]] = []  # the basis vectors
         self._gram = np.zeros((0, 0))  # G over the basis
         self._lower = np.zeros((0, 0), order="F")  # its Cholesky factor L (LAPACK's order)
@@ -89,19 +92,56 @@ class SpanSolver:
         other = SpanSolver.__new__(SpanSolver)
         other.__dict__.update(self.__dict__)
         other._vectors = list(self._vectors)
+        other._queue = list(self._queue)
         other._k_pending = list(self._k_pending)
         for name in ("_gram", "_lower", "_coords", "_weight2", "_k"):
             setattr(other, name, getattr(self, name).copy(order="K"))
         return other
 
+    @property
+    def rank(self) -> int:
+        """The number of basis vectors: the dimension of the span."""
+        self._place()
+        return self._rank
+
     def add(self, cells: IntArray, weights: FloatArray) -> int:
-        """A new distinct vector (weight 0 until :meth:`weigh`); returns its index ``j``."""
-        j, r = self.size, self.rank
-        inner = self._inner([(cells, weights)])
-        beta, distance = self._project([(cells, weights)], inner)
-        self._coords = _grown(self._coords, r + 1, j + 1)  # rows beyond r stay zero
+        """A new distinct vector (weight 0 until :meth:`weigh`); returns its index ``j``.
+
+        It is placed in the span (basis or coordinates) at the next solve, with the others
+        added meanwhile: a restart places its whole history in blocks.
+        """
+        j = self.size
         if j == self._weight2.size:
             self._weight2 = np.concatenate([self._weight2, np.zeros(j)])
+        self._queue.append((cells, weights))
+        self.size += 1
+        return j
+
+    def _place(self) -> None:
+        """Give the queued vectors coordinates, extending the basis by the new directions.
+
+        A block is measured against the basis as it stood before it; a vector found in that
+        span is placed at once (later basis vectors give it zero coordinates), the others one
+        by one against the basis as it grows.
+        """
+        queue, self._queue = self._queue, []
+        for start in range(0, len(queue), _BLOCK):
+            block = queue[start : start + _BLOCK]
+            r = self._rank
+            first = self._placed
+            self._coords = _grown(self._coords, r + len(block), first + len(block))
+            beta, distances = self._project(block, self._inner(block))
+            for k, (cells, weights) in enumerate(block):
+                if distances[k] <= _INDEPENDENT * float(np.linalg.norm(weights)):
+                    self._coords[:r, first + k] = self._lower[:r, :r].T @ beta[:, k]
+                else:
+                    self._place_one(first + k, cells, weights)
+            self._placed = first + len(block)
+
+    def _place_one(self, j: int, cells: IntArray, weights: FloatArray) -> None:
+        r = self._rank
+        inner = self._inner([(cells, weights)])
+        beta, distance = self._project([(cells, weights)], inner)
         if r:
             self._coords[:r, j] = self._lower.T @ beta[:, 0]
         if distance[0] > _INDEPENDENT * float(np.linalg.norm(weights)):
@@ -113,9 +153,7 @@ class SpanSolver:
             self._lower = lower
             self._k = _bordered(self._k, np.zeros(r), 0.0)
             self._vectors.append((cells, weights))
-            self.rank += 1
-        self.size += 1
-        return j
+            self._rank += 1
 
     def weigh(self, j: int, weight2: float) -> None:
         """Add ``weight2`` to ``c_j^2`` (a row of vector ``j`` measured with that precision)."""
@@ -125,9 +163,10 @@ class SpanSolver:
 
     def prepare(self) -> None:
         """Bring ``K`` up to date and factor it now rather than at the next solve."""
-        if self._k_factor is not None or not self.rank:
+        self._place()
+        if self._k_factor is not None or not self._rank:
             return
-        r, z = self.rank, self._coords
+        r, z = self._rank, self._coords
         if _REWEIGH * len(self._k_pending) > r:
             coords = z[:r, : self.size]
             self._k = (coords * self._weight2[: self.size]) @ coords.T
@@ -144,7 +183,8 @@ class SpanSolver:
 
         Queries farther than ``residual`` from the span get ``None`` (not solved).
         """
-        r = self.rank
+        self._place()
+        r = self._rank
         found: list[FloatArray | None] = [None] * len(queries)
         if r == 0:
             return found, [1.0] * len(queries)
@@ -170,7 +210,7 @@ class SpanSolver:
         The distance is measured over the cells, not as ``||v||^2 - b^T beta``: that
         difference cancels, and its rounding would reach 1e-5 of ``||v||`` on these histories.
         """
-        r = self.rank
+        r = self._rank
         if r == 0:
             return np.zeros((0, len(vectors))), np.array(
                 [float(np.linalg.norm(w)) for _, w in vectors]
@@ -193,7 +233,7 @@ class SpanSolver:
         Rebuilt once more than ``_PENDING`` basis vectors have joined since; those are used
         from their own cells meanwhile.
         """
-        r = self.rank
+        r = self._rank
         if self._index is None or r - self._indexed > _PENDING:
             self._index = _row_index(self._vectors, self.n_cells)
             self._indexed = r
@@ -201,7 +241,7 @@ class SpanSolver:
 
     def _inner(self, vectors: Sequence[tuple[IntArray, FloatArray]]) -> FloatArray:
         """``H_B^T v`` for each vector ``v`` (columns), from the cells each touches."""
-        r = self.rank
+        r = self._rank
         out = np.zeros((r, len(vectors)))
         if r == 0:
             return out
