@@ -31,6 +31,7 @@ matrix itself, so distances and weights are accurate to rounding, not to the con
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -48,7 +49,20 @@ FloatArray = npt.NDArray[np.float64]
 _INDEPENDENT = 3e-5
 _BLOCK = 64  # vectors placed together
 _PENDING = 32  # basis vectors kept outside the sparse row index before it is rebuilt
+_MAX_UPDATES = 48  # terms added to K's factorization as updates before it is factored anew
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
+
+
+@dataclass(frozen=True, slots=True)
+class _Update:
+    """A term ``weight z z^T`` added to a factored ``K``: rank-one, or a border (``border``
+    is then the new diagonal entry ``d`` of ``z``, and ``z`` the part above it)."""
+
+    weight: float
+    z: FloatArray
+    border: float
+    v: FloatArray  # K^{-1} z before this term (rank-one terms)
+    denominator: float  # 1 + weight z^T v
 
 
 class SpanSolver:
@@ -83,7 +97,9 @@ class SpanSolver:
         self._weight2 = np.zeros(16)  # c_j^2
         self._k = np.zeros((0, 0))  # K = sum_j c_j^2 z_j z_j^T, up to the pending terms
         self._k_pending: list[tuple[int, float]] = []
-        self._k_factor: tuple[FloatArray, bool] | None = None
+        self._k_base: tuple[FloatArray, bool] | None = None  # Cholesky of K at some point
+        self._k_updates: list[_Update] = []  # the terms added to K since
+        self._k_dim = 0  # the order of K the updates reach
         self._index: sparse.csr_array | None = None  # cells x (indexed basis vectors)
         self._indexed = 0
 
@@ -94,6 +110,7 @@ class SpanSolver:
         other._vectors = list(self._vectors)
         other._queue = list(self._queue)
         other._k_pending = list(self._k_pending)
+        other._k_updates = list(self._k_updates)
         for name in ("_gram", "_lower", "_coords", "_weight2", "_k"):
             setattr(other, name, getattr(self, name).copy(order="K"))
         return other
@@ -159,22 +176,76 @@ class SpanSolver:
         """Add ``weight2`` to ``c_j^2`` (a row of vector ``j`` measured with that precision)."""
         self._weight2[j] += weight2
         self._k_pending.append((j, weight2))
-        self._k_factor = None
 
     def prepare(self) -> None:
-        """Bring ``K`` up to date and factor it now rather than at the next solve."""
+        """Bring ``K`` and its solver up to date now rather than at the next solve.
+
+        A few new terms are added to the factorization as updates (a rank-one term by
+        Sherman-Morrison, a new basis vector by bordering), each at the cost of one solve;
+        past ``_MAX_UPDATES`` of them, or with many terms at once (a restart), ``K`` is formed
+        and factored anew.
+        """
         self._place()
-        if self._k_factor is not None or not self._rank:
+        if not self._k_pending or not self._rank:
             return
         r, z = self._rank, self._coords
-        if _REWEIGH * len(self._k_pending) > r:
+        pending, self._k_pending = self._k_pending, []
+        if _REWEIGH * len(pending) > r:
             coords = z[:r, : self.size]
             self._k = (coords * self._weight2[: self.size]) @ coords.T
         else:
-            for j, weight2 in self._k_pending:
+            for j, weight2 in pending:
                 self._k += weight2 * np.outer(z[:r, j], z[:r, j])
-        self._k_pending = []
-        self._k_factor = scipy.linalg.cho_factor(self._k, check_finite=False)
+        if self._k_base is not None and len(self._k_updates) + len(pending) <= _MAX_UPDATES:
+            for j, weight2 in pending:
+                if not self._update(z[:r, j], weight2):
+                    break
+            else:
+                return
+        self._k_base = scipy.linalg.cho_factor(self._k, check_finite=False)
+        self._k_updates = []
+        self._k_dim = r
+
+    def _update(self, z: FloatArray, weight2: float) -> bool:
+        """Add ``weight2 z z^T`` to the factored ``K``; False if ``z`` reaches past a border."""
+        (nonzero,) = np.nonzero(z)
+        top = int(nonzero[-1]) if nonzero.size else -1
+        n = self._k_dim
+        if top < n:
+            v = self._k_solve(z[:n, None])[:, 0]
+            self._k_updates.append(
+                _Update(weight2, z[:n].copy(), 0.0, v, 1.0 + weight2 * (z[:n] @ v))
+            )
+        elif top == n:
+            self._k_updates.append(_Update(weight2, z[:n].copy(), float(z[n]), z[:0], 1.0))
+            self._k_dim = n + 1
+        else:
+            return False
+        return True
+
+    def _k_solve(self, target: FloatArray) -> FloatArray:
+        """``K^{-1} target`` (columns) through the factorization and its updates.
+
+        A border ``K' = [[K + w l l^T, w d l], [w d l^T, w d^2]]`` is ``E diag(K, w d^2) E^T``
+        with ``E = [[I, l/d], [0, 1]]``; a rank-one term is Sherman-Morrison's.
+        """
+        assert self._k_base is not None
+        lasts = []
+        for update in reversed(self._k_updates):
+            if update.border:
+                lasts.append(target[-1])
+                target = target[:-1] - np.outer(update.z, target[-1] / update.border)
+        x = scipy.linalg.cho_solve(self._k_base, target, check_finite=False)
+        for update in self._k_updates:
+            if update.border:
+                last = (
+                    lasts.pop() / (update.weight * update.border**2)
+                    - (update.z @ x) / update.border
+                )
+                x = np.vstack([x, last[None]])
+            else:
+                x -= np.outer(update.v, update.weight * (update.z @ x) / update.denominator)
+        return x
 
     def solve_many(
         self, queries: Sequence[tuple[IntArray, FloatArray]]
@@ -193,10 +264,9 @@ class SpanSolver:
         inside = residuals <= self._residual
         if np.any(inside):
             self.prepare()
-            assert self._k_factor is not None
             target = self._lower.T @ beta[:, inside]
-            y = scipy.linalg.cho_solve(self._k_factor, target, check_finite=False)
-            y += scipy.linalg.cho_solve(self._k_factor, target - self._k @ y, check_finite=False)
+            y = self._k_solve(target)
+            y += self._k_solve(target - self._k @ y)
             per_vector = self._coords[:r, : self.size].T @ y
             for column, i in enumerate(np.flatnonzero(inside).tolist()):
                 found[i] = per_vector[:, column]
