@@ -40,7 +40,7 @@ from proxy.engine.noise import (
     noisy_value,
     public_fraction,
 )
-from proxy.engine.solver import MinNormSolver
+from tests.engine.cell_solver import MinNormSolver
 from proxy.engine.tails import EXACT, TailMethod
 from proxy.errors import BudgetExhausted, InvalidParameterValue
 from sqlmap.vector import LinearQuery

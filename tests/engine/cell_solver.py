@@ -1,4 +1,7 @@
-"""Minimum-norm solutions of ``A u = q`` for the growing history, from a maintained factorization.
+"""The cell-level reference's solver (tests only): minimum-norm ``A u = q`` over every cell.
+
+This was the product's solver before the span solver (proxy/engine/span.py); the reference
+engine keeps it, so the equivalence tests compare two independent methods.
 
 ``A`` has one column per history row (``D H`` transposed) and one equation per atom (cells every
 column weighs alike: the caller says how many cells each stands for), scaled to unit norm (scaling
