@@ -55,8 +55,11 @@ _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is
 
 @dataclass(frozen=True, slots=True)
 class _Update:
-    """A term ``weight z z^T`` added to a factored ``K``: rank-one, or a border (``border``
-    is then the new diagonal entry ``d`` of ``z``, and ``z`` the part above it)."""
+    """A term ``weight z z^T`` added to a factored ``K``.
+
+    A rank-one term, or a border: ``border`` is then the new diagonal entry ``d`` of ``z``,
+    and ``z`` the part above it.
+    """
 
     weight: float
     z: FloatArray
