@@ -217,7 +217,7 @@ class SpanSolver:
         if top < n:
             v = self._k_solve(z[:n, None])[:, 0]
             self._k_updates.append(
-                _Update(weight2, z[:n].copy(), 0.0, v, 1.0 + weight2 * (z[:n] @ v))
+                _Update(weight2, z[:n].copy(), 0.0, v, 1.0 + weight2 * float(z[:n] @ v))
             )
         elif top == n:
             self._k_updates.append(_Update(weight2, z[:n].copy(), float(z[n]), z[:0], 1.0))
@@ -238,7 +238,7 @@ class SpanSolver:
             if update.border:
                 lasts.append(target[-1])
                 target = target[:-1] - np.outer(update.z, target[-1] / update.border)
-        x = scipy.linalg.cho_solve(self._k_base, target, check_finite=False)
+        x: FloatArray = scipy.linalg.cho_solve(self._k_base, target, check_finite=False)
         for update in self._k_updates:
             if update.border:
                 last = (
