@@ -7,7 +7,7 @@ variance. Substituting ``u_i = t_i S_i / alpha_i`` turns that into the minimum-n
 ``(D H)^T u = q`` with ``D = diag(alpha ./ S)`` (:mod:`proxy.engine.span`, in the space the
 history's vectors span); ``|u_i|`` are then exactly the Laplace scales ``b_i`` of the error.
 ``q`` is estimable iff that system is consistent, judged by its relative distance from the
-span; a query that splits an atom is rejected without solving.
+span; a query weighing a cell no row weighs is rejected without solving.
 
 The BLUE is not the only unbiased estimate worth having: its variance is least, but intervals
 come from the exact tail of a weighted sum of Laplace noises, whose quantile is not a function
@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from proxy.engine.atoms import Partition
 from proxy.engine.span import SpanSolver
 from sqlmap.vector import LinearQuery
 
@@ -155,9 +154,8 @@ class HistoryIndex:
     problem: ``k`` rows ``f_k h`` with precisions ``p_k`` are one column ``c h`` with
     ``c^2 = sum_k (p_k f_k)^2``, whose solution ``u`` splits back as ``u p_k f_k / c``. The
     problem is solved in the span of the distinct vectors (:mod:`proxy.engine.span`), so its
-    size follows the history's rank, not the rows or the cells. The atoms
-    (:class:`~proxy.engine.atoms.Partition`) turn away most queries outside the span at the
-    cost of one pass over their cells: every row is constant on each atom.
+    size follows the history's rank, not the rows or the cells. A query weighing a cell no row
+    weighs is outside the span without a solve.
 
     >>> index = HistoryIndex(2)
     >>> for row in ([1.0, 0.0], [0.0, 1.0]):
@@ -172,7 +170,7 @@ class HistoryIndex:
         if n_cells <= 0:
             raise ValueError("n_cells must be positive")
         self.n_cells = n_cells
-        self._partition = Partition(n_cells)
+        self._covered = np.zeros(n_cells, dtype=bool)  # cells some row weighs
         self._size = 0
         self._precision = np.zeros(16)  # alpha_i / S_i
         self._steps = np.zeros(16)
@@ -204,7 +202,7 @@ class HistoryIndex:
         """An independent index with the same rows (the solution cache is shared)."""
         other = HistoryIndex.__new__(HistoryIndex)
         other.n_cells = self.n_cells
-        other._partition = self._partition.copy()
+        other._covered = self._covered.copy()
         other._size = self._size
         for name in ("_precision", "_steps", "_factor", "_group"):
             setattr(other, name, getattr(self, name).copy())
@@ -233,7 +231,7 @@ class HistoryIndex:
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = self._span.add(query.cells, direction)
-            self._partition.refine(query.cells, query.weights, cover=True)
+            self._covered[query.cells] = True
         precision = alpha / query.sensitivity
         self._span.weigh(group, (precision * factor) ** 2)
         self._precision[row] = precision
@@ -273,9 +271,8 @@ class HistoryIndex:
             if query.cells.size == 0:
                 found[key] = _EMPTY
                 continue
-            located = self._partition.locate(query.cells, query.weights)
-            if located is None or not np.all(self._partition.covered[located[0]]):
-                found[key] = None  # every row is constant on each atom: neither is their span
+            if not np.all(self._covered[query.cells]):
+                found[key] = None  # every row vanishes on a cell the query weighs
             elif (self._stamp, key) in self._solutions:
                 self._solutions.move_to_end((self._stamp, key))
                 found[key] = self._solutions[(self._stamp, key)]

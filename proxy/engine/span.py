@@ -150,17 +150,29 @@ class SpanSolver:
             r = self._rank
             first = self._placed
             self._coords = _grown(self._coords, r + len(block), first + len(block))
-            beta, distances = self._project(block, self._inner(block))
+            inner = self._inner(block)
+            beta, distances = self._project(block, inner)
             for k, (cells, weights) in enumerate(block):
                 if distances[k] <= _INDEPENDENT * float(np.linalg.norm(weights)):
                     self._coords[:r, first + k] = self._lower[:r, :r].T @ beta[:, k]
                 else:
-                    self._place_one(first + k, cells, weights)
+                    self._place_one(first + k, cells, weights, inner[:, k])
             self._placed = first + len(block)
 
-    def _place_one(self, j: int, cells: IntArray, weights: FloatArray) -> None:
+    def _place_one(self, j: int, cells: IntArray, weights: FloatArray, known: FloatArray) -> None:
+        """Place vector ``j`` against the current basis.
+
+        ``known`` holds its inner products with the basis vectors before its block.
+        """
         r = self._rank
-        inner = self._inner([(cells, weights)])
+        inner = np.empty((r, 1))
+        inner[: known.size, 0] = known
+        if known.size < r:
+            dense = np.zeros(self.n_cells)
+            dense[cells] = weights
+            for i in range(known.size, r):
+                basis_cells, basis_weights = self._vectors[i]
+                inner[i, 0] = dense[basis_cells] @ basis_weights
         beta, distance = self._project([(cells, weights)], inner)
         if r:
             self._coords[:r, j] = self._lower.T @ beta[:, 0]
