@@ -331,9 +331,13 @@ class SpanSolver:
         if r == 0:
             return out
         index, indexed = self._basis_index()
+        if len(vectors) == 1:
+            cells, weights = vectors[0]
+            out[:indexed, 0] = index[cells].T @ weights
+        else:  # one sparse product for the batch
+            out[:indexed] = (index.T @ _row_index(list(vectors), self.n_cells).tocsc()).toarray()
         dense = np.zeros(self.n_cells)
         for k, (cells, weights) in enumerate(vectors):
-            out[:indexed, k] = index[cells].T @ weights
             if indexed < r:
                 dense[cells] = weights
                 for i in range(indexed, r):
