@@ -193,6 +193,11 @@ class PrivacyEngine:
         """The number of released measurements."""
         return self._index.size
 
+    @property
+    def history_shape(self) -> tuple[int, int, int]:
+        """Released measurements, their distinct vectors, and the dimension of their span."""
+        return self._index.size, self._index.distinct, self._index.rank
+
     def _record(self, entry: HistoryEntry) -> None:
         self._append(entry)
         self._ledger.commit(Charges.of_query(entry.query, entry.budget))

@@ -42,7 +42,8 @@ ESTIMABLE_RESIDUAL = 1e-6
 _REPEAT_RESIDUAL = 1e-12
 # Repeat rows offered one by one (the least noisy); all of them are also offered pooled.
 _REPEAT_SINGLES = 4
-_CACHE_SIZE = 128  # a solution may hold a weight for every row
+_CACHE_SIZE = 128  # a solution may hold a weight for every row,
+_CACHE_TERMS = 2_000_000  # so the cache is also bounded in terms (about 40 bytes each)
 # Stamps are unique across copies, so a cache shared by copies never confuses two histories.
 _STAMPS = itertools.count()
 
@@ -285,8 +286,10 @@ class HistoryIndex:
             for key, g, residual in zip(pending, per_vector, residuals):
                 found[key] = self._solution(g, residual)
                 self._solutions[(self._stamp, key)] = found[key]
-            while len(self._solutions) > _CACHE_SIZE:
-                self._solutions.popitem(last=False)
+            terms = sum(0 if s is None else s.rows.size for s in self._solutions.values())
+            while len(self._solutions) > _CACHE_SIZE or terms > _CACHE_TERMS:
+                _, evicted = self._solutions.popitem(last=False)
+                terms -= 0 if evicted is None else evicted.rows.size
         return [found[q.cells.tobytes() + q.weights.tobytes()] for q in queries]
 
     def _solution(self, per_vector: FloatArray | None, residual: float) -> Solution | None:
