@@ -260,7 +260,7 @@ def run(name: str, cube: Cube, m: int, stream: int, pool_size: int, seed: int = 
         f"{first_ms:.1f} ({first_source}) | {cell(singles)} | {cell(times['history'])} | "
         f"{cell(times['combined'])} | {cell(times['fresh'])} | "
         f"{np.percentile(group_by, 50):.1f} | {rss:.0f} ({rss_before:.0f}) | "
-        f"{distinct:,} / {rank:,} |"
+        f"{distinct:,} / {'-' if rank is None else f'{rank:,}'} |"
     ]
 
 

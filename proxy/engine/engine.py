@@ -194,8 +194,11 @@ class PrivacyEngine:
         return self._index.size
 
     @property
-    def history_shape(self) -> tuple[int, int, int]:
-        """Released measurements, their distinct vectors, and the dimension of their span."""
+    def history_shape(self) -> tuple[int, int, int | None]:
+        """Released measurements, their distinct vectors, and the dimension of their span.
+
+        The dimension is None once it has outgrown the span solver (the sparse one answers).
+        """
         return self._index.size, self._index.distinct, self._index.rank
 
     def _record(self, entry: HistoryEntry) -> None:

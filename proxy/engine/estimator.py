@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from proxy.engine.solver import MinNormSolver
 from proxy.engine.span import SpanSolver
 from sqlmap.vector import LinearQuery
 
@@ -42,6 +43,9 @@ ESTIMABLE_RESIDUAL = 1e-6
 _REPEAT_RESIDUAL = 1e-12
 # Repeat rows offered one by one (the least noisy); all of them are also offered pooled.
 _REPEAT_SINGLES = 4
+# The span solver keeps dense matrices of the history's rank: past this rank (rows of scattered
+# cells, all independent) the index moves to the sparse solver over cells for good.
+_SPAN_MAX_RANK = 1500
 _CACHE_SIZE = 128  # a solution may hold a weight for every row,
 _CACHE_TERMS = 2_000_000  # so the cache is also bounded in terms (about 40 bytes each)
 # Stamps are unique across copies, so a cache shared by copies never confuses two histories.
@@ -180,7 +184,16 @@ class HistoryIndex:
         self._weights: list[FloatArray] = []  # H_i's non-zero weights, for repeats
         self._by_support: dict[bytes, tuple[int, ...]] = {}  # H_i's cells -> rows i
         self._groups: dict[bytes, int] = {}  # a vector scaled to first weight 1 -> its group
-        self._span = SpanSolver(n_cells, residual=ESTIMABLE_RESIDUAL)
+        self._group_vectors: list[tuple[IntArray, FloatArray]] = []
+        self._span: SpanSolver | None = SpanSolver(
+            n_cells, residual=ESTIMABLE_RESIDUAL, max_rank=_SPAN_MAX_RANK
+        )
+        # the sparse solver over cells once the span is too large: its rows so far, and per row
+        # its column and share p_i f_i / c of that column
+        self._cells: MinNormSolver | None = None
+        self._cell_rows = 0
+        self._column = np.zeros(16, dtype=np.int64)
+        self._share = np.zeros(16)
         self._stamp = next(_STAMPS)
         self._solutions: OrderedDict[tuple[int, bytes], Solution | None] = OrderedDict()
 
@@ -190,14 +203,15 @@ class HistoryIndex:
         return self._size
 
     @property
-    def rank(self) -> int:
-        """The dimension of the span of the history's vectors."""
-        return self._span.rank
+    def rank(self) -> int | None:
+        """The dimension of the span of the history's vectors (None past the span solver's)."""
+        span = self._spanning()
+        return None if span is None else span.rank
 
     @property
     def distinct(self) -> int:
         """The number of distinct history vectors (up to a factor)."""
-        return self._span.size
+        return len(self._group_vectors)
 
     def copy(self) -> HistoryIndex:
         """An independent index with the same rows (the solution cache is shared)."""
@@ -205,12 +219,15 @@ class HistoryIndex:
         other.n_cells = self.n_cells
         other._covered = self._covered.copy()
         other._size = self._size
-        for name in ("_precision", "_steps", "_factor", "_group"):
+        for name in ("_precision", "_steps", "_factor", "_group", "_column", "_share"):
             setattr(other, name, getattr(self, name).copy())
         other._weights = list(self._weights)
         other._by_support = dict(self._by_support)  # values are tuples: appends replace them
         other._groups = dict(self._groups)
-        other._span = self._span.copy()
+        other._group_vectors = list(self._group_vectors)
+        other._span = None if self._span is None else self._span.copy()
+        other._cells = None if self._cells is None else self._cells.copy()
+        other._cell_rows = self._cell_rows
         other._stamp = self._stamp
         other._solutions = self._solutions
         return other
@@ -223,7 +240,7 @@ class HistoryIndex:
             raise ValueError("alpha and step must be positive")
         row = self._size
         if row == self._precision.size:
-            for name in ("_precision", "_steps", "_factor", "_group"):
+            for name in ("_precision", "_steps", "_factor", "_group", "_column", "_share"):
                 array = getattr(self, name)
                 setattr(self, name, np.concatenate([array, np.zeros_like(array)]))
         factor = float(query.weights[0])
@@ -231,10 +248,14 @@ class HistoryIndex:
         key = query.cells.tobytes() + direction.tobytes()
         group = self._groups.get(key)
         if group is None:
-            group = self._groups[key] = self._span.add(query.cells, direction)
+            group = self._groups[key] = len(self._group_vectors)
+            self._group_vectors.append((query.cells, direction))
+            if self._span is not None:
+                self._span.add(query.cells, direction)
             self._covered[query.cells] = True
         precision = alpha / query.sensitivity
-        self._span.weigh(group, (precision * factor) ** 2)
+        if self._span is not None:
+            self._span.weigh(group, (precision * factor) ** 2)
         self._precision[row] = precision
         self._steps[row] = step
         self._factor[row] = factor
@@ -252,7 +273,11 @@ class HistoryIndex:
 
     def prepare(self) -> None:
         """Factor now rather than at the next solve (after loading a history)."""
-        self._span.prepare()
+        span = self._spanning()
+        if span is not None:
+            span.prepare()
+        elif self._size:
+            self._sync_cells().prepare()
 
     def solve(self, query: LinearQuery) -> Solution | None:
         """The BLUE of ``query . x`` from the history, or ``None`` if it is not estimable."""
@@ -280,12 +305,17 @@ class HistoryIndex:
             else:
                 pending[key] = query
         if pending:
-            per_vector, residuals = self._span.solve_many(
-                [(q.cells, q.weights) for q in pending.values()]
-            )
-            for key, g, residual in zip(pending, per_vector, residuals):
-                found[key] = self._solution(g, residual)
-                self._solutions[(self._stamp, key)] = found[key]
+            vectors = [(q.cells, q.weights) for q in pending.values()]
+            span = self._spanning()
+            if span is not None:
+                per_vector, residuals = span.solve_many(vectors)
+                solutions = [self._solution(g, r) for g, r in zip(per_vector, residuals)]
+            else:
+                us, residuals = self._sync_cells().solve_many(vectors)
+                solutions = [self._cell_solution(u, r) for u, r in zip(us, residuals)]
+            for key, solution in zip(pending, solutions):
+                found[key] = solution
+                self._solutions[(self._stamp, key)] = solution
             terms = sum(0 if s is None else s.rows.size for s in self._solutions.values())
             while len(self._solutions) > _CACHE_SIZE or terms > _CACHE_TERMS:
                 _, evicted = self._solutions.popitem(last=False)
@@ -307,6 +337,44 @@ class HistoryIndex:
         (rows,) = np.nonzero(t)
         rows = rows.astype(np.int64)
         return self.estimator(rows, t[rows], residual)
+
+    def _cell_solution(self, u: FloatArray, residual: float) -> Solution | None:
+        """Row weights from the sparse solver's ``u``: ``t_i = u_k share_i p_i``."""
+        if not residual <= ESTIMABLE_RESIDUAL:
+            return None
+        m = self._size
+        t = u[self._column[:m]] * self._share[:m] * self._precision[:m]
+        (rows,) = np.nonzero(t)
+        return self.estimator(rows.astype(np.int64), t[rows], residual)
+
+    def _spanning(self) -> SpanSolver | None:
+        """The span solver, or None once the history's rank has outgrown it (then for good)."""
+        if self._span is not None and not self._span.fits():
+            self._span = None
+        return self._span
+
+    def _sync_cells(self) -> MinNormSolver:
+        """The sparse solver over cells with every row (pooled per vector when first built)."""
+        m = self._size
+        solver = self._cells
+        if solver is None:
+            solver = self._cells = MinNormSolver(self.n_cells)
+            scaled = self._precision[:m] * self._factor[:m]
+            pooled = np.sqrt(
+                np.bincount(self._group[:m], np.square(scaled), minlength=len(self._group_vectors))
+            )
+            for cells, direction in self._group_vectors:
+                solver.add_row(cells, direction * pooled[solver.rows])
+            self._column[:m] = self._group[:m]
+            self._share[:m] = scaled / pooled[self._group[:m]]
+        else:
+            for row in range(self._cell_rows, m):  # one more column of its group's vector
+                cells, direction = self._group_vectors[int(self._group[row])]
+                self._column[row] = solver.rows
+                self._share[row] = 1.0
+                solver.add_row(cells, direction * (self._precision[row] * self._factor[row]))
+        self._cell_rows = m
+        return solver
 
     def repeats(self, query: LinearQuery) -> tuple[Solution, ...]:
         """Estimates from the rows ``H_i = c q`` (``c != 0``) alone: the query measured before.

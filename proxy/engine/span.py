@@ -47,6 +47,11 @@ FloatArray = npt.NDArray[np.float64]
 # dependent vectors land below 1e-9 and new directions above 1e-2; a vector admitted on rounding
 # alone would make the basis nearly singular.
 _INDEPENDENT = 3e-5
+# With a max_rank, the solver also overflows once the basis vectors are far sparser than the
+# span is large (rank^2 over _SPARSE times their non-zeros, from rank _SPARSE_FROM): rows of a
+# few scattered cells, which a sparse factorization over cells handles far more cheaply.
+_SPARSE = 4
+_SPARSE_FROM = 256
 _BLOCK = 64  # vectors placed together
 _PENDING = 32  # basis vectors kept outside the sparse row index before it is rebuilt
 _MAX_UPDATES = 48  # terms added to K's factorization as updates before it is factored anew
@@ -86,9 +91,13 @@ class SpanSolver:
     ([0.333333333, -0.333333333, 0.666666667], True)
     """
 
-    def __init__(self, n_cells: int, *, residual: float) -> None:
+    def __init__(self, n_cells: int, *, residual: float, max_rank: int | None = None) -> None:
+        """``max_rank``: past it (or ``_SPARSE``) the solver stops placing and overflows."""
         self.n_cells = n_cells
         self._residual = residual
+        self._max_rank = max_rank
+        self.overflowed = False
+        self._basis_nnz = 0  # non-zero weights of the basis vectors
         self.size = 0  # distinct vectors
         self._rank = 0  # basis vectors
         self._placed = 0  # vectors with coordinates; the others wait in the queue
@@ -124,6 +133,11 @@ class SpanSolver:
         self._place()
         return self._rank
 
+    def fits(self) -> bool:
+        """Whether every vector added so far is placed within ``max_rank``."""
+        self._place()
+        return not self.overflowed
+
     def add(self, cells: IntArray, weights: FloatArray) -> int:
         """A new distinct vector (weight 0 until :meth:`weigh`); returns its index ``j``.
 
@@ -146,6 +160,8 @@ class SpanSolver:
         """
         queue, self._queue = self._queue, []
         for start in range(0, len(queue), _BLOCK):
+            if self.overflowed:
+                return
             block = queue[start : start + _BLOCK]
             r = self._rank
             first = self._placed
@@ -177,6 +193,12 @@ class SpanSolver:
         if r:
             self._coords[:r, j] = self._lower.T @ beta[:, 0]
         if distance[0] > _INDEPENDENT * float(np.linalg.norm(weights)):
+            if self._max_rank is not None and (
+                r == self._max_rank or (r >= _SPARSE_FROM and r * r > _SPARSE * self._basis_nnz)
+            ):
+                self.overflowed = True
+                return
+            self._basis_nnz += cells.size
             self._coords[r, j] = distance[0]
             self._gram = _bordered(self._gram, inner[:, 0], float(weights @ weights))
             lower = np.zeros((r + 1, r + 1), order="F")

@@ -40,10 +40,10 @@ from proxy.engine.noise import (
     noisy_value,
     public_fraction,
 )
+from proxy.engine.solver import MinNormSolver
 from proxy.engine.tails import EXACT, TailMethod
 from proxy.errors import BudgetExhausted, InvalidParameterValue
 from sqlmap.vector import LinearQuery
-from tests.engine.cell_solver import MinNormSolver
 
 _REPEAT_RESIDUAL = 1e-12
 _REPEAT_SINGLES = 4

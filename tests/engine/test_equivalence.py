@@ -353,3 +353,11 @@ def test_a_restarted_engine_agrees_with_the_one_that_wrote_the_history() -> None
         requests = [QueryRequest(q, AccuracyRequest(30.0, 0.95))]
         a, b = restarted.plan(requests), ref.plan(requests)
         _same_decision(a.decisions[0], b.decisions[0])
+
+
+def test_past_the_span_solver_the_sparse_solver_agrees(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the span solver capped at rank 4, histories outgrow it mid-workload and move to the
+    sparse solver over cells: decisions, replies and ledgers still agree with the reference."""
+    monkeypatch.setattr("proxy.engine.estimator._SPAN_MAX_RANK", 4)
+    for seed in range(0, WORKLOADS, 16):
+        _run(seed)

@@ -1,7 +1,8 @@
-"""The cell-level reference's solver (tests only): minimum-norm ``A u = q`` over every cell.
+"""Minimum-norm solutions of ``A u = q`` over cells, from a maintained sparse factorization.
 
-This was the product's solver before the span solver (proxy/engine/span.py); the reference
-engine keeps it, so the equivalence tests compare two independent methods.
+The history index uses it when its span grows too large for the dense span solver
+(:mod:`proxy.engine.span`): rows of a few scattered cells are independent, and a sparse LU
+over them then costs far less. The cell-level reference engine of the tests uses it too.
 
 ``A`` has one column per history row (``D H`` transposed) and one equation per atom (cells every
 column weighs alike: the caller says how many cells each stands for), scaled to unit norm (scaling
