@@ -248,6 +248,7 @@ def run(name: str, cube: Cube, m: int, stream: int, pool_size: int, seed: int = 
         for eps in (500, 400, 300, 250, 200, 150, 100, 80)
     ]
     rss = _rss_mb()
+    _, distinct, rank = engine.history_shape
 
     def cell(values: list[float]) -> str:
         if not values:
@@ -258,7 +259,8 @@ def run(name: str, cube: Cube, m: int, stream: int, pool_size: int, seed: int = 
         f"| {name} | {m:,} | {load_wall:.2f} ({load_cpu / 1e3:.2f}) | "
         f"{first_ms:.1f} ({first_source}) | {cell(singles)} | {cell(times['history'])} | "
         f"{cell(times['combined'])} | {cell(times['fresh'])} | "
-        f"{np.percentile(group_by, 50):.1f} | {rss:.0f} ({rss_before:.0f}) |"
+        f"{np.percentile(group_by, 50):.1f} | {rss:.0f} ({rss_before:.0f}) | "
+        f"{distinct:,} / {'-' if rank is None else f'{rank:,}'} |"
     ]
 
 
@@ -277,9 +279,9 @@ def main() -> None:
     print(
         "| cube | m | load s wall (CPU) | first statement CPU ms | single value p50 / p95 ms (n) "
         "| history p50 / p95 (n) | combined | fresh | GROUP BY 20 groups p50 ms "
-        "| RSS MB (before load) |"
+        "| RSS MB (before load) | distinct vectors / rank |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
         for m in sizes:
             pool = max(50, min(m // 5, args.pool))

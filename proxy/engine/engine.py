@@ -193,6 +193,14 @@ class PrivacyEngine:
         """The number of released measurements."""
         return self._index.size
 
+    @property
+    def history_shape(self) -> tuple[int, int, int | None]:
+        """Released measurements, their distinct vectors, and the dimension of their span.
+
+        The dimension is None once it has outgrown the span solver (the sparse one answers).
+        """
+        return self._index.size, self._index.distinct, self._index.rank
+
     def _record(self, entry: HistoryEntry) -> None:
         self._append(entry)
         self._ledger.commit(Charges.of_query(entry.query, entry.budget))

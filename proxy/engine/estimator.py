@@ -4,10 +4,10 @@ With ``y = H x + N``, ``N_i ~ Lap(S_i / alpha_i)``, an unbiased linear estimate 
 ``q . x`` needs ``t H = q``; its error ``sum_i t_i N_i`` has variance
 ``2 sum_i t_i^2 (S_i/alpha_i)^2``. Gauss-Markov (the papers' eqs. 15-17) picks the ``t`` of least
 variance. Substituting ``u_i = t_i S_i / alpha_i`` turns that into the minimum-norm solution of
-``(D H)^T u = q`` with ``D = diag(alpha ./ S)`` (:mod:`proxy.engine.solver`, never forming a
-dense matrix); ``|u_i|`` are then exactly the Laplace scales ``b_i`` of the error. ``q`` is
-estimable iff that system is consistent, judged by its relative residual; a query touching a
-cell no row covers is rejected without solving.
+``(D H)^T u = q`` with ``D = diag(alpha ./ S)`` (:mod:`proxy.engine.span`, in the space the
+history's vectors span); ``|u_i|`` are then exactly the Laplace scales ``b_i`` of the error.
+``q`` is estimable iff that system is consistent, judged by its relative distance from the
+span; a query weighing a cell no row weighs is rejected without solving.
 
 The BLUE is not the only unbiased estimate worth having: its variance is least, but intervals
 come from the exact tail of a weighted sum of Laplace noises, whose quantile is not a function
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from proxy.engine.atoms import Partition
 from proxy.engine.solver import MinNormSolver
+from proxy.engine.span import SpanSolver
 from sqlmap.vector import LinearQuery
 
 __all__ = ["Solution", "HistoryIndex", "combine", "ESTIMABLE_RESIDUAL"]
@@ -35,14 +35,19 @@ __all__ = ["Solution", "HistoryIndex", "combine", "ESTIMABLE_RESIDUAL"]
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-# Relative residual ||t H - q|| / ||q|| up to which q counts as in the row space of H. The solver
-# refines to 1e-14, so consistent systems land far below this and inconsistent ones far above.
+# Relative residual ||t H - q|| / ||q|| up to which q counts as in the row space of H. Distances
+# from the span are computed to about 1e-8 (rounding in ||q||^2 - ||proj q||^2), so consistent
+# systems land far below this and inconsistent ones far above.
 ESTIMABLE_RESIDUAL = 1e-6
 # A row is the query measured again when it is proportional to it up to rounding in the weights.
 _REPEAT_RESIDUAL = 1e-12
 # Repeat rows offered one by one (the least noisy); all of them are also offered pooled.
 _REPEAT_SINGLES = 4
-_CACHE_SIZE = 128  # a solution may hold a weight for every row
+# The span solver keeps dense matrices of the history's rank: past this rank (rows of scattered
+# cells, all independent) the index moves to the sparse solver over cells for good.
+_SPAN_MAX_RANK = 1500
+_CACHE_SIZE = 128  # a solution may hold a weight for every row,
+_CACHE_TERMS = 2_000_000  # so the cache is also bounded in terms (about 40 bytes each)
 # Stamps are unique across copies, so a cache shared by copies never confuses two histories.
 _STAMPS = itertools.count()
 
@@ -150,13 +155,12 @@ def combine(parts: Sequence[tuple[float, Solution]]) -> Solution:
 class HistoryIndex:
     """The history matrix ``H`` with budgets and noise steps, answering BLUEs and repeats.
 
-    Rows are kept over atoms (:class:`~proxy.engine.atoms.Partition`), and rows that measured
-    the same vector up to a factor share one column of the solver: ``k`` rows ``c_k h`` with
-    precisions ``p_k`` are, for the minimum-norm problem, one column ``a h`` with
-    ``a^2 = sum_k (p_k c_k)^2``, whose solution ``u`` splits back as ``u p_k c_k / a``. So the
-    solver's size follows the distinct vectors and the atoms, not the rows or the cells. A row
-    appended later is one more column (bordered onto the factorization); a split atom rebuilds
-    the solver at the next solve.
+    Rows that measured the same vector up to a factor share one column of the minimum-norm
+    problem: ``k`` rows ``f_k h`` with precisions ``p_k`` are one column ``c h`` with
+    ``c^2 = sum_k (p_k f_k)^2``, whose solution ``u`` splits back as ``u p_k f_k / c``. The
+    problem is solved in the span of the distinct vectors (:mod:`proxy.engine.span`), so its
+    size follows the history's rank, not the rows or the cells. A query weighing a cell no row
+    weighs is outside the span without a solve.
 
     >>> index = HistoryIndex(2)
     >>> for row in ([1.0, 0.0], [0.0, 1.0]):
@@ -171,37 +175,49 @@ class HistoryIndex:
         if n_cells <= 0:
             raise ValueError("n_cells must be positive")
         self.n_cells = n_cells
-        self._partition = Partition(n_cells)
+        self._covered = np.zeros(n_cells, dtype=bool)  # cells some row weighs
         self._size = 0
         self._precision = np.zeros(16)  # alpha_i / S_i
         self._steps = np.zeros(16)
-        self._factor = np.zeros(16)  # c_i: row i is c_i times its group's vector
+        self._factor = np.zeros(16)  # f_i: row i is f_i times its group's vector
         self._group = np.zeros(16, dtype=np.int64)
         self._weights: list[FloatArray] = []  # H_i's non-zero weights, for repeats
         self._by_support: dict[bytes, tuple[int, ...]] = {}  # H_i's cells -> rows i
         self._groups: dict[bytes, int] = {}  # a vector scaled to first weight 1 -> its group
         self._group_vectors: list[tuple[IntArray, FloatArray]] = []
-        self._stamp = next(_STAMPS)
-        self._solutions: OrderedDict[tuple[int, bytes], Solution | None] = OrderedDict()
-        # the solver's state: its atoms (a split means a rebuild), rows, and per row its
-        # column and share p_i c_i / a of that column
-        self._solver: MinNormSolver | None = None
-        self._over_cells = False  # whether the solver's equations are cells rather than atoms
-        self._solver_atoms = 0
-        self._solver_rows = 0
+        self._span: SpanSolver | None = SpanSolver(
+            n_cells, residual=ESTIMABLE_RESIDUAL, max_rank=_SPAN_MAX_RANK
+        )
+        # the sparse solver over cells once the span is too large: its rows so far, and per row
+        # its column and share p_i f_i / c of that column
+        self._cells: MinNormSolver | None = None
+        self._cell_rows = 0
         self._column = np.zeros(16, dtype=np.int64)
         self._share = np.zeros(16)
+        self._stamp = next(_STAMPS)
+        self._solutions: OrderedDict[tuple[int, bytes], Solution | None] = OrderedDict()
 
     @property
     def size(self) -> int:
         """The number of history rows ``m``."""
         return self._size
 
+    @property
+    def rank(self) -> int | None:
+        """The dimension of the span of the history's vectors (None past the span solver's)."""
+        span = self._spanning()
+        return None if span is None else span.rank
+
+    @property
+    def distinct(self) -> int:
+        """The number of distinct history vectors (up to a factor)."""
+        return len(self._group_vectors)
+
     def copy(self) -> HistoryIndex:
         """An independent index with the same rows (the solution cache is shared)."""
         other = HistoryIndex.__new__(HistoryIndex)
         other.n_cells = self.n_cells
-        other._partition = self._partition.copy()
+        other._covered = self._covered.copy()
         other._size = self._size
         for name in ("_precision", "_steps", "_factor", "_group", "_column", "_share"):
             setattr(other, name, getattr(self, name).copy())
@@ -209,12 +225,11 @@ class HistoryIndex:
         other._by_support = dict(self._by_support)  # values are tuples: appends replace them
         other._groups = dict(self._groups)
         other._group_vectors = list(self._group_vectors)
+        other._span = None if self._span is None else self._span.copy()
+        other._cells = None if self._cells is None else self._cells.copy()
+        other._cell_rows = self._cell_rows
         other._stamp = self._stamp
         other._solutions = self._solutions
-        other._solver = None if self._solver is None else self._solver.copy()
-        other._over_cells = self._over_cells
-        other._solver_atoms = self._solver_atoms
-        other._solver_rows = self._solver_rows
         return other
 
     def append(self, query: LinearQuery, *, alpha: float, step: float) -> int:
@@ -235,8 +250,13 @@ class HistoryIndex:
         if group is None:
             group = self._groups[key] = len(self._group_vectors)
             self._group_vectors.append((query.cells, direction))
-            self._partition.refine(query.cells, query.weights, cover=True)
-        self._precision[row] = alpha / query.sensitivity
+            if self._span is not None:
+                self._span.add(query.cells, direction)
+            self._covered[query.cells] = True
+        precision = alpha / query.sensitivity
+        if self._span is not None:
+            self._span.weigh(group, (precision * factor) ** 2)
+        self._precision[row] = precision
         self._steps[row] = step
         self._factor[row] = factor
         self._group[row] = group
@@ -252,8 +272,12 @@ class HistoryIndex:
         return Solution(rows, weights, self._precision[rows], self._steps[rows], residual=residual)
 
     def prepare(self) -> None:
-        """Bring the solver up to date and factor it now rather than at the next solve."""
-        self._sync_solver().prepare()
+        """Factor now rather than at the next solve (after loading a history)."""
+        span = self._spanning()
+        if span is not None:
+            span.prepare()
+        elif self._size:
+            self._sync_cells().prepare()
 
     def solve(self, query: LinearQuery) -> Solution | None:
         """The BLUE of ``query . x`` from the history, or ``None`` if it is not estimable."""
@@ -261,9 +285,9 @@ class HistoryIndex:
         return solution
 
     def solve_many(self, queries: Sequence[LinearQuery]) -> list[Solution | None]:
-        """:meth:`solve` for a batch (a GROUP BY): the estimable ones share every sparse solve."""
+        """:meth:`solve` for a batch (a GROUP BY): the estimable ones share every solve."""
         found: dict[bytes, Solution | None] = {}
-        pending: dict[bytes, tuple[LinearQuery, tuple[IntArray, FloatArray]]] = {}
+        pending: dict[bytes, LinearQuery] = {}
         for query in queries:
             if query.n_cells != self.n_cells:
                 raise ValueError("query is over a different number of cells")
@@ -273,101 +297,84 @@ class HistoryIndex:
             if query.cells.size == 0:
                 found[key] = _EMPTY
                 continue
-            located = self._partition.locate(query.cells, query.weights)
-            if located is None or not np.all(self._partition.covered[located[0]]):
-                found[key] = None  # every row is constant on each atom: neither is their span
+            if not np.all(self._covered[query.cells]):
+                found[key] = None  # every row vanishes on a cell the query weighs
             elif (self._stamp, key) in self._solutions:
                 self._solutions.move_to_end((self._stamp, key))
                 found[key] = self._solutions[(self._stamp, key)]
             else:
-                pending[key] = (query, located)
+                pending[key] = query
         if pending:
-            solver = self._sync_solver()
-            over_cells = self._over_cells
-            us, residuals = solver.solve_many(
-                [(q.cells, q.weights) if over_cells else atoms for q, atoms in pending.values()]
-            )
-            for key, u, residual in zip(pending, us, residuals):
-                found[key] = self._solution(u, residual)
-                self._solutions[(self._stamp, key)] = found[key]
-            while len(self._solutions) > _CACHE_SIZE:
-                self._solutions.popitem(last=False)
+            vectors = [(q.cells, q.weights) for q in pending.values()]
+            span = self._spanning()
+            if span is not None:
+                per_vector, residuals = span.solve_many(vectors)
+                solutions = [self._solution(g, r) for g, r in zip(per_vector, residuals)]
+            else:
+                us, residuals = self._sync_cells().solve_many(vectors)
+                solutions = [self._cell_solution(u, r) for u, r in zip(us, residuals)]
+            for key, solution in zip(pending, solutions):
+                found[key] = solution
+                self._solutions[(self._stamp, key)] = solution
+            terms = sum(0 if s is None else s.rows.size for s in self._solutions.values())
+            while len(self._solutions) > _CACHE_SIZE or terms > _CACHE_TERMS:
+                _, evicted = self._solutions.popitem(last=False)
+                terms -= 0 if evicted is None else evicted.rows.size
         return [found[q.cells.tobytes() + q.weights.tobytes()] for q in queries]
 
-    def _solution(self, u: FloatArray, residual: float) -> Solution | None:
+    def _solution(self, per_vector: FloatArray | None, residual: float) -> Solution | None:
+        """Row weights ``t_i = (beta_j^T y) p_i^2 f_i`` for row ``i`` of vector ``j``.
+
+        Row ``i`` measures ``f_i h_j`` with Laplace scale ``1 / p_i``; within vector ``j`` the
+        least-variance split of ``u_j c_j`` gives each row ``u_j p_i f_i / c_j``, and
+        ``u_j = c_j beta_j^T y`` (:mod:`proxy.engine.span`).
+        """
+        if per_vector is None or not residual <= ESTIMABLE_RESIDUAL:
+            return None
+        m = self._size
+        precision = self._precision[:m]
+        t = per_vector[self._group[:m]] * np.square(precision) * self._factor[:m]
+        (rows,) = np.nonzero(t)
+        rows = rows.astype(np.int64)
+        return self.estimator(rows, t[rows], residual)
+
+    def _cell_solution(self, u: FloatArray, residual: float) -> Solution | None:
+        """Row weights from the sparse solver's ``u``: ``t_i = u_k share_i p_i``."""
         if not residual <= ESTIMABLE_RESIDUAL:
             return None
         m = self._size
         t = u[self._column[:m]] * self._share[:m] * self._precision[:m]
         (rows,) = np.nonzero(t)
-        rows = rows.astype(np.int64)
-        return self.estimator(rows, t[rows], residual)
+        return self.estimator(rows.astype(np.int64), t[rows], residual)
 
-    def _sync_solver(self) -> MinNormSolver:
-        """The solver with every row: its equations are the atoms, or the cells.
+    def _spanning(self) -> SpanSolver | None:
+        """The span solver, or None once the history's rank has outgrown it (then for good)."""
+        if self._span is not None and not self._span.fits():
+            self._span = None
+        return self._span
 
-        Over atoms, it is rebuilt when an atom some column touches has split (the columns
-        would need an equation more); atoms no column touches are equations nothing constrains
-        yet, so their splits only change how many cells each stands for. Room is kept for
-        twice the atoms. When the atoms are hardly coarser than the cells they cover (rows
-        of a few scattered cells), the solver is built over cells instead, as the plain
-        engine's: no split ever rebuilds it.
-        """
-        partition = self._partition
+    def _sync_cells(self) -> MinNormSolver:
+        """The sparse solver over cells with every row (pooled per vector when first built)."""
         m = self._size
-        if self._needs_rebuild():
-            covered = partition.covered
-            self._over_cells = 2 * int(covered.sum()) > int(partition.sizes[covered].sum())
-            room = (
-                self.n_cells if self._over_cells else min(self.n_cells, 2 * partition.n_atoms + 64)
-            )
-            solver = MinNormSolver(room, None if self._over_cells else self._multiplicity(room))
+        solver = self._cells
+        if solver is None:
+            solver = self._cells = MinNormSolver(self.n_cells)
             scaled = self._precision[:m] * self._factor[:m]
-            pooled = np.sqrt(np.bincount(self._group[:m], np.square(scaled)))
+            pooled = np.sqrt(
+                np.bincount(self._group[:m], np.square(scaled), minlength=len(self._group_vectors))
+            )
             for cells, direction in self._group_vectors:
-                equations, values = self._equations(cells, direction)
-                solver.add_row(equations, values * pooled[solver.rows])
+                solver.add_row(cells, direction * pooled[solver.rows])
             self._column[:m] = self._group[:m]
             self._share[:m] = scaled / pooled[self._group[:m]]
-            self._solver, self._solver_atoms = solver, partition.n_atoms
         else:
-            assert self._solver is not None
-            solver = self._solver
-            if partition.n_atoms != self._solver_atoms and not self._over_cells:
-                solver.reweigh(self._multiplicity(solver.n_cells))
-            self._solver_atoms = partition.n_atoms
-            for row in range(self._solver_rows, m):  # one more column of its group's vector
-                equations, values = self._equations(*self._group_vectors[int(self._group[row])])
+            for row in range(self._cell_rows, m):  # one more column of its group's vector
+                cells, direction = self._group_vectors[int(self._group[row])]
                 self._column[row] = solver.rows
                 self._share[row] = 1.0
-                solver.add_row(equations, values * (self._precision[row] * self._factor[row]))
-        self._solver_rows = m
+                solver.add_row(cells, direction * (self._precision[row] * self._factor[row]))
+        self._cell_rows = m
         return solver
-
-    def _equations(self, cells: IntArray, weights: FloatArray) -> tuple[IntArray, FloatArray]:
-        """A history vector over the solver's equations (cells, or the atoms it was refined by)."""
-        if self._over_cells:
-            return cells, weights
-        located = self._partition.locate(cells, weights)
-        assert located is not None  # the partition was refined by every history vector
-        return located
-
-    def _needs_rebuild(self) -> bool:
-        partition, solver, built = self._partition, self._solver, self._solver_atoms
-        if solver is None or partition.n_atoms > solver.n_cells:
-            return True
-        if self._over_cells:
-            return False
-        ancestors = partition.parent[built:]  # of the atoms made since: which old atoms split
-        while np.any(newer := ancestors >= built):
-            ancestors = np.where(newer, partition.parent[ancestors], ancestors)
-        return bool(np.any(solver.touched(ancestors)))
-
-    def _multiplicity(self, room: int) -> FloatArray:
-        """Cells per atom, over ``room`` equations (0 for atoms not made yet)."""
-        sizes = np.zeros(room)
-        sizes[: self._partition.n_atoms] = self._partition.sizes
-        return sizes
 
     def repeats(self, query: LinearQuery) -> tuple[Solution, ...]:
         """Estimates from the rows ``H_i = c q`` (``c != 0``) alone: the query measured before.

@@ -1,4 +1,8 @@
-"""Minimum-norm solutions of ``A u = q`` for the growing history, from a maintained factorization.
+"""Minimum-norm solutions of ``A u = q`` over cells, from a maintained sparse factorization.
+
+The history index uses it when its span grows too large for the dense span solver
+(:mod:`proxy.engine.span`): rows of a few scattered cells are independent, and a sparse LU
+over them then costs far less. The cell-level reference engine of the tests uses it too.
 
 ``A`` has one column per history row (``D H`` transposed) and one equation per atom (cells every
 column weighs alike: the caller says how many cells each stands for), scaled to unit norm (scaling

@@ -177,28 +177,33 @@ def _two_term_tail(b1: float, b2: float, x: float) -> float:
 def _sum_log1p(b: FloatArray, s: FloatArray, sign: float) -> FloatArray:
     """``sum_k log(1 + sign (b_k s)^2)`` at each ``s`` (ascending; ``b_k s < 1`` if ``sign < 0``).
 
-    Terms with ``b_k max(s) <= 1/2`` are summed as the power series
-    ``-sum_r (-sign)^r p_r (s / max s)^{2r} / r`` with ``p_r = sum_k (b_k max s)^{2r}``, whose
-    truncation error is below ``count * 0.25^31``: the cost then no longer grows with the
+    Equal neighbouring scales (rows of one vector bought at one budget, once ``b`` is sorted)
+    are taken once with their count. Terms with ``b_k max(s) <= 1/2`` are summed as the power
+    series ``-sum_r (-sign)^r p_r (s / max s)^{2r} / r`` with ``p_r = sum_k (b_k max s)^{2r}``,
+    whose truncation error is below ``count * 0.25^31``: the cost then no longer grows with the
     number of small terms, which is most of them for a BLUE spread over a large history.
     """
+    b, counts = _runs(b)
     s_max = float(s[-1])
     small = b * s_max <= _SERIES_RADIUS
     out = np.zeros_like(s)
-    big = b[~small]
+    big, big_counts = b[~small], counts[~small]
     for start in range(0, big.size, 64):  # bounded memory: 64 terms x nodes at a time
-        out += np.log1p(sign * np.square(np.outer(s, big[start : start + 64]))).sum(axis=1)
+        chunk = slice(start, start + 64)
+        out += np.log1p(sign * np.square(np.outer(s, big[chunk]))) @ big_counts[chunk]
     if np.any(small):
         z = np.square(b[small] * s_max)
+        weights = counts[small].astype(np.float64)
         # Terms below 1e-18 enter only through p_1: their z^2 (< 1e-36 each) is negligible, and
         # powering them would crawl through subnormal numbers.
         power_sums = np.zeros(_SERIES_TERMS)
-        power_sums[0] = z.sum()
-        z = z[z > 1e-18]
+        power_sums[0] = z @ weights
+        keep = z > 1e-18
+        z, weights = z[keep], weights[keep]
         powers = z.copy()
         for r in range(1, _SERIES_TERMS):
             powers *= z
-            power_sums[r] = powers.sum()
+            power_sums[r] = powers @ weights
         orders = np.arange(1, _SERIES_TERMS + 1)
         coefficients = -((-sign) ** orders) * power_sums / orders
         u = np.square(s / s_max)
@@ -207,6 +212,14 @@ def _sum_log1p(b: FloatArray, s: FloatArray, sign: float) -> FloatArray:
             series = (series + c) * u
         out += series
     return out
+
+
+def _runs(b: FloatArray) -> tuple[FloatArray, npt.NDArray[np.int64]]:
+    """The runs of equal neighbours in ``b``: one value and a count each."""
+    if b.size == 0:
+        return b, np.zeros(0, dtype=np.int64)
+    starts = np.concatenate([[0], np.flatnonzero(b[1:] != b[:-1]) + 1])
+    return b[starts], np.diff(np.append(starts, b.size))
 
 
 def _log_phi(b: FloatArray, s: FloatArray) -> FloatArray:

@@ -42,6 +42,10 @@ from tests.paper_examples import (
 )
 
 REL = 1e-9
+# A combined budget is the root of a tail test, found to 1e-10 and then raised in steps of 1e-9
+# until the test passes: BLUE variances that differ in the 14th digit (the two solvers round
+# differently) can land one step apart.
+BUDGET_REL = 2.5e-9
 WORKLOADS = 320  # in BLOCKS tests; the default run takes two of them (80), -m slow the rest
 BLOCKS = 8
 
@@ -105,7 +109,7 @@ class Cube:
 
 def _same_decision(new: Decision, ref: Decision) -> None:
     assert new.source == ref.source
-    assert float(new.budget) == pytest.approx(float(ref.budget), rel=REL)
+    assert float(new.budget) == pytest.approx(float(ref.budget), rel=BUDGET_REL)
     assert new.step == ref.step
     assert new.half_width == pytest.approx(ref.half_width, rel=REL, abs=1e-9)
     assert new.confidence == pytest.approx(ref.confidence, rel=REL)
@@ -122,7 +126,7 @@ def _same_reply(new: Reply, ref: Reply) -> None:
         assert abs(a - b) <= 1e-7 * scale
     assert new.source == ref.source
     assert new.confidence == pytest.approx(ref.confidence, rel=REL)
-    assert float(new.budget_charged) == pytest.approx(float(ref.budget_charged), rel=REL)
+    assert float(new.budget_charged) == pytest.approx(float(ref.budget_charged), rel=BUDGET_REL)
     assert float(new.budget_remaining) == pytest.approx(float(ref.budget_remaining), rel=REL)
 
 
@@ -349,3 +353,11 @@ def test_a_restarted_engine_agrees_with_the_one_that_wrote_the_history() -> None
         requests = [QueryRequest(q, AccuracyRequest(30.0, 0.95))]
         a, b = restarted.plan(requests), ref.plan(requests)
         _same_decision(a.decisions[0], b.decisions[0])
+
+
+def test_past_the_span_solver_the_sparse_solver_agrees(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the span solver capped at rank 4, histories outgrow it mid-workload and move to the
+    sparse solver over cells: decisions, replies and ledgers still agree with the reference."""
+    monkeypatch.setattr("proxy.engine.estimator._SPAN_MAX_RANK", 4)
+    for seed in range(0, WORKLOADS, 16):
+        _run(seed)

@@ -1,0 +1,79 @@
+"""The span solver against dense linear algebra: basis, distances and minimum-norm weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from proxy.engine.span import SpanSolver
+
+
+def _dense_min_norm(vectors: np.ndarray, weights2: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``u_j / c_j`` for the minimum-norm ``u`` with ``sum_j u_j c_j h_j = q`` (SVD)."""
+    c = np.sqrt(weights2)
+    u = np.linalg.pinv(vectors.T * c, rcond=1e-10) @ q
+    return u / c
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_span_solver_agrees_with_dense_least_squares(seed: int) -> None:
+    """Interleaved new vectors (some dependent), repeat weights and solves, as a history grows."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(6, 40))
+    solver = SpanSolver(n, residual=1e-6)
+    vectors: list[np.ndarray] = []
+    weights2: list[float] = []
+    for _ in range(int(rng.integers(20, 80))):
+        action = rng.random()
+        if action < 0.4 or not vectors:
+            if len(vectors) > 2 and rng.random() < 0.3:  # a combination of earlier vectors
+                picks = rng.choice(len(vectors), 2, replace=False)
+                h = vectors[picks[0]] - 2.0 * vectors[picks[1]]
+            else:
+                h = np.where(rng.random(n) < 0.4, rng.choice([1.0, 0.5, 2.0, -1.0], n), 0.0)
+            if not np.any(h):
+                continue
+            (cells,) = np.nonzero(h)
+            j = solver.add(cells.astype(np.int64), h[cells])
+            assert j == len(vectors)
+            vectors.append(h)
+            weights2.append(0.0)
+            action = 0.0  # measured at once, as the history does
+        if action < 0.7:
+            j = len(vectors) - 1 if action == 0.0 else int(rng.integers(len(vectors)))
+            w = float(rng.choice([0.01, 1.0, 30.0]))
+            solver.weigh(j, w)
+            weights2[j] += w
+            continue
+        stacked = np.array(vectors)
+        if rng.random() < 0.5:  # a query in the span, or (likely) outside it
+            q = rng.standard_normal(len(vectors)) @ stacked
+        else:
+            q = np.where(rng.random(n) < 0.5, 1.0, 0.0)
+        if not np.any(q):
+            continue
+        (cells,) = np.nonzero(q)
+        (found,), (distance,) = solver.solve_many([(cells.astype(np.int64), q[cells])])
+        least = np.linalg.lstsq(stacked.T, q, rcond=None)[0]
+        truth = np.linalg.norm(stacked.T @ least - q) / np.linalg.norm(q)
+        assert distance == pytest.approx(truth, abs=1e-9)
+        assert solver.rank == np.linalg.matrix_rank(stacked)
+        if truth > 1e-6:
+            assert found is None
+            continue
+        assert found is not None
+        expected = _dense_min_norm(stacked, np.array(weights2), q)
+        u, u_expected = found * np.sqrt(weights2), expected * np.sqrt(weights2)
+        assert np.allclose(u, u_expected, rtol=1e-8, atol=1e-9 * np.abs(u_expected).max())
+
+
+def test_copies_are_independent() -> None:
+    solver = SpanSolver(3, residual=1e-6)
+    for cells in ([0, 1], [1]):
+        solver.weigh(solver.add(np.array(cells), np.ones(len(cells))), 1.0)
+    other = solver.copy()
+    other.weigh(other.add(np.array([2]), np.ones(1)), 1.0)
+    assert (solver.rank, solver.size, other.rank, other.size) == (2, 2, 3, 3)
+    (outside,), _ = solver.solve_many([(np.array([2]), np.ones(1))])
+    (inside,), _ = other.solve_many([(np.array([2]), np.ones(1))])
+    assert outside is None and inside is not None
