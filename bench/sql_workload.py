@@ -227,7 +227,19 @@ class Sample:
 
 
 def statement_source(notices: list[str]) -> str:
+    """The statement's source, from a value's NOTICE or a statement's summary.
+
+    >>> statement_source(["dp: n = 1 in [0, 2] with confidence 0.95; source combined; ..."])
+    'combined'
+    >>> statement_source(["dp: 2 values from t, each within ±1 with confidence 0.95 "
+    ...                   "(history 1, fresh 1); budget ..."])
+    'fresh'
+    """
     sources = {n.split("source ", 1)[1].split(";", 1)[0] for n in notices if "source " in n}
+    for n in notices:
+        if " values from " in n and " (" in n:  # the summary: "(fresh 2, history 1)"
+            counts = n.split(" (", 1)[1].split(")", 1)[0]
+            sources.update(part.split()[0] for part in counts.split(", "))
     for source in ("fresh", "combined", "history"):
         if source in sources:
             return source
