@@ -16,7 +16,7 @@ import asyncpg
 
 from proxy.auth import make_verifier
 from proxy.config import PASSTHROUGH_ROLE_TEMPLATE, Config, load_config
-from proxy.engine.ledger import format_budget
+from proxy.engine.budget import format_budget
 from proxy.errors import ConfigError, DpproxyError
 from proxy.server.loops import EVENT_LOOPS
 from sqlmap.canonical import COLUMN_TYPES_SQL, check_column_types

@@ -15,7 +15,7 @@ import yaml
 from psycopg.conninfo import conninfo_to_dict
 
 from proxy.auth import Verifier, parse_verifier
-from proxy.engine.ledger import UserCaps
+from proxy.engine.budget import UserCaps
 from proxy.errors import ConfigError
 from proxy.server.loops import EVENT_LOOPS
 from sqlmap.accuracy import AccuracyDefaults

@@ -78,7 +78,7 @@ def test_budget_refusal_spends_nothing(run: tuple[asyncio.AbstractEventLoop, DpS
     assert raised.value.sqlstate == "53400"
     assert CountingReader.reads == 0
     _, service = run
-    assert service.engine(CONFIG.cubes[0]).ledger.remaining == CONFIG.cubes[0].total_budget
+    assert service.engine(CONFIG.cubes[0]).budget.remaining == CONFIG.cubes[0].total_budget
 
 
 def test_no_accuracy_is_an_error() -> None:

@@ -10,8 +10,8 @@ import numpy as np
 import psycopg
 import pytest
 
+from proxy.engine.budget import Charges
 from proxy.engine.history import HistoryEntry
-from proxy.engine.ledger import Charges
 from proxy.errors import ConfigError
 from proxy.storage.ledger_store import AnswerRecord, NewMeasurement
 from proxy.storage.postgres_ledger import PostgresLedgerStore

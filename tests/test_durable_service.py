@@ -11,8 +11,8 @@ import pytest
 
 from proxy.config import load_config
 from proxy.dp.answering import DpService
+from proxy.engine.budget import CellBudget, UserCaps, cell_charges
 from proxy.engine.engine import QueryRequest
-from proxy.engine.ledger import Ledger, UserCaps, cell_charges
 from proxy.errors import BudgetExhausted
 from proxy.storage.postgres_ledger import PostgresLedgerStore
 from proxy.storage.provision import BackendRoles
@@ -40,12 +40,12 @@ def test_restart_keeps_answers_free(pg_dsn: str, roles: BackendRoles, ledger_sch
         service, ledger, reader = await open_service(pg_dsn, roles, ledger_schema)
         first = await service.answer(TRANSLATOR.translate(sql), user="analyst", sql=sql)
         assert {r.source for r in first.replies} == {"fresh"}
-        spent = service.engine(CUBE).ledger.spent
+        spent = service.engine(CUBE).budget.spent
         await ledger.close()
         await reader.close()
 
         service, ledger, reader = await open_service(pg_dsn, roles, ledger_schema)
-        assert service.engine(CUBE).ledger.spent == spent  # recomputed exactly from the ledger
+        assert service.engine(CUBE).budget.spent == spent  # recomputed exactly from the ledger
         again = await service.answer(TRANSLATOR.translate(sql), user="analyst", sql=sql)
         assert {r.source for r in again.replies} == {"history"}
         assert [r.estimate for r in again.replies] == pytest.approx(
@@ -111,7 +111,7 @@ def test_two_services_sharing_a_ledger_never_overspend(
     ok, refused = asyncio.run(run())
     assert ok + refused == len(queries) and refused > 0 and ok > 0
     # independent recomputation of every cell's spend from the stored measurements
-    recomputed = Ledger("check", total=Fraction(10**9))
+    recomputed = CellBudget("check", total=Fraction(10**9))
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute(
             f'SELECT cells, weights, budget FROM "{ledger_schema}".measurements'

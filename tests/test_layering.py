@@ -146,7 +146,7 @@ def test_the_scan_sees_the_imports_it_judges(imports: list[Import]) -> None:
     seen = {(i.importer, i.target) for i in imports}
     assert ("sqlmap.translate", "sqlmap.errors") in seen
     assert ("proxy.errors", "sqlmap.errors") in seen
-    assert ("proxy.engine.ledger", "proxy.errors") in seen
+    assert ("proxy.engine.budget", "proxy.errors") in seen
     assert any(i.deferred and i.importer == "proxy.cli" for i in imports)
 
 

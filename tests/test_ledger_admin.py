@@ -46,7 +46,7 @@ def test_status_mark_changed_history_export(
     async def run() -> None:
         source, service = await ask(pg_dsn, roles, ledger_schema, CUBE, SQL)
         assert source == "fresh"
-        spent = service.engine(CUBE).ledger.spent
+        spent = service.engine(CUBE).budget.spent
         assert (await ask(pg_dsn, roles, ledger_schema, CUBE, SQL))[0] == "history"
 
         (before,) = await ledger_admin.status(pg_dsn, [CUBE], ledger_schema)
@@ -56,7 +56,7 @@ def test_status_mark_changed_history_export(
         assert await ledger_admin.mark_changed(pg_dsn, CUBE.qualified_name, ledger_schema) == 2
         source, service = await ask(pg_dsn, roles, ledger_schema, CUBE, SQL)
         assert source == "fresh"  # the old answer describes old data: not reused
-        assert service.engine(CUBE).ledger.spent == 2 * spent  # but its budget stays spent
+        assert service.engine(CUBE).budget.spent == 2 * spent  # but its budget stays spent
 
         rows = await ledger_admin.history(pg_dsn, ledger_schema, limit=10)
         assert [r["source"] for r in rows] == ["fresh", "history", "fresh"]
@@ -80,7 +80,7 @@ def test_rekey_carries_the_spent_budget(
 
     async def run() -> None:
         _, service = await ask(pg_dsn, roles, ledger_schema, CUBE, SQL)
-        spent = service.engine(CUBE).ledger.spent
+        spent = service.engine(CUBE).budget.spent
         with pytest.raises(
             ConfigError, match="the cube differs from the one its ledger was written for"
         ):
@@ -90,9 +90,9 @@ def test_rekey_carries_the_spent_budget(
             await ledger_admin.rekey(pg_dsn, narrower, ledger_schema)
         source, service = await ask(pg_dsn, roles, ledger_schema, narrower, SQL)
         assert source == "fresh"
-        assert service.engine(narrower).ledger.spent > spent  # carried, plus the new answer
+        assert service.engine(narrower).budget.spent > spent  # carried, plus the new answer
         (state,) = await ledger_admin.status(pg_dsn, [narrower], ledger_schema)
-        assert state.spent == service.engine(narrower).ledger.spent
+        assert state.spent == service.engine(narrower).budget.spent
 
     asyncio.run(run())
 

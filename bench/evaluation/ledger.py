@@ -2,7 +2,7 @@
 
 Measuring ``H_i`` with budget ``alpha_i`` costs cell ``j`` ``alpha_i |H_ij| / S_i``; costs add up
 per cell and the system has spent ``alpha_bar = max_j B_j``. dpproxy keeps the same ledger in
-exact fractions (:mod:`proxy.engine.ledger`); the baselines use this float version, with a
+exact fractions (:mod:`proxy.engine.budget`); the baselines use this float version, with a
 relative slack of 1e-12 so that a budget spent to the last digit still fits.
 """
 

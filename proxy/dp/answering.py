@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol, TypeVar
 
+from proxy.engine.budget import CellBudget, Charges, UserCaps, cell_charges, format_budget
 from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply, describe_batch
 from proxy.engine.history import HistoryEntry, HistoryStore, InMemoryHistoryStore
-from proxy.engine.ledger import Charges, Ledger, UserCaps, cell_charges, format_budget
 from proxy.engine.noise import RandomSource
 from proxy.errors import (
     BudgetExhausted,
@@ -206,7 +206,7 @@ class DpService:
         self._source = source
         self._caps = caps or UserCaps()
         # (table, user) -> what that user's measurements charged each cell
-        self._user_ledgers: dict[tuple[str, str], Ledger] = {}
+        self._user_ledgers: dict[tuple[str, str], CellBudget] = {}
         self._ledger: LedgerStore = MemoryLedgerStore() if ledger is None else ledger
         self._last_ids = dict(last_ids or {})
         self._engines = {
@@ -376,7 +376,7 @@ class DpService:
             charged = Fraction(int(numerators.max()), denominator) if numerators.size else 0
             lines.append(
                 f"Budget: charges up to {format_budget(Fraction(charged), up=True)} on the cells "
-                f"it reads; remaining now {format_budget(engine.ledger.remaining, up=False)} "
+                f"it reads; remaining now {format_budget(engine.budget.remaining, up=False)} "
                 "for the most-charged cell"
             )
             return lines
@@ -493,14 +493,14 @@ class DpService:
         recording = self._start(gate, lambda: engine.record(planned, entries))
         return await asyncio.shield(recording)  # once committed, a cancel does not stop it
 
-    def _user_ledger(self, cube: Cube, user: str | None) -> Ledger | None:
+    def _user_ledger(self, cube: Cube, user: str | None) -> CellBudget | None:
         """The user's share of the table, if the user has a cap."""
         cap = self._caps.cap(user)
         if user is None or cap is None:
             return None
         key = (cube.qualified_name, user)
         if key not in self._user_ledgers:
-            self._user_ledgers[key] = Ledger(cube.qualified_name, total=cap, user=user)
+            self._user_ledgers[key] = CellBudget(cube.qualified_name, total=cap, user=user)
         return self._user_ledgers[key]
 
     def _check_user(self, cube: Cube, user: str | None, plan: Plan) -> None:

@@ -8,7 +8,7 @@ Answering is two steps so that cost stays apart from data:
 2. The caller computes the true answers of exactly ``plan.measurements`` (offset-free vectors;
    ``m.evaluate(histogram)`` or the equivalent SQL) and passes them to
    :meth:`PrivacyEngine.execute`, which draws the noise, appends the new history entries to the
-   store *before* anything is released, charges the ledger and builds the replies.
+   store *before* anything is released, charges the per-cell budget and builds the replies.
 
 Queries of one batch are planned in order, each seeing the measurements planned before it, so a
 GROUP BY whose groups together with the history determine one another pays only for what is new.
@@ -26,10 +26,10 @@ from fractions import Fraction
 
 import numpy as np
 
+from proxy.engine.budget import CellBudget, Charges
 from proxy.engine.decision import Decision, Source, decide
 from proxy.engine.estimator import FloatArray, HistoryIndex
 from proxy.engine.history import HistoryEntry, HistoryStore
-from proxy.engine.ledger import Charges, Ledger
 from proxy.engine.noise import (
     RandomSource,
     SystemRandomSource,
@@ -175,18 +175,18 @@ class PrivacyEngine:
         self._nonnegative = nonnegative
         self._tail = tail
         self._index = HistoryIndex(n_cells)
-        self._ledger = Ledger(table, total=total_budget, carried=carried)
+        self._budget = CellBudget(table, total=total_budget, carried=carried)
         self._answers = np.zeros(16)
         entries = store.entries(table)
         for entry in entries:
             self._append(entry)
-        self._ledger.commit(Charges.of(entries))  # one charge per distinct vector
+        self._budget.commit(Charges.of(entries))  # one charge per distinct vector
         self._index.prepare()  # the first decision then costs what later ones do
 
     @property
-    def ledger(self) -> Ledger:
-        """The per-cell ledger (read it; only the engine charges it)."""
-        return self._ledger
+    def budget(self) -> CellBudget:
+        """The per-cell budget (read it; only the engine charges it)."""
+        return self._budget
 
     @property
     def history_size(self) -> int:
@@ -203,7 +203,7 @@ class PrivacyEngine:
 
     def _record(self, entry: HistoryEntry) -> None:
         self._append(entry)
-        self._ledger.commit(Charges.of_query(entry.query, entry.budget))
+        self._budget.commit(Charges.of_query(entry.query, entry.budget))
 
     def _append(self, entry: HistoryEntry) -> None:
         if entry.query.n_cells != self.n_cells:
@@ -244,7 +244,7 @@ class PrivacyEngine:
                     index = index.copy()
                 index.append(vector, alpha=float(decision.budget), step=float(decision.step))
         cost = Charges(tuple(charges))
-        self._ledger.check(cost, request=describe_batch(requests))
+        self._budget.check(cost, request=describe_batch(requests))
         return Plan(
             tuple(requests),
             tuple(decisions),
@@ -333,7 +333,7 @@ class PrivacyEngine:
         Their budget stays spent; their answers no longer describe the table, so they never
         enter an estimate.
         """
-        self._ledger.commit(Charges.of(entries))
+        self._budget.commit(Charges.of(entries))
 
     def _check_fresh(self, plan: Plan) -> None:
         if plan.history_size != self._index.size:
@@ -367,7 +367,7 @@ class PrivacyEngine:
             decision.confidence,
             decision.source,
             decision.budget,
-            self._ledger.remaining,
+            self._budget.remaining,
         )
 
 

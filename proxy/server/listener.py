@@ -345,7 +345,7 @@ async def open_server(
                     schema=backend.ledger_schema,
                     table=cube.qualified_name,
                     entries=service.engine(cube).history_size,
-                    spent=float(service.engine(cube).ledger.spent),
+                    spent=float(service.engine(cube).budget.spent),
                 )
         ctx = SessionContext(
             router=router,

@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import asyncpg
 
-from proxy.engine.ledger import Ledger, cell_charges
+from proxy.engine.budget import CellBudget, cell_charges
 from proxy.errors import ConfigError
 from sqlmap.canonical import quote_ident
 from sqlmap.cube import Cube
@@ -52,7 +52,7 @@ async def _spent(
     carried: Fraction,
 ) -> Fraction:
     """max_j B_j over every measurement of the cube, any data version, plus what was carried."""
-    ledger = Ledger("status", total=Fraction(10**12), carried=carried)
+    ledger = CellBudget("status", total=Fraction(10**12), carried=carried)
     rows = await conn.fetch(
         f"SELECT cells, weights, budget FROM {schema}.measurements "
         "WHERE table_id = $1 AND fingerprint = $2",

@@ -4,7 +4,7 @@
 (`proxy.storage.postgres_ledger`, ``ledger.dsn`` set: durable, shared by every dpproxy process,
 written before an answer is released) or `MemoryLedgerStore` (no ``ledger.dsn``: the
 measurements live only in this process's engines and end with it). Not to be confused with the
-engine's per-cell budget (`proxy.engine.ledger`) or the ``dpproxy ledger`` admin commands
+engine's per-cell budget (`proxy.engine.budget`) or the ``dpproxy ledger`` admin commands
 (`proxy.storage.ledger_admin`).
 """
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol
 
+from proxy.engine.budget import Charges
 from proxy.engine.history import HistoryEntry
-from proxy.engine.ledger import Charges
 from sqlmap.cube import Cube
 
 __all__ = [

@@ -36,8 +36,8 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
+from proxy.engine.budget import Charges
 from proxy.engine.history import HistoryEntry
-from proxy.engine.ledger import Charges
 from proxy.errors import ConfigError
 from proxy.storage.ledger_store import AnswerRecord, NewMeasurement, StoredEntry
 from sqlmap.canonical import quote_ident

@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from proxy.config import load_config
-from proxy.engine.ledger import Ledger, cell_charges
+from proxy.engine.budget import CellBudget, cell_charges
 from proxy.storage.provision import provision_roles
 from sqlmap.cube import Cube
 from sqlmap.vector import LinearQuery
@@ -158,7 +158,7 @@ def adult_cube(config: Path) -> Cube:
 
 def recomputed_spend(dsn: str, schema: str, cube: Cube) -> tuple[Fraction, int]:
     """Max per-cell spend recomputed from the stored measurements, and how many there are."""
-    ledger = Ledger(cube.qualified_name, total=Fraction(cube.total_budget))
+    ledger = CellBudget(cube.qualified_name, total=Fraction(cube.total_budget))
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
             f'SELECT m.cells, m.weights, m.budget FROM "{schema}".measurements m '

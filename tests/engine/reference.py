@@ -14,6 +14,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from proxy.engine.budget import format_budget
 from proxy.engine.decision import Decision, decide
 from proxy.engine.engine import (
     Plan,
@@ -32,7 +33,6 @@ from proxy.engine.estimator import (
     Solution,
 )
 from proxy.engine.history import HistoryEntry, HistoryStore
-from proxy.engine.ledger import format_budget
 from proxy.engine.noise import (
     RandomSource,
     SystemRandomSource,
@@ -296,15 +296,15 @@ class CellEngine:
         self._nonnegative = nonnegative
         self._tail = tail
         self._index = CellIndex(n_cells)
-        self._ledger = CellLedger(table, total=total_budget, carried=carried)
+        self._budget = CellLedger(table, total=total_budget, carried=carried)
         self._answers = np.zeros(16)
         for entry in store.entries(table):
             self._record(entry)
 
     @property
-    def ledger(self) -> CellLedger:
-        """The per-cell ledger (read it; only the engine charges it)."""
-        return self._ledger
+    def budget(self) -> CellLedger:
+        """The per-cell budget (read it; only the engine charges it)."""
+        return self._budget
 
     @property
     def history_size(self) -> int:
@@ -320,7 +320,7 @@ class CellEngine:
         if row >= self._answers.size:
             self._answers = np.concatenate([self._answers, np.zeros(self._answers.size)])
         self._answers[row] = entry.noisy_answer
-        self._ledger.commit(cell_charges(entry.query, entry.budget))
+        self._budget.commit(cell_charges(entry.query, entry.budget))
 
     def plan(self, requests: Sequence[QueryRequest]) -> Plan:
         """Decide a batch from public inputs; refuse it whole if it does not fit the budget.
@@ -350,7 +350,7 @@ class CellEngine:
                 if index is self._index:
                     index = index.copy()
                 index.append(vector, alpha=float(decision.budget), step=float(decision.step))
-        self._ledger.check(charges, request=describe_batch(requests))
+        self._budget.check(charges, request=describe_batch(requests))
         return Plan(
             tuple(requests),
             tuple(decisions),
@@ -440,7 +440,7 @@ class CellEngine:
         enter an estimate.
         """
         for entry in entries:
-            self._ledger.commit(cell_charges(entry.query, entry.budget))
+            self._budget.commit(cell_charges(entry.query, entry.budget))
 
     def _check_fresh(self, plan: Plan) -> None:
         if plan.history_size != self._index.size:
@@ -474,5 +474,5 @@ class CellEngine:
             decision.confidence,
             decision.source,
             decision.budget,
-            self._ledger.remaining,
+            self._budget.remaining,
         )

@@ -100,8 +100,8 @@ def _trial(seed: int, delta: float) -> list[tuple[str, bool]]:
     for query, eps in zip(base, widths):  # repeats, after overlapping measurements
         ask(query, float(eps))
 
-    assert engine.ledger.per_cell() == _recomputed_ledger(store)
-    assert engine.ledger.spent <= total
+    assert engine.budget.per_cell() == _recomputed_ledger(store)
+    assert engine.budget.spent <= total
     return outcomes
 
 

@@ -17,7 +17,7 @@ from proxy.engine import (
     SeededRandomSource,
     StalePlanError,
 )
-from proxy.engine.ledger import cell_charges
+from proxy.engine.budget import cell_charges
 from proxy.errors import BudgetExhausted, InvalidParameterValue
 from sqlmap.vector import LinearQuery
 
@@ -82,10 +82,10 @@ def test_a_fresh_answer_stays_free_after_overlapping_measurements(
     assert first.source == "fresh"
     _ask(engine, [1, 0, 0, 0, 0, 0, 0, 0, 0], eps=others_eps, conf=confidence)
     _ask(engine, [0, 1, 0, 0, 0, 0, 0, 0, 0], eps=others_eps, conf=confidence)
-    spent = engine.ledger.spent
+    spent = engine.budget.spent
     again = _ask(engine, query, eps=10.0, conf=confidence, offset=3.0)
     assert again.source == "history" and again.budget_charged == 0
-    assert engine.ledger.spent == spent and again.budget_remaining == Fraction(10) - spent
+    assert engine.budget.spent == spent and again.budget_remaining == Fraction(10) - spent
     assert again.high - again.low <= 2 * 10.0 * (1 + 1e-12)
     assert again.confidence >= confidence
     if confidence > 0.9:  # nothing narrower than the earlier measurement: its very answer
@@ -132,10 +132,10 @@ def test_equivalence_is_decided_by_estimability_not_text() -> None:
     engine = _engine()
     _ask(engine, [1, 0, 0, 0, 0, 0, 0, 0, 0], eps=3.0)
     _ask(engine, [0, 1, 0, 0, 0, 0, 0, 0, 0], eps=3.0)
-    spent = engine.ledger.spent
+    spent = engine.budget.spent
     assert _ask(engine, [2, 2, 0, 0, 0, 0, 0, 0, 0], eps=30.0).source == "history"
     assert _ask(engine, [1, -1, 0, 0, 0, 0, 0, 0, 0], eps=15.0).source == "history"
-    assert engine.ledger.spent == spent
+    assert engine.budget.spent == spent
 
 
 def test_group_by_batch_charges_each_cell_once() -> None:
@@ -147,7 +147,7 @@ def test_group_by_batch_charges_each_cell_once() -> None:
     )
     assert [r.source for r in replies] == ["fresh"] * 3
     assert len({r.budget_charged for r in replies}) == 1
-    assert engine.ledger.spent == replies[0].budget_charged  # parallel composition
+    assert engine.budget.spent == replies[0].budget_charged  # parallel composition
     assert all(r.budget_remaining == Fraction(10) - replies[0].budget_charged for r in replies)
 
 
@@ -180,7 +180,7 @@ def test_a_batch_over_budget_is_refused_whole_and_charges_nothing() -> None:
     with pytest.raises(BudgetExhausted, match="exhausted") as refused:
         engine.plan(batch)
     assert "batch of 2 queries to ±5 at 0.9 confidence" in (refused.value.detail or "")
-    assert engine.ledger.spent == 0 and engine.history_size == 0 and not store.entries("t")
+    assert engine.budget.spent == 0 and engine.history_size == 0 and not store.entries("t")
     # each alone fits
     assert engine.plan(batch[:1]).measurements
 
@@ -205,7 +205,7 @@ def test_nothing_is_released_or_charged_unless_recorded() -> None:
     engine = _engine(store=_FailingStore())
     with pytest.raises(OSError):
         _ask(engine, [1, 1, 0, 0, 0, 0, 0, 0, 0], eps=5.0)
-    assert engine.ledger.spent == 0 and engine.history_size == 0
+    assert engine.budget.spent == 0 and engine.history_size == 0
 
 
 def test_an_engine_rebuilt_from_its_store_agrees() -> None:
@@ -218,7 +218,7 @@ def test_an_engine_rebuilt_from_its_store_agrees() -> None:
     ):
         _ask(engine, dense, eps=4.0)
     rebuilt = _engine(store=store)
-    assert rebuilt.ledger.per_cell() == engine.ledger.per_cell()
+    assert rebuilt.budget.per_cell() == engine.budget.per_cell()
     query = [1, 2, 1, 0, 0, 0, 0, 0, 0]
     again, before = _ask(rebuilt, query, eps=50.0), _ask(engine, query, eps=50.0)
     assert again.source == before.source == "history"
@@ -228,7 +228,7 @@ def test_an_engine_rebuilt_from_its_store_agrees() -> None:
     for entry in store.entries("t"):
         for cell, charge in cell_charges(entry.query, entry.budget).per_cell().items():
             expected[cell] = expected.get(cell, Fraction(0)) + charge
-    assert rebuilt.ledger.per_cell() == expected
+    assert rebuilt.budget.per_cell() == expected
 
 
 def test_decisions_never_see_released_values() -> None:
@@ -303,10 +303,10 @@ def test_measure_changes_nothing_until_record() -> None:
     )
     plan = engine.plan([request])
     entries = engine.measure(plan, _measure(plan.measurements))
-    assert len(entries) == 1 and engine.history_size == 0 and engine.ledger.spent == 0
+    assert len(entries) == 1 and engine.history_size == 0 and engine.budget.spent == 0
     (reply,) = engine.record(plan, entries)
     assert reply.source == "fresh" and engine.history_size == 1
-    assert engine.ledger.spent == entries[0].budget
+    assert engine.budget.spent == entries[0].budget
     with pytest.raises(StalePlanError):
         engine.record(plan, entries)  # recording twice would double the history
 
@@ -320,6 +320,6 @@ def test_absorbed_entries_make_queries_free_and_are_charged() -> None:
     entries = writer.measure(plan, _measure(plan.measurements))
     writer.record(plan, entries)
     reader.absorb(entries)
-    assert reader.ledger.per_cell() == writer.ledger.per_cell()
+    assert reader.budget.per_cell() == writer.budget.per_cell()
     (free,) = reader.answer([request], _measure)
     assert free.source == "history" and free.budget_charged == 0

@@ -26,9 +26,9 @@ from proxy.engine import (
     QueryRequest,
     SeededRandomSource,
 )
+from proxy.engine.budget import cell_charges
 from proxy.engine.decision import Decision
 from proxy.engine.engine import Plan, Reply
-from proxy.engine.ledger import cell_charges
 from proxy.errors import BudgetExhausted
 from sqlmap.vector import LinearQuery
 from tests.engine.reference import CellEngine
@@ -132,10 +132,10 @@ def _same_reply(new: Reply, ref: Reply) -> None:
 
 def _same_ledger(new: PrivacyEngine, ref: CellEngine, exact: bool) -> None:
     if exact:  # every budget agreed to the last digit: the ledgers agree exactly
-        assert new.ledger.per_cell() == ref.ledger.per_cell()
-        assert new.ledger.spent == ref.ledger.spent
+        assert new.budget.per_cell() == ref.budget.per_cell()
+        assert new.budget.spent == ref.budget.spent
     else:
-        assert float(new.ledger.spent) == pytest.approx(float(ref.ledger.spent), rel=REL)
+        assert float(new.budget.spent) == pytest.approx(float(ref.budget.spent), rel=REL)
 
 
 def _plan(engine: PrivacyEngine | CellEngine, requests: list[QueryRequest]) -> Plan | str:
@@ -147,12 +147,12 @@ def _plan(engine: PrivacyEngine | CellEngine, requests: list[QueryRequest]) -> P
 
 def _unlimited(engine: PrivacyEngine | CellEngine, requests: list[QueryRequest]) -> Plan:
     """The plan ``engine`` would make if its budget did not bind."""
-    total = engine.ledger.total
-    engine.ledger.total = Fraction(10**12)
+    total = engine.budget.total
+    engine.budget.total = Fraction(10**12)
     try:
         return engine.plan(requests)
     finally:
-        engine.ledger.total = total
+        engine.budget.total = total
 
 
 def _misjudged_by_reference(
@@ -208,7 +208,7 @@ def _step(
 def _fits(engine: PrivacyEngine, entry: HistoryEntry) -> bool:
     """Whether another process could have spent ``entry`` (it checked the shared ledger)."""
     try:
-        engine.ledger.check(cell_charges(entry.query, entry.budget), request="absorbed")
+        engine.budget.check(cell_charges(entry.query, entry.budget), request="absorbed")
     except BudgetExhausted:
         return False
     return True
@@ -347,8 +347,8 @@ def test_a_restarted_engine_agrees_with_the_one_that_wrote_the_history() -> None
             asked.extend(batch)
     restarted = PrivacyEngine("t", cube.n, total_budget=Fraction(50), store=store)
     ref = CellEngine("t", cube.n, total_budget=Fraction(50), store=store)
-    assert restarted.ledger.per_cell() == writer.ledger.per_cell() == ref.ledger.per_cell()
-    assert restarted.ledger.spent == ref.ledger.spent
+    assert restarted.budget.per_cell() == writer.budget.per_cell() == ref.budget.per_cell()
+    assert restarted.budget.spent == ref.budget.spent
     for q in asked[:30]:
         requests = [QueryRequest(q, AccuracyRequest(30.0, 0.95))]
         a, b = restarted.plan(requests), ref.plan(requests)

@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from proxy.engine.ledger import Ledger, cell_charges
+from proxy.engine.budget import CellBudget, cell_charges
 from proxy.errors import BudgetExhausted
 from sqlmap.vector import LinearQuery
 from tests.paper_examples import (
@@ -20,8 +20,8 @@ from tests.paper_examples import (
 )
 
 
-def _ledger(rows: list[list[int]], alphas: list[Fraction], total: Fraction) -> Ledger:
-    ledger = Ledger("t", total=total)
+def _ledger(rows: list[list[int]], alphas: list[Fraction], total: Fraction) -> CellBudget:
+    ledger = CellBudget("t", total=total)
     for row, alpha in zip(rows, alphas):
         ledger.commit(cell_charges(LinearQuery.from_dense(row), alpha))
     return ledger

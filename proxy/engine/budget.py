@@ -1,13 +1,16 @@
-"""The per-cell privacy ledger: what each cell has spent, and refusals when a charge won't fit.
+"""The per-cell budget: what each cell has spent, and refusals when a charge won't fit.
+
+Not to be confused with the ledger *store*, where measurements are recorded
+(`proxy.storage.ledger_store`), or the ``dpproxy ledger`` admin commands.
 
 A measurement of ``H_i`` with budget ``alpha_i`` costs cell ``j`` exactly ``alpha_i |H_ij| / S_i``
 (a record in cell ``j`` moves the answer by at most ``|H_ij|``); costs add up per cell, and the
 table has spent ``max_j B_j`` (the papers' Thm 3.8). The arithmetic is exact: charges are
-``Fraction``s, one per distinct weight of a measurement, and the ledger keeps every cell's spend
+``Fraction``s, one per distinct weight of a measurement, and the budget keeps every cell's spend
 as an integer over one common denominator, so it equals a recomputation from the history
 exactly, and a charge fits only if no cell would go past the DBA's total.
 
-Cells that every charged vector weighs alike have spent the same, so the ledger keeps one
+Cells that every charged vector weighs alike have spent the same, so the budget keeps one
 number per atom (:class:`~proxy.engine.atoms.Partition`): a commit costs the atoms it touches,
 a check the cells of the batch, both as array operations.
 """
@@ -29,7 +32,7 @@ from proxy.engine.noise import public_fraction
 from proxy.errors import BudgetExhausted
 from sqlmap.vector import LinearQuery
 
-__all__ = ["Charges", "Ledger", "UserCaps", "cell_charges", "float_up", "format_budget"]
+__all__ = ["Charges", "CellBudget", "UserCaps", "cell_charges", "float_up", "format_budget"]
 
 IntArray = npt.NDArray[np.int64]
 Numerators = npt.NDArray[Any]  # int64, or Python integers (object) once they outgrow it
@@ -163,12 +166,12 @@ def format_budget(value: Fraction, *, up: bool) -> str:
     return f"{float(digits * unit):.6g}"
 
 
-class Ledger:
+class CellBudget:
     """Per-cell spending ``B_j`` for one table against the DBA's ``total``.
 
-    >>> ledger = Ledger("t", total=Fraction(1))
-    >>> ledger.commit(cell_charges(LinearQuery.from_dense([1.0, 2.0]), Fraction(1, 2)))
-    >>> ledger.spent, ledger.remaining, ledger.spent_on(0)
+    >>> budget = CellBudget("t", total=Fraction(1))
+    >>> budget.commit(cell_charges(LinearQuery.from_dense([1.0, 2.0]), Fraction(1, 2)))
+    >>> budget.spent, budget.remaining, budget.spent_on(0)
     (Fraction(1, 2), Fraction(1, 2), Fraction(1, 4))
     """
 
@@ -180,7 +183,7 @@ class Ledger:
         carried: Fraction = Fraction(0),
         user: str | None = None,
     ) -> None:
-        """``user``: this ledger is one analyst's share of the table (a per-user cap)."""
+        """``user``: this budget is one analyst's share of the table (a per-user cap)."""
         if not isinstance(total, Fraction) or total <= 0:
             raise ValueError("total budget must be a positive Fraction")
         if carried < 0:
