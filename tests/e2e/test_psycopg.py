@@ -190,3 +190,11 @@ def test_cancel_a_running_statement(proxy: Proxy) -> None:
             conn.execute("SELECT pg_sleep(20)")
         timer.join()
         assert conn.execute("SELECT 3").fetchone() == (3,)
+
+
+def test_explain_without_parameters(proxy: Proxy) -> None:
+    with connect(proxy) as conn:
+        plan = conn.execute("EXPLAIN SELECT COUNT(*) FROM adult WITH ACCURACY 333").fetchall()
+        assert plan[0] == ("DP plan for public.adult (EXPLAIN spends nothing)",)
+        with pytest.raises(errors.FeatureNotSupported):  # the extended protocol: no preview
+            conn.execute("EXPLAIN SELECT COUNT(*) FROM adult WITH ACCURACY 333", prepare=True)
