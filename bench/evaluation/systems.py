@@ -313,7 +313,7 @@ class Dpproxy:
 
     @property
     def alpha_bar(self) -> float:
-        return float(self.engine.ledger.spent)
+        return float(self.engine.budget.spent)
 
     def answer(self, requests: Sequence[QueryRequest], measure: Measure) -> list[Answer | None]:
         try:
