@@ -265,8 +265,7 @@ class CellEvaluator:
         The query is answered as written (no row holds the value), with a warning naming the
         closest declared values.
         """
-        declared = {(Fraction(v) if dim.numeric else v): v for v in dim.values}
-        if (Fraction(value) if dim.numeric else value) in declared:
+        if _is_declared(dim, Fraction(value) if dim.numeric else value):
             return
         shown = str(value) if isinstance(value, str) else _fmt_edge(float(value))
         names = [str(v) for v in dim.values]
@@ -569,7 +568,7 @@ def _categorical_rule(
             position=position,
         )
     compare = _OPS[op]
-    declared = c in {Fraction(v) if dim.numeric else v for v in dim.values}
+    declared = _is_declared(dim, c)
 
     def rule(b: Bin) -> bool | None:
         if b.kind is BinKind.NULL:
@@ -583,6 +582,11 @@ def _categorical_rule(
         raise _undeclared(dim, where, c, op, position)
 
     return rule
+
+
+def _is_declared(dim: CategoricalDimension, value: Number | str) -> bool:
+    """Whether ``value`` (a Fraction for a numeric dimension) is one of ``dim``'s values."""
+    return value in {Fraction(v) if dim.numeric else v for v in dim.values}
 
 
 def _undeclared(

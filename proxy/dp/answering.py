@@ -290,20 +290,8 @@ class DpService:
 
         They must read the same table: the engine decides, charges and refuses them together.
         """
-        cube = specs[0].cube
-        if any(s.cube.qualified_name != cube.qualified_name for s in specs):
-            raise UnsupportedQuery(
-                "a statement may read only one protected table",
-                hint="send one statement per protected table",
-            )
-        accuracies = [s.accuracy for s in specs]
-        if None in accuracies:
-            raise InvalidParameterValue(
-                "no accuracy requested",
-                hint="append WITH ACCURACY <eps> [CONFIDENCE <c>], or SET dp.accuracy = <eps>",
-            )
+        cube, requests = _batch(specs)
         engine = self.engine(cube)
-        requests = [QueryRequest(q, s.accuracy) for s in specs for q in s.queries if s.accuracy]
 
         def answer_free() -> tuple[Reply, ...] | None:
             """The replies if history answers the batch; None if it needs a measurement."""
@@ -346,14 +334,8 @@ class DpService:
         """
         if not specs:  # only declared values (SELECT DISTINCT dim)
             return _plan_result(["DP plan: the dimension's declared values, no budget"])
-        cube = specs[0].cube
-        if any(s.accuracy is None for s in specs):
-            raise InvalidParameterValue(
-                "no accuracy requested",
-                hint="append WITH ACCURACY <eps> [CONFIDENCE <c>], or SET dp.accuracy = <eps>",
-            )
+        cube, requests = _batch(specs)
         engine = self.engine(cube)
-        requests = [QueryRequest(q, s.accuracy) for s in specs for q in s.queries if s.accuracy]
         labels = [label for spec in specs for label in _value_labels(spec)]
 
         def plan_lines() -> list[str]:
@@ -595,6 +577,29 @@ def result_columns(spec: AnswerSpec) -> tuple[ResultColumn, ...]:
             ResultColumn(output.name, ColumnType.TEXT if text_key else ColumnType.FLOAT8)
         )
     return tuple(columns)
+
+
+def _batch(specs: Sequence[AnswerSpec]) -> tuple[Cube, list[QueryRequest]]:
+    """The table a statement's cores read and the engine's requests for their values.
+
+    The cores must read one table, so the engine decides, charges and refuses them together,
+    and every value needs an accuracy.
+    """
+    cube = specs[0].cube
+    if any(s.cube.qualified_name != cube.qualified_name for s in specs):
+        raise UnsupportedQuery(
+            "a statement may read only one protected table",
+            hint="send one statement per protected table",
+        )
+    requests: list[QueryRequest] = []
+    for spec in specs:
+        if spec.accuracy is None:
+            raise InvalidParameterValue(
+                "no accuracy requested",
+                hint="append WITH ACCURACY <eps> [CONFIDENCE <c>], or SET dp.accuracy = <eps>",
+            )
+        requests.extend(QueryRequest(q, spec.accuracy) for q in spec.queries)
+    return cube, requests
 
 
 def _plan_result(lines: list[str]) -> DpResult:

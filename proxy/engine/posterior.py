@@ -212,6 +212,22 @@ def posterior_mode(estimate: float, feasible: Interval) -> float:
     return _nearest_end(estimate, feasible)
 
 
+def _truncated(
+    scales: npt.ArrayLike, estimate: float, feasible: Interval
+) -> tuple[FloatArray, float] | None:
+    """The scales and the range's posterior mass, or None where the answer is the nearest end.
+
+    That is: no noise, no range, or a mass too small for the tails to resolve.
+    """
+    b = _scales(scales)
+    if feasible.empty:
+        raise ValueError("the feasible range is empty")
+    if feasible == REAL_LINE or not np.any(b):
+        return None
+    total = _mass(b, estimate, feasible)
+    return None if total < _MIN_MASS else (b, total)
+
+
 def posterior_mean(scales: npt.ArrayLike, estimate: float, feasible: Interval) -> float:
     """The mean of the flat-prior posterior on ``feasible``: an estimate that stays in the range.
 
@@ -223,14 +239,10 @@ def posterior_mean(scales: npt.ArrayLike, estimate: float, feasible: Interval) -
     >>> round(posterior_mean([1.0], 0.0, Interval(0.0, math.inf)), 9)  # posterior e^{-theta}
     1.0
     """
-    b = _scales(scales)
-    if feasible.empty:
-        raise ValueError("the feasible range is empty")
-    if feasible == REAL_LINE or not np.any(b):
+    truncated = _truncated(scales, estimate, feasible)
+    if truncated is None:
         return _nearest_end(estimate, feasible)
-    total = _mass(b, estimate, feasible)
-    if total < _MIN_MASS:
-        return _nearest_end(estimate, feasible)
+    b, total = truncated
     # Each moment to within _QUAD_TOLERANCE * b_1 * total puts the mean within ~1e-8 b_1, as
     # far as the tails resolve it.
     tolerance = max(_QUAD_TOLERANCE * total, _TAIL_ERROR)
@@ -250,14 +262,10 @@ def posterior_median(scales: npt.ArrayLike, estimate: float, feasible: Interval)
     >>> round(posterior_median([1.0], -5.0, Interval(0.0, math.inf)), 9)  # e^{-theta}: ln 2
     0.693147181
     """
-    b = _scales(scales)
-    if feasible.empty:
-        raise ValueError("the feasible range is empty")
-    if feasible == REAL_LINE or not np.any(b):
+    truncated = _truncated(scales, estimate, feasible)
+    if truncated is None:
         return _nearest_end(estimate, feasible)
-    total = _mass(b, estimate, feasible)
-    if total < _MIN_MASS:
-        return _nearest_end(estimate, feasible)
+    b, total = truncated
     above = _above(b, estimate - feasible.low, False) + total / 2  # P(X >= x)
     below = _above(b, feasible.high - estimate, False) + total / 2  # P(X < x), by symmetry
     if min(above, below) >= 0.5:
