@@ -21,6 +21,7 @@ from proxy.engine.budget import CellBudget, Charges, UserCaps, cell_charges, for
 from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply, describe_batch
 from proxy.engine.history import HistoryEntry, HistoryStore, InMemoryHistoryStore
 from proxy.engine.noise import RandomSource
+from proxy.engine.posterior import comparison, feasible_range
 from proxy.errors import (
     BudgetExhausted,
     DomainViolation,
@@ -272,19 +273,30 @@ class DpService:
         return self._engines[cube.qualified_name]
 
     async def answer(
-        self, spec: AnswerSpec, user: str | None = None, sql: str | None = None
+        self,
+        spec: AnswerSpec,
+        user: str | None = None,
+        sql: str | None = None,
+        unbiased: bool = False,
     ) -> DpResult:
         """Answer every value of ``spec`` as one atomic batch.
+
+        Estimates and intervals lie in the values each answer can take (``Reply.within``),
+        unless ``unbiased`` (``SET dp.estimate = unbiased``) asks for the raw ones.
 
         Raises:
             InvalidParameterValue: the query states no accuracy and no default applies.
             BudgetExhausted: the fresh measurements would overspend some cell (nothing is spent).
         """
-        (result,) = await self.answer_batch((spec,), user, sql)
+        (result,) = await self.answer_batch((spec,), user, sql, unbiased)
         return result
 
     async def answer_batch(
-        self, specs: Sequence[AnswerSpec], user: str | None = None, sql: str | None = None
+        self,
+        specs: Sequence[AnswerSpec],
+        user: str | None = None,
+        sql: str | None = None,
+        unbiased: bool = False,
     ) -> tuple[DpResult, ...]:
         """Answer the cores of one statement (`sqlmap.postprocess`) as one atomic batch.
 
@@ -315,6 +327,11 @@ class DpService:
         except DomainViolation as e:  # the count is for the DBA: the analyst's error has none
             event("domain_violation", logging.WARNING, table=e.table, rows=e.rows, user=user)
             raise
+        if not unbiased:  # post-processing of released values, from the public row count
+            replies = tuple(
+                reply.within(feasible_range(request.query, cube.public_rows))
+                for reply, request in zip(replies, requests)
+            )
         parts, start = [], 0
         for spec in specs:
             parts.append(replies[start : start + len(spec.queries)])
@@ -371,13 +388,14 @@ class DpService:
         specs: Sequence[AnswerSpec],
         user: str | None = None,
         sql: str | None = None,
+        unbiased: bool = False,
     ) -> WrappedAnswer:
         """Answer a statement's cores and fill its wrapper in.
 
         ``specs`` are the translations of the cores that ask the engine, in order; the others
         list declared values and cost nothing.
         """
-        results = await self.answer_batch(specs, user, sql) if specs else ()
+        results = await self.answer_batch(specs, user, sql, unbiased) if specs else ()
         answered = iter(results)
         relations = [
             relation(next(answered))
@@ -638,6 +656,11 @@ def _result(spec: AnswerSpec, replies: tuple[Reply, ...]) -> DpResult:
                 values.append(None if key is None else key if isinstance(key, str) else float(key))
             elif column.kind is OutputKind.AGGREGATE:
                 values.append(next(answers).estimate)
+            elif column.kind is OutputKind.PROBABILITY and column.comparison is not None:
+                index = column.aggregate or 0
+                feasible = feasible_range(row.queries[index], spec.cube.public_rows)
+                event = comparison(*column.comparison.arguments())
+                values.append(row_replies[index].probability(event, feasible))
             else:
                 reply = row_replies[column.aggregate or 0]
                 values.append(reply.low if column.kind is OutputKind.INTERVAL_LOW else reply.high)
