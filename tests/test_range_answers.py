@@ -18,6 +18,7 @@ import pytest
 
 from proxy.config import load_config
 from proxy.dp.answering import DpResult, DpService
+from proxy.dp.routing import Router
 from proxy.engine.history import InMemoryHistoryStore
 from proxy.engine.noise import SeededRandomSource
 from proxy.engine.posterior import comparison, feasible_range
@@ -27,6 +28,7 @@ from tests.conftest import ROOT
 
 CONFIG = load_config(ROOT / "config.yaml")
 TRANSLATOR = CONFIG.translator()
+ROUTER = Router(TRANSLATOR, CONFIG.cubes)
 ROWS = 32561  # config.yaml's public_rows for adult
 FEW = "race = 'Amer-Indian-Eskimo'"  # 311 rows in 32 groups, 13 of them with 0-2 rows
 SMALL_GROUPS = (
@@ -129,3 +131,26 @@ def test_probability_columns_per_group(run: Run) -> None:
         if race == "White":  # 27,816 rows asked at +-40
             assert p == 1.0 and b == 0.0
     assert len(result.replies) == 5  # the probabilities rode on the counts: no extra values
+
+
+def test_probability_through_order_by_and_limit(run: Run, roles: BackendRoles) -> None:
+    """Post-processing sorts and cuts released probabilities like any released value."""
+    sql = (
+        "SELECT race, DP_PROBABILITY(COUNT(*) > 1000) AS p FROM adult GROUP BY race "
+        "ORDER BY p DESC, race LIMIT 3 WITH ACCURACY 40"
+    )
+    (statement,) = ROUTER.route(sql)
+    assert statement.wrapped is not None
+    specs = [
+        TRANSLATOR.translate_parsed(c.select) for c in statement.wrapped.cores if c.rows is None
+    ]
+    loop, reader = run
+    service = DpService(CONFIG.cubes, InMemoryHistoryStore(), reader, SeededRandomSource(3))
+    answered = loop.run_until_complete(service.answer_wrapped(statement.wrapped, specs))
+    ((result,),) = [answered.results]
+    assert len(result.replies) == 5  # one count per race: the probability rode on it
+    with psycopg.connect(roles.analyst_dsn(), autocommit=True) as conn:
+        rows = conn.execute(answered.sql).fetchall()
+    assert [r[0] for r in rows[:2]] == ["Black", "White"]  # 3,124 and 27,816 rows: p = 1
+    assert rows[0][1] == rows[1][1] == 1.0 and rows[2][0] == "Asian-Pac-Islander"
+    assert 0.0 <= rows[2][1] <= 1.0
