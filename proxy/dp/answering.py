@@ -709,6 +709,8 @@ def summary_text(table: str, replies: Sequence[Reply]) -> str:
 def notice_text(what: str, reply: Reply) -> str:
     """The NoticeResponse that accompanies every DP value.
 
+    An estimate moved into its feasible range (:meth:`Reply.within`) also shows the unbiased one.
+
     >>> from fractions import Fraction
     >>> reply = Reply(10.0, 5.0, 15.0, 0.95, "fresh", Fraction(1, 3), Fraction(2, 3))
     >>> print(notice_text("count", reply))
@@ -717,8 +719,13 @@ def notice_text(what: str, reply: Reply) -> str:
     """
     charged = format_budget(reply.budget_charged, up=True)  # rounded against the analyst
     remaining = format_budget(reply.budget_remaining, up=False)
+    moved = (
+        f"; unbiased estimate {reply.unbiased:.6g} (SET dp.estimate = unbiased)"
+        if reply.unbiased is not None and reply.unbiased != reply.estimate
+        else ""
+    )
     return (
         f"dp: {what} = {reply.estimate:.6g} in [{reply.low:.6g}, {reply.high:.6g}] "
         f"with confidence {reply.confidence:.6g}; source {reply.source}; "
-        f"budget charged {charged}, remaining {remaining}"
+        f"budget charged {charged}, remaining {remaining}{moved}"
     )
