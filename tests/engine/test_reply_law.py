@@ -16,12 +16,18 @@ import numpy as np
 import pytest
 
 from proxy.engine.engine import PrivacyEngine, QueryRequest, Reply
-from proxy.engine.history import InMemoryHistoryStore
+from proxy.engine.history import HistoryEntry, InMemoryHistoryStore
 from proxy.engine.noise import SeededRandomSource
-from proxy.engine.posterior import Interval, comparison, feasible_range
+from proxy.engine.posterior import REAL_LINE, Interval, comparison, feasible_range
 from proxy.engine.tails import EXACT
 from sqlmap.accuracy import AccuracyRequest
 from sqlmap.vector import LinearQuery
+from tests.paper_examples import (
+    EIGHT_BY_FOUR_ALPHA,
+    EIGHT_BY_FOUR_H,
+    EIGHT_BY_FOUR_PR_THETA_POSITIVE,
+    EIGHT_BY_FOUR_Y,
+)
 
 ROWS = 200  # the table's public row count N
 CELLS = 4
@@ -72,6 +78,22 @@ def test_a_reply_from_history_and_a_combined_one_carry_every_term() -> None:
     assert tight.source == "combined" and len(tight.scales) == 3
     # the combined interval meets the stated confidence under the exposed law
     assert EXACT.tail(np.array(tight.scales), 30.0) <= 1 - tight.confidence + 1e-6
+
+
+def test_the_papers_probability_that_theta_is_positive_from_the_engine() -> None:
+    """Sec. 5.2: the 8 x 4 example's history answers x1 + x3 (42); Pr(theta > 0) is 0.96."""
+    store = InMemoryHistoryStore()
+    store.append(
+        [
+            HistoryEntry("t", LinearQuery.from_dense(row), Fraction(a), Fraction(1, 10), y)
+            for row, a, y in zip(EIGHT_BY_FOUR_H, EIGHT_BY_FOUR_ALPHA, EIGHT_BY_FOUR_Y)
+        ]
+    )
+    engine = PrivacyEngine("t", 4, total_budget=Fraction(10), store=store)
+    reply = _ask(engine, LinearQuery.from_dense([1.0, 0.0, 1.0, 0.0]), 100.0, 0.0)
+    assert reply.source == "history" and round(reply.center, 1) == 42.0
+    said = reply.probability(comparison(">", 0.0), REAL_LINE)  # the paper's flat prior
+    assert round(said, 2) == EIGHT_BY_FOUR_PR_THETA_POSITIVE
 
 
 def test_within_moves_the_estimate_into_the_range_and_cuts_the_interval() -> None:
