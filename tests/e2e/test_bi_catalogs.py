@@ -185,3 +185,37 @@ def test_statistics_views_in_pg_catalog_stay_refused_by_postgresql(proxy: Proxy)
     with psycopg.connect(proxy.dsn(), autocommit=True) as conn:
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="pg_stat_user_tables"):
             conn.execute("SELECT n_live_tup FROM pg_catalog.pg_stat_user_tables")
+
+
+# Grafana's PostgreSQL data source pickers (grafana/grafana, postgresMetaQuery.ts): the schemas
+# of the search_path, the table list (unqualified when on the search_path), a table's columns.
+_ON_SEARCH_PATH = (
+    "quote_ident(table_schema) IN (SELECT CASE WHEN trim(s[i]) = '\"$user\"' THEN user "
+    "ELSE trim(s[i]) END FROM generate_series("
+    "array_lower(string_to_array(current_setting('search_path'),','),1), "
+    "array_upper(string_to_array(current_setting('search_path'),','),1)) as i, "
+    "string_to_array(current_setting('search_path'),',') s)"
+)
+GRAFANA_TABLES = (
+    f"SELECT CASE WHEN {_ON_SEARCH_PATH} THEN quote_ident(table_name) "
+    "ELSE quote_ident(table_schema) || '.' || quote_ident(table_name) END AS \"table\" "
+    "FROM information_schema.tables WHERE quote_ident(table_schema) NOT IN "
+    "('information_schema', 'pg_catalog', '_timescaledb_cache', '_timescaledb_catalog', "
+    "'_timescaledb_internal', '_timescaledb_config', 'timescaledb_information', "
+    f"'timescaledb_experimental') ORDER BY CASE WHEN {_ON_SEARCH_PATH} THEN 0 ELSE 1 END, 1"
+)
+GRAFANA_COLUMNS = (
+    'SELECT quote_ident(column_name) AS "column", data_type AS "type" '
+    "FROM information_schema.columns WHERE CASE WHEN array_length(parse_ident('adult'),1) = 2 "
+    "THEN quote_ident(table_schema) = (parse_ident('adult'))[1] "
+    "AND quote_ident(table_name) = (parse_ident('adult'))[2] "
+    f"ELSE quote_ident(table_name) = 'adult' AND {_ON_SEARCH_PATH} END"
+)
+
+
+def test_grafana_pickers_find_adult_and_its_columns(proxy: Proxy) -> None:
+    with psycopg.connect(proxy.dsn(), autocommit=True) as conn:
+        tables = [t for (t,) in conn.execute(GRAFANA_TABLES).fetchall()]
+        columns = conn.execute(GRAFANA_COLUMNS).fetchall()
+    assert "adult" in tables
+    assert len(columns) == 15 and ("age", "integer") in columns
