@@ -70,6 +70,9 @@ class Statement:
     wrapped: Wrapped | None = None
     #: ``EXPLAIN <DP query>``: say how it would be answered and what it would cost, spend nothing
     explain: bool = False
+    #: ``RESET ALL`` / ``DISCARD ALL`` (poolers and tools reset sessions so): passed through, and
+    #: once PostgreSQL has run it the session's dp.* settings are their startup values again
+    resets_settings: bool = False
 
 
 #: Catalog relations, columns and functions that reveal how many rows a table has (or their
@@ -223,7 +226,7 @@ class Router:
         self._suspicious = re.compile(  # matched against the lower-cased text
             _any_of(
                 [t.lower() for t in self.tables] + ["u&", "dp", "create"],
-                whole_words=["do", "role", "user", "authorization"],
+                whole_words=["do", "role", "user", "authorization", "reset", "discard"],
             )
         )
 
@@ -232,7 +235,8 @@ class Router:
 
         A fast check for the common case, without tokenizing: the text names no protected
         table, even as a substring, has no ``U&`` identifier, no ``dp`` setting, no
-        ``DO``/``CREATE`` and no role change. False means only "ask :meth:`route`".
+        ``DO``/``CREATE``, no role change and no ``RESET``/``DISCARD``. False means only
+        "ask :meth:`route`".
 
         >>> from sqlmap.cube import cube_from_config
         >>> cube = cube_from_config("adult", {"dimensions": {"age": {"bins": [0, 1]}}}, "t", 1.0)
@@ -266,7 +270,8 @@ class Router:
         if table is None:
             # statistics too: PostgreSQL shows the analyst database's, where protected tables
             # are empty stand-ins and the statistics views are revoked or shadowed (provision)
-            return Statement(text, offset, Route.PASSTHROUGH)
+            resets = bool(tokens) and _resets_all(tokens or [])
+            return Statement(text, offset, Route.PASSTHROUGH, resets_settings=resets)
         statistics = _statistics_name(text)
         if tokens and tokens[0].text.upper() == "EXPLAIN":
             preview = self._explained(text, offset, tokens)
@@ -499,6 +504,12 @@ def _statistics_name(text: str) -> str | None:
         return None
     rest = _WORD_REST.match(lower, match.end())
     return match.group(0) + (rest.group(0) if rest else "")
+
+
+def _resets_all(tokens: list[Token]) -> bool:
+    """``RESET ALL`` or ``DISCARD ALL``, which reset every setting, dp.* ones included."""
+    words = [t.text.upper() for t in tokens if t.token_type != TokenType.SEMICOLON]
+    return words in (["RESET", "ALL"], ["DISCARD", "ALL"])
 
 
 def _server_side_code(tokens: list[Token]) -> str | None:

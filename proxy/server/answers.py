@@ -54,6 +54,20 @@ class LocalAnswers:
         self._running.cancel()
         return True
 
+    def reset_settings(self) -> Callable[[], None]:
+        """``RESET ALL`` / ``DISCARD ALL``: back to the settings the session started with.
+
+        Returns:
+            The undo, for when the backend refuses the statement after all.
+        """
+        previous, self.settings = self.settings, self.start_settings
+        event("setting", user=self.user, setting="dp.*", value=None)
+
+        def undo() -> None:
+            self.settings = previous
+
+        return undo
+
     def apply_setting(
         self, command: SettingCommand, formats: Formats, describe: bool
     ) -> list[Message]:

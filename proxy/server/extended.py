@@ -115,6 +115,7 @@ class Prepared:
     spec: AnswerSpec | None = None  # a DP query without parameters, translated at Parse
     text: str = ""
     wrapped: Wrapped | None = None  # a DP query with post-processing: it lives in the backend
+    resets_settings: bool = False  # RESET ALL / DISCARD ALL (routing.Statement)
 
     @property
     def upstream(self) -> bool:
@@ -134,6 +135,7 @@ class Portal:
     formats: Formats = TEXT_ONLY
     result: DpResult | None = None
     sent: int = 0
+    resets_settings: bool = False  # RESET ALL / DISCARD ALL (routing.Statement)
 
 
 @dataclass(slots=True)
@@ -329,7 +331,8 @@ class ExtendedProtocol:
                 return Prepared(Route.PASSTHROUGH), None
             raise SqlSyntaxError("cannot insert multiple commands into a prepared statement")
         if not statements or statements[0].route is Route.PASSTHROUGH:
-            return Prepared(Route.PASSTHROUGH), None
+            resets = bool(statements) and statements[0].resets_settings
+            return Prepared(Route.PASSTHROUGH, resets_settings=resets), None
         statement = statements[0]
         if statement.route is Route.SETTING:
             return Prepared(Route.SETTING, setting=statement.setting), None
@@ -366,7 +369,8 @@ class ExtendedProtocol:
             raise DuplicateCursor(f'cursor "{message.portal}" already exists')
         if prepared is None or prepared.route is Route.PASSTHROUGH:
             undo = _restore(self.portals, message.portal, current)
-            self.portals[message.portal] = Portal(Route.PASSTHROUGH)
+            resets = prepared is not None and prepared.resets_settings
+            self.portals[message.portal] = Portal(Route.PASSTHROUGH, resets_settings=resets)
             self.forward(raw, _BOUND, undo)
             return
         if not await self.drain():
@@ -480,7 +484,9 @@ class ExtendedProtocol:
         """Execute: answer a DP portal (once) and send its rows, up to the row limit."""
         portal = self.portals.get(message.portal)
         if portal is None or portal.route is Route.PASSTHROUGH:
-            self.forward(raw, _EXECUTED)
+            # RESET ALL / DISCARD ALL: reset now, undone if the backend refuses it
+            resets = portal is not None and portal.resets_settings
+            self.forward(raw, _EXECUTED, self.session.answers.reset_settings() if resets else None)
             return
         if not await self.drain():
             return
