@@ -60,7 +60,10 @@ def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def truth(adult_dsn: str) -> dict[str, float]:
     with psycopg.connect(adult_dsn, autocommit=True) as conn:
-        rows = conn.execute("SELECT sex, COUNT(*) FROM adult GROUP BY sex").fetchall()
+        rows = conn.execute(
+            "SELECT sex, COUNT(*) FROM adult GROUP BY sex UNION ALL "
+            "SELECT 'rich ' || sex, COUNT(*) FROM adult WHERE income = '>50K' GROUP BY sex"
+        ).fetchall()
     return {str(k): float(v) for k, v in rows}
 
 
@@ -109,6 +112,14 @@ def test_metabase_sync_and_breakout_through_pgjdbc(
                 'SELECT "public"."adult"."sex" AS "sex", count(*) AS "count" FROM "public"."adult" '
                 'GROUP BY "public"."adult"."sex" ORDER BY "public"."adult"."sex" ASC',
             ],
+            # a filtered question: the filter's value a parameter
+            [
+                "query",
+                'SELECT "public"."adult"."sex" AS "sex", count(*) AS "count" FROM "public"."adult" '
+                'WHERE "public"."adult"."income" = ? GROUP BY "public"."adult"."sex" '
+                'ORDER BY "count" DESC',
+                "str:>50K",
+            ],
         ],
     )
     assert failed == {}
@@ -121,6 +132,9 @@ def test_metabase_sync_and_breakout_through_pgjdbc(
     assert [r["sex"] for r in rows[3]] == ["Female", "Male"]
     for row in rows[3]:
         assert abs(float(row["count"] or "nan") - truth[str(row["sex"])]) <= BOUND
+    assert [r["sex"] for r in rows[4]] == ["Male", "Female"]
+    for row in rows[4]:
+        assert abs(float(row["count"] or "nan") - truth["rich " + str(row["sex"])]) <= BOUND
 
 
 def test_dbeaver_navigator_through_pgjdbc(proxy: Proxy, classes: Path) -> None:
