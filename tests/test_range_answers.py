@@ -19,7 +19,6 @@ import pytest
 from proxy.config import load_config
 from proxy.dp.answering import DpResult, DpService
 from proxy.dp.routing import Router
-from proxy.engine.history import InMemoryHistoryStore
 from proxy.engine.noise import SeededRandomSource
 from proxy.engine.posterior import comparison, feasible_range
 from proxy.storage.provision import BackendRoles
@@ -52,7 +51,7 @@ def run(roles: BackendRoles) -> Iterator[Run]:
 def answer(run: Run, sql: str, seed: int, unbiased: bool = False) -> DpResult:
     """A fresh service (empty history), so that every trial measures anew."""
     loop, reader = run
-    service = DpService(CONFIG.cubes, InMemoryHistoryStore(), reader, SeededRandomSource(seed))
+    service = DpService(CONFIG.cubes, reader, SeededRandomSource(seed))
     return loop.run_until_complete(service.answer(TRANSLATOR.translate(sql), unbiased=unbiased))
 
 
@@ -145,7 +144,7 @@ def test_probability_through_order_by_and_limit(run: Run, roles: BackendRoles) -
         TRANSLATOR.translate_parsed(c.select) for c in statement.wrapped.cores if c.rows is None
     ]
     loop, reader = run
-    service = DpService(CONFIG.cubes, InMemoryHistoryStore(), reader, SeededRandomSource(3))
+    service = DpService(CONFIG.cubes, reader, SeededRandomSource(3))
     answered = loop.run_until_complete(service.answer_wrapped(statement.wrapped, specs))
     ((result,),) = [answered.results]
     assert len(result.replies) == 5  # one count per race: the probability rode on it

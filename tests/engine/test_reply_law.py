@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from proxy.engine.engine import PrivacyEngine, QueryRequest, Reply
-from proxy.engine.history import HistoryEntry, InMemoryHistoryStore
+from proxy.engine.history import HistoryEntry
 from proxy.engine.noise import SeededRandomSource
 from proxy.engine.posterior import REAL_LINE, Interval, comparison, feasible_range
 from proxy.engine.tails import EXACT
@@ -41,13 +41,7 @@ EVENTS = (
 
 
 def _engine(seed: int) -> PrivacyEngine:
-    return PrivacyEngine(
-        "t",
-        CELLS,
-        total_budget=Fraction(1000),
-        store=InMemoryHistoryStore(),
-        rng=SeededRandomSource(seed),
-    )
+    return PrivacyEngine("t", CELLS, total_budget=Fraction(1000), rng=SeededRandomSource(seed))
 
 
 def _ask(engine: PrivacyEngine, query: LinearQuery, eps: float, truth: float) -> Reply:
@@ -82,14 +76,11 @@ def test_a_reply_from_history_and_a_combined_one_carry_every_term() -> None:
 
 def test_the_papers_probability_that_theta_is_positive_from_the_engine() -> None:
     """Sec. 5.2: the 8 x 4 example's history answers x1 + x3 (42); Pr(theta > 0) is 0.96."""
-    store = InMemoryHistoryStore()
-    store.append(
-        [
-            HistoryEntry("t", LinearQuery.from_dense(row), Fraction(a), Fraction(1, 10), y)
-            for row, a, y in zip(EIGHT_BY_FOUR_H, EIGHT_BY_FOUR_ALPHA, EIGHT_BY_FOUR_Y)
-        ]
-    )
-    engine = PrivacyEngine("t", 4, total_budget=Fraction(10), store=store)
+    history = [
+        HistoryEntry("t", LinearQuery.from_dense(row), Fraction(a), Fraction(1, 10), y)
+        for row, a, y in zip(EIGHT_BY_FOUR_H, EIGHT_BY_FOUR_ALPHA, EIGHT_BY_FOUR_Y)
+    ]
+    engine = PrivacyEngine("t", 4, total_budget=Fraction(10), history=history)
     reply = _ask(engine, LinearQuery.from_dense([1.0, 0.0, 1.0, 0.0]), 100.0, 0.0)
     assert reply.source == "history" and round(reply.center, 1) == 42.0
     said = reply.probability(comparison(">", 0.0), REAL_LINE)  # the paper's flat prior
