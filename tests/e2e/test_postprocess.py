@@ -333,3 +333,35 @@ def test_a_post_processing_parameter_in_binary_without_a_type_is_refused(proxy: 
 
     with pytest.raises(asyncpg.FeatureNotSupportedError, match=r"parameter \$1"):
         asyncio.run(run())
+
+
+@pytest.mark.parametrize("prepare", [False, True], ids=["simple", "extended"])
+def test_errors_in_the_post_processing_point_into_the_analysts_sql(
+    conn: psycopg.Connection[tuple[object, ...]], prepare: bool
+) -> None:
+    """PostgreSQL's position counts in the wrapper it ran; psql's caret needs the analyst's."""
+    sql = "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex HAVING COUNT(*) > 'many'"
+    with pytest.raises(errors.InvalidTextRepresentation) as raised:
+        conn.execute(sql, prepare=prepare)
+    assert raised.value.diag.statement_position == str(sql.index("'many'") + 1)
+    sql = "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex ORDER BY nope(sex)"
+    with pytest.raises(errors.UndefinedFunction) as raised:
+        conn.execute(sql, prepare=prepare)
+    assert raised.value.diag.statement_position == str(sql.index("nope") + 1)
+    # a word the statement holds twice: no position rather than a wrong one
+    sql = (
+        "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex "
+        "HAVING sex <> 'many' AND COUNT(*) > 'many'"
+    )
+    with pytest.raises(errors.InvalidTextRepresentation) as raised:
+        conn.execute(sql, prepare=prepare)
+    assert raised.value.diag.statement_position is None
+
+
+def test_error_positions_count_in_the_whole_query_string(
+    conn: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    sql = "SELECT 1; SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex ORDER BY nope(sex)"
+    with pytest.raises(errors.UndefinedFunction) as raised:
+        conn.execute(sql)
+    assert raised.value.diag.statement_position == str(sql.index("nope") + 1)
