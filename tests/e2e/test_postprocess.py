@@ -365,3 +365,22 @@ def test_error_positions_count_in_the_whole_query_string(
     with pytest.raises(errors.UndefinedFunction) as raised:
         conn.execute(sql)
     assert raised.value.diag.statement_position == str(sql.index("nope") + 1)
+
+
+def test_width_bucket_on_declared_edges(
+    conn: psycopg.Connection[tuple[object, ...]], adult_dsn: str
+) -> None:
+    """A histogram as tools write it: buckets whose edges are the dimension's, decided per cell."""
+    sql = (
+        "SELECT width_bucket(age, 25, 65, 4) AS bucket, COUNT(*) AS n FROM adult "
+        "GROUP BY 1 ORDER BY 1"
+    )
+    with psycopg.connect(adult_dsn, autocommit=True) as private:
+        truth = dict(private.execute(sql).fetchall())  # PostgreSQL's own width_bucket
+    rows = conn.execute(sql).fetchall()
+    assert [int(b) for b, _ in rows] == sorted(truth) == [0, 1, 2, 3, 4, 5]
+    for bucket, n in rows:
+        assert close(n, truth[int(bucket)])
+    # edges inside a declared bin cannot be decided per cell
+    with pytest.raises(errors.FeatureNotSupported, match="splits the bin"):
+        conn.execute("SELECT width_bucket(age, 15, 95, 8), COUNT(*) FROM adult GROUP BY 1")
