@@ -205,11 +205,13 @@ def width_bucket_case(node: exp.WidthBucket) -> exp.Case:
     bounds = [node.args.get(k) for k in ("min_value", "max_value", "num_buckets")]
     if any(b is None for b in bounds):
         raise UnsupportedQuery("width_bucket takes (operand, low, high, count)")
-    low, high, count = (constant(b) for b in bounds)  # type: ignore[arg-type]
-    if any(isinstance(v, str) for v in (low, high, count)):
+    values = [constant(b) for b in bounds if b is not None]
+    if any(isinstance(v, str) for v in values):
         raise DatatypeMismatch("width_bucket's bounds and count are numbers")
-    if low is None or high is None or count is None:
+    numbers = [v for v in values if isinstance(v, Fraction)]
+    if len(numbers) < 3:
         return exp.Case(ifs=[], default=exp.Null())  # NULL everywhere, as PostgreSQL
+    low, high, count = numbers
     if count.denominator != 1 or count <= 0:
         raise InvalidParameterValue("count must be greater than zero", position=position_of(node))
     if low == high:
