@@ -95,7 +95,7 @@ class LocalAnswers:
         when the memo has none. Returns the spec and its full memo key.
         """
         defaults = self.settings.defaults(self.ctx.defaults)
-        full_key = (key, defaults)
+        full_key = (key, defaults, self.settings.unbiased)  # the answer depends on both
 
         def translate() -> AnswerSpec:
             return self.ctx.translator.translate_parsed(
@@ -125,7 +125,9 @@ class LocalAnswers:
             _log_answer(self.user, table, kept, memo=True)
             return kept
         version = memo.version(spec.cube)
-        result = await self._cancellable(self.ctx.service.answer(spec, user=self.user, sql=sql))
+        result = await self._cancellable(
+            self.ctx.service.answer(spec, user=self.user, sql=sql, unbiased=self.settings.unbiased)
+        )
         memo.remember(key, version, result)
         _log_answer(self.user, table, result)
         return result
@@ -140,7 +142,9 @@ class LocalAnswers:
         """
         specs = await self.translate_cores(wrapped, sql if key is None else key)
         answer = await self._cancellable(
-            self.ctx.service.answer_wrapped(wrapped, specs, user=self.user, sql=sql)
+            self.ctx.service.answer_wrapped(
+                wrapped, specs, user=self.user, sql=sql, unbiased=self.settings.unbiased
+            )
         )
         for spec, result in zip(specs, answer.results):
             _log_answer(self.user, spec.cube.qualified_name, result)
