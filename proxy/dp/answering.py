@@ -21,6 +21,7 @@ from proxy.engine.budget import CellBudget, Charges, UserCaps, cell_charges, for
 from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply, describe_batch
 from proxy.engine.history import HistoryEntry, HistoryStore, InMemoryHistoryStore
 from proxy.engine.noise import RandomSource
+from proxy.engine.ratio import Ratio, RatioRounds
 from proxy.errors import (
     BudgetExhausted,
     DomainViolation,
@@ -292,6 +293,52 @@ class DpService:
         """
         cube, requests = _batch(specs)
         engine = self.engine(cube)
+        ratios = [
+            Ratio(numerator, denominator, spec.accuracy)
+            for spec in specs
+            if spec.accuracy is not None
+            for row in spec.rows
+            for numerator, denominator in row.ratios
+        ]
+        try:
+            if ratios:
+                replies, ratio_replies = await self._answer_rounds(
+                    cube, engine, requests, ratios, user, sql
+                )
+            else:
+                replies, ratio_replies = await self._answer(cube, engine, requests, user, sql), []
+        except BudgetExhausted:
+            await self._log(cube, specs[0], None, user, sql)
+            raise
+        except DomainViolation as e:  # the count is for the DBA: the analyst's error has none
+            event("domain_violation", logging.WARNING, table=e.table, rows=e.rows, user=user)
+            raise
+        parts, ratio_parts, start, ratio_start = [], [], 0, 0
+        for spec in specs:
+            parts.append(replies[start : start + len(spec.queries)])
+            start += len(spec.queries)
+            asked = sum(len(row.ratios) for row in spec.rows)
+            ratio_parts.append(tuple(ratio_replies[ratio_start : ratio_start + asked]))
+            ratio_start += asked
+        results = await self.workers.run(
+            lambda: tuple(
+                _result(spec, part, ratio_part)
+                for spec, part, ratio_part in zip(specs, parts, ratio_parts)
+            )
+        )
+        for spec, result in zip(specs, results):
+            await self._log(cube, spec, result.replies, user, sql)
+        return results
+
+    async def _answer(
+        self,
+        cube: Cube,
+        engine: PrivacyEngine,
+        requests: list[QueryRequest],
+        user: str | None,
+        sql: str | None,
+    ) -> tuple[Reply, ...]:
+        """One atomic batch: from history if it can, else planned, measured, recorded."""
 
         def answer_free() -> tuple[Reply, ...] | None:
             """The replies if history answers the batch; None if it needs a measurement."""
@@ -304,26 +351,37 @@ class DpService:
                 return None
             return None if plan.measurements else engine.execute(plan, ())
 
-        try:
-            replies = await self._in_gate(cube, answer_free, self._planning_timeout)
-            if replies is None:
-                async with self._locks[cube.qualified_name]:
-                    replies = await self._spend(cube, engine, requests, user, sql)
-        except BudgetExhausted:
-            await self._log(cube, specs[0], None, user, sql)
-            raise
-        except DomainViolation as e:  # the count is for the DBA: the analyst's error has none
-            event("domain_violation", logging.WARNING, table=e.table, rows=e.rows, user=user)
-            raise
-        parts, start = [], 0
-        for spec in specs:
-            parts.append(replies[start : start + len(spec.queries)])
-            start += len(spec.queries)
-        for spec, part in zip(specs, parts):
-            await self._log(cube, spec, part, user, sql)
-        return await self.workers.run(
-            lambda: tuple(_result(spec, part) for spec, part in zip(specs, parts))
-        )
+        replies = await self._in_gate(cube, answer_free, self._planning_timeout)
+        if replies is None:
+            async with self._locks[cube.qualified_name]:
+                replies = await self._spend(cube, engine, requests, user, sql)
+        return replies
+
+    async def _answer_rounds(
+        self,
+        cube: Cube,
+        engine: PrivacyEngine,
+        requests: list[QueryRequest],
+        ratios: list[Ratio],
+        user: str | None,
+        sql: str | None,
+    ) -> tuple[tuple[Reply, ...], list[Reply | None]]:
+        """A statement with ratios: batches in rounds, each decided from released answers.
+
+        The statement's other values go with the first round. Each round is an atomic batch
+        (recorded before release); a refusal in a later round leaves earlier rounds spent.
+        """
+        rounds = RatioRounds(ratios, float(engine.budget.total))
+        linear: tuple[Reply, ...] = ()
+        first = True
+        while asked := rounds.requests():
+            batch = [*requests, *asked] if first else asked
+            replies = await self._answer(cube, engine, batch, user, sql)
+            if first:
+                linear, replies = replies[: len(requests)], replies[len(requests) :]
+                first = False
+            rounds.observe(replies)
+        return linear, rounds.answers()
 
     async def preview(self, specs: Sequence[AnswerSpec]) -> DpResult:
         """``EXPLAIN`` of a DP statement: how it would be answered and what it would cost.
@@ -613,9 +671,9 @@ def _plan_result(lines: list[str]) -> DpResult:
     )
 
 
-def _value_labels(spec: AnswerSpec) -> list[str]:
-    """What each of a spec's values is called in notices: the column and its group."""
-    aggregates = [c for c in spec.columns if c.kind is OutputKind.AGGREGATE]
+def _value_labels(spec: AnswerSpec, kind: OutputKind = OutputKind.AGGREGATE) -> list[str]:
+    """What each of a spec's values (or ratios) is called in notices: the column and its group."""
+    aggregates = [c for c in spec.columns if c.kind is kind]
     labels: list[str] = []
     for row in spec.rows:
         keys = ", ".join(f"{d}={k.label}" for d, k in zip(spec.group_dims, row.keys))
@@ -623,13 +681,17 @@ def _value_labels(spec: AnswerSpec) -> list[str]:
     return labels
 
 
-def _result(spec: AnswerSpec, replies: tuple[Reply, ...]) -> DpResult:
+def _result(
+    spec: AnswerSpec, replies: tuple[Reply, ...], ratio_replies: tuple[Reply | None, ...] = ()
+) -> DpResult:
     columns = result_columns(spec)
     per_row = len(spec.rows[0].queries)
+    per_row_ratios = len(spec.rows[0].ratios)
     rows: list[tuple[str | float | None, ...]] = []
     for r, row in enumerate(spec.rows):
         keys = dict(zip(spec.group_dims, row.keys))
         row_replies = replies[r * per_row : (r + 1) * per_row]
+        row_ratios = ratio_replies[r * per_row_ratios : (r + 1) * per_row_ratios]
         values: list[str | float | None] = []
         answers = iter(row_replies)
         for column in spec.columns:
@@ -638,18 +700,39 @@ def _result(spec: AnswerSpec, replies: tuple[Reply, ...]) -> DpResult:
                 values.append(None if key is None else key if isinstance(key, str) else float(key))
             elif column.kind is OutputKind.AGGREGATE:
                 values.append(next(answers).estimate)
+            elif column.ratio is not None:  # a ratio, or its interval; NULL without one
+                ratio = row_ratios[column.ratio]
+                values.append(
+                    None
+                    if ratio is None
+                    else ratio.estimate
+                    if column.kind is OutputKind.RATIO
+                    else ratio.low
+                    if column.kind is OutputKind.INTERVAL_LOW
+                    else ratio.high
+                )
             else:
                 reply = row_replies[column.aggregate or 0]
                 values.append(reply.low if column.kind is OutputKind.INTERVAL_LOW else reply.high)
         rows.append(tuple(values))
     notices = [notice_text(label, reply) for label, reply in zip(_value_labels(spec), replies)]
+    warnings = [f"dp: warning: {w}" for w in spec.warnings]
+    for label, ratio in zip(_value_labels(spec, OutputKind.RATIO), ratio_replies):
+        if ratio is None:
+            warnings.append(
+                f"dp: warning: {label} is NULL: the interval of its denominator reaches zero "
+                "(too few rows for this budget); ask for a coarser grouping or filter"
+            )
+        else:
+            notices.append(notice_text(label, ratio))
+    released = (*replies, *(r for r in ratio_replies if r is not None))
     return DpResult(
         columns,
         tuple(rows),
         tuple(notices),
-        replies,
-        summary_text(spec.cube.qualified_name, replies),
-        tuple(f"dp: warning: {w}" for w in spec.warnings),
+        released,
+        summary_text(spec.cube.qualified_name, released),
+        tuple(warnings),
     )
 
 
