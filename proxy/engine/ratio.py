@@ -231,9 +231,18 @@ class RatioRounds:
             key = _key(ratio.denominator)
             group = self._groups.setdefault(key, _Group(ratio.denominator, []))
             group.ratios.append(i)
+            if not ratio.numerator.cells.size:  # no row counts: known without asking
+                value = ratio.numerator.offset
+                group.numerators[i] = group.probes[i] = Reply(
+                    value, value, value, 1.0, "history", Fraction(0), Fraction(0)
+                )
+        for group in self._groups.values():
+            if not group.denominator.cells.size:  # a constant: no ratio of rows to answer
+                group.state = "null"
         self._bounds = [ratio_bound(r.numerator, r.denominator) for r in self.ratios]
         self._parts: list[list[Reply]] = [[] for _ in self.ratios]  # every reply, for charges
         self._asked: list[tuple[_Group, str, int | None]] = []
+        self._slots: list[int] = []  # the request that answers each asked part
 
     def _miss(self, group: _Group) -> float:
         return min(self.ratios[i].accuracy.delta for i in group.ratios)
@@ -245,7 +254,30 @@ class RatioRounds:
         return QueryRequest(query, AccuracyRequest(half_width, 1 - miss))
 
     def requests(self) -> list[QueryRequest]:
-        """The next round's requests (empty: every ratio is answered)."""
+        """The next round's requests (empty: every ratio is answered).
+
+        A vector asked twice in a round (``AVG(x)`` and ``SUM(x) / COUNT(x)``) is asked once, at
+        the narrower of the two accuracies and the higher confidence.
+        """
+        wanted = self._wanted()
+        merged: dict[tuple[bytes, bytes, float], QueryRequest] = {}
+        for request in wanted:
+            key = _key(request.query)
+            if key in merged:
+                other = merged[key].accuracy
+                merged[key] = QueryRequest(
+                    request.query,
+                    AccuracyRequest(
+                        min(other.eps, request.accuracy.eps),
+                        max(other.confidence, request.accuracy.confidence),
+                    ),
+                )
+            else:
+                merged[key] = request
+        self._slots = [list(merged).index(_key(r.query)) for r in wanted]
+        return list(merged.values())
+
+    def _wanted(self) -> list[QueryRequest]:
         self._asked = []
         requests: list[QueryRequest] = []
         for group in self._groups.values():
@@ -253,7 +285,8 @@ class RatioRounds:
                 requests.append(self._probe_request(group.denominator, group))
                 self._asked.append((group, "denominator", None))
                 for i in group.ratios:  # its size tightens the bound R D of the split
-                    if i not in group.probes or group.probes[i].low <= 0 <= group.probes[i].high:
+                    probe = group.probes.get(i)
+                    if probe is None or probe.low < 0 < probe.high:
                         requests.append(self._probe_request(self.ratios[i].numerator, group))
                         self._asked.append((group, "probe", i))
             elif group.state == "final":
@@ -286,15 +319,18 @@ class RatioRounds:
             requests.append(QueryRequest(group.denominator, AccuracyRequest(h_d, 1 - refine_miss)))
             self._asked.append((group, "denominator", None))
         for i, n, h in zip(group.ratios, numerators, h_ns):
+            if not n.query.cells.size:
+                continue
             requests.append(QueryRequest(n.query, AccuracyRequest(h, 1 - n.miss)))
             self._asked.append((group, "numerator", i))
         return requests
 
     def observe(self, replies: Sequence[Reply]) -> None:
         """The engine's replies to the last :meth:`requests`, in order."""
-        if len(replies) != len(self._asked):
-            raise ValueError(f"need {len(self._asked)} replies, got {len(replies)}")
-        for (group, part, i), reply in zip(self._asked, replies):
+        if len(replies) != max(self._slots, default=-1) + 1:
+            raise ValueError("one reply per request of the last round")
+        for (group, part, i), slot in zip(self._asked, self._slots):
+            reply = replies[slot]
             for j in group.ratios if part == "denominator" else [i]:
                 assert j is not None
                 self._parts[j].append(reply)
@@ -318,7 +354,7 @@ class RatioRounds:
                     group.probe += 1
                 else:
                     group.state = "null"
-        self._asked = []
+        self._asked, self._slots = [], []
 
     def answers(self) -> list[Reply | None]:
         """One reply per ratio: the box's midpoint and ends; None for a NULL ratio."""
