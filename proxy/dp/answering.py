@@ -306,7 +306,8 @@ class DpService:
                     cube, engine, requests, ratios, user, sql
                 )
             else:
-                replies, ratio_replies = await self._answer(cube, engine, requests, user, sql), []
+                replies = await self._answer(cube, engine, requests, user, sql)
+                ratio_replies = []
         except BudgetExhausted:
             await self._log(cube, specs[0], None, user, sql)
             raise
@@ -365,23 +366,35 @@ class DpService:
         ratios: list[Ratio],
         user: str | None,
         sql: str | None,
-    ) -> tuple[tuple[Reply, ...], list[Reply | None]]:
+    ) -> tuple[tuple[Reply, ...], list[tuple[Reply | None, str]]]:
         """A statement with ratios: batches in rounds, each decided from released answers.
 
         The statement's other values go with the first round. Each round is an atomic batch
         (recorded before release); a refusal in a later round leaves earlier rounds spent.
         """
-        rounds = RatioRounds(ratios, float(engine.budget.total))
+        budget = engine.budget
+        rounds = RatioRounds(ratios, float(budget.total))
         linear: tuple[Reply, ...] = ()
         first = True
-        while asked := rounds.requests():
+
+        def left(query: LinearQuery) -> float:
+            spent = max((charged.get(int(c), Fraction(0)) for c in query.cells), default=0)
+            return float(budget.total - spent)
+
+        while True:
+            charged = budget.per_cell()
+            asked = rounds.requests(left)
+            if not asked:
+                break
             batch = [*requests, *asked] if first else asked
             replies = await self._answer(cube, engine, batch, user, sql)
             if first:
                 linear, replies = replies[: len(requests)], replies[len(requests) :]
                 first = False
             rounds.observe(replies)
-        return linear, rounds.answers()
+        if first and requests:  # every ratio was settled without asking: the rest still is
+            linear = await self._answer(cube, engine, requests, user, sql)
+        return linear, list(zip(rounds.answers(), rounds.reasons()))
 
     async def preview(self, specs: Sequence[AnswerSpec]) -> DpResult:
         """``EXPLAIN`` of a DP statement: how it would be answered and what it would cost.
@@ -682,7 +695,9 @@ def _value_labels(spec: AnswerSpec, kind: OutputKind = OutputKind.AGGREGATE) -> 
 
 
 def _result(
-    spec: AnswerSpec, replies: tuple[Reply, ...], ratio_replies: tuple[Reply | None, ...] = ()
+    spec: AnswerSpec,
+    replies: tuple[Reply, ...],
+    ratios: tuple[tuple[Reply | None, str], ...] = (),
 ) -> DpResult:
     columns = result_columns(spec)
     per_row = len(spec.rows[0].queries)
@@ -691,7 +706,7 @@ def _result(
     for r, row in enumerate(spec.rows):
         keys = dict(zip(spec.group_dims, row.keys))
         row_replies = replies[r * per_row : (r + 1) * per_row]
-        row_ratios = ratio_replies[r * per_row_ratios : (r + 1) * per_row_ratios]
+        row_ratios = [reply for reply, _ in ratios[r * per_row_ratios : (r + 1) * per_row_ratios]]
         values: list[str | float | None] = []
         answers = iter(row_replies)
         for column in spec.columns:
@@ -717,15 +732,12 @@ def _result(
         rows.append(tuple(values))
     notices = [notice_text(label, reply) for label, reply in zip(_value_labels(spec), replies)]
     warnings = [f"dp: warning: {w}" for w in spec.warnings]
-    for label, ratio in zip(_value_labels(spec, OutputKind.RATIO), ratio_replies):
+    for label, (ratio, reason) in zip(_value_labels(spec, OutputKind.RATIO), ratios):
         if ratio is None:
-            warnings.append(
-                f"dp: warning: {label} is NULL: the interval of its denominator reaches zero "
-                "(too few rows for this budget); ask for a coarser grouping or filter"
-            )
+            warnings.append(f"dp: warning: {label} is NULL: {reason}")
         else:
             notices.append(notice_text(label, ratio))
-    released = (*replies, *(r for r in ratio_replies if r is not None))
+    released = (*replies, *(r for r, _ in ratios if r is not None))
     return DpResult(
         columns,
         tuple(rows),

@@ -7,15 +7,17 @@ bound the box holds the true ratio with probability at least ``1 - miss(N) - mis
 
 The accuracy a ratio needs from its parts depends on the true denominator, which is private, so
 the parts are bought in rounds, each decided from public inputs only (the requirement, the
-table's total budget, and answers already released):
+table's total budget and ledger, and answers already released):
 
 1. **Probe** the denominator at a coarse accuracy fixed in advance (a schedule of budgets that
-   grows 8-fold per round, from 1/256 of the table's total) until its released interval shows
+   grows 4-fold per round, from 1/256 of the table's total) until its released interval shows
    its size to within 10% (history answers for free when it already knows ``D``).
 2. **Split**: from the released ``D``, choose the numerator's accuracy and, if it costs less,
    a finer denominator (the engine combines it with the probe), so that the box is at most
    ``+-eps`` wide with the least per-cell budget (:func:`split`). Several ratios over one
    denominator (a GROUP BY's rates, ``AVG`` and a share per group) are split together.
+   A split that would cost more than the cells have left makes the ratio NULL (with the reason)
+   instead of refusing the whole statement.
 3. Answer from the last released intervals. Which rounds run depends on released values, so the
    denominator's miss probability is divided among every interval that could end up in the box
    (each probe and the refinement); the numerator, bought once, gets half of ``1 - c``.
@@ -27,7 +29,7 @@ answers; the caller asks the engine (which records every measurement before rele
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -45,13 +47,17 @@ __all__ = ["Ratio", "RatioRounds", "ratio_box", "ratio_bound", "split", "PROBE_R
 PROBE_ROUNDS = 3
 #: The first probe's budget, as a share of the table's total; each next one is 8 times more.
 _FIRST_PROBE_SHARE = 1 / 256
-_PROBE_GROWTH = 8
+_PROBE_GROWTH = 4
 #: A denominator is known well enough to plan from once its half-width is at most this share.
 _PLANNABLE = 0.1
 #: Shares of the ratio's miss probability: the numerator's, each probe's, the refinement's.
 _MISS_NUMERATOR = 1 / 2
 _MISS_PROBE = 1 / 16
 _MISS_REFINE = 1 / 2 - PROBE_ROUNDS * _MISS_PROBE
+
+_NEAR_ZERO = "the interval of its denominator reaches zero (too few rows for this budget)"
+_TOO_COSTLY = "its accuracy needs more budget than its cells have left"
+_NO_ROWS = "its denominator reads no row (0 / 0)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +160,10 @@ def split(
     released: Reply,
     refine_miss: float,
     numerators: Sequence[_Numerator],
-) -> tuple[float | None, list[float]] | None:
+) -> tuple[float | None, list[float], float] | None:
     """Half-widths of a refined denominator (None: keep the released one) and of each numerator.
+
+    The third value is what they cost the most-charged cell.
 
     Chosen to meet every ratio's ``+-eps`` at the least budget on the most-charged cell (the
     per-cell ledger: parts over the same cells add up, parts over other cells do not). None if
@@ -195,7 +203,9 @@ def split(
     best = min(keep, cost(h_refined, refine=True))
     if math.isinf(best):
         return None
-    return (None, widths(None)) if keep == best else (h_refined, widths(h_refined))
+    if keep == best:
+        return None, widths(None), best
+    return h_refined, widths(h_refined), best
 
 
 def _key(query: LinearQuery) -> tuple[bytes, bytes, float]:
@@ -213,6 +223,7 @@ class _Group:
     numerators: dict[int, Reply] = field(default_factory=dict)
     probes: dict[int, Reply] = field(default_factory=dict)  # numerators' probes
     state: str = "probe"  # probe -> final -> done, or null
+    reason: str = ""  # why the ratios are NULL
 
 
 class RatioRounds:
@@ -238,11 +249,12 @@ class RatioRounds:
                 )
         for group in self._groups.values():
             if not group.denominator.cells.size:  # a constant: no ratio of rows to answer
-                group.state = "null"
+                group.state, group.reason = "null", _NO_ROWS
         self._bounds = [ratio_bound(r.numerator, r.denominator) for r in self.ratios]
         self._parts: list[list[Reply]] = [[] for _ in self.ratios]  # every reply, for charges
         self._asked: list[tuple[_Group, str, int | None]] = []
         self._slots: list[int] = []  # the request that answers each asked part
+        self._reasons: dict[int, str] = {}  # ratios NULL on their own
 
     def _miss(self, group: _Group) -> float:
         return min(self.ratios[i].accuracy.delta for i in group.ratios)
@@ -253,13 +265,18 @@ class RatioRounds:
         half_width = query.sensitivity * math.log(1 / miss) / budget
         return QueryRequest(query, AccuracyRequest(half_width, 1 - miss))
 
-    def requests(self) -> list[QueryRequest]:
+    def requests(
+        self, left: Callable[[LinearQuery], float] = lambda _: math.inf
+    ) -> list[QueryRequest]:
         """The next round's requests (empty: every ratio is answered).
+
+        ``left(q)`` is the budget left on the most-charged cell ``q`` reads: a ratio whose split
+        would cost more is NULL rather than refused with the statement.
 
         A vector asked twice in a round (``AVG(x)`` and ``SUM(x) / COUNT(x)``) is asked once, at
         the narrower of the two accuracies and the higher confidence.
         """
-        wanted = self._wanted()
+        wanted = self._wanted(left)
         merged: dict[tuple[bytes, bytes, float], QueryRequest] = {}
         for request in wanted:
             key = _key(request.query)
@@ -277,7 +294,7 @@ class RatioRounds:
         self._slots = [list(merged).index(_key(r.query)) for r in wanted]
         return list(merged.values())
 
-    def _wanted(self) -> list[QueryRequest]:
+    def _wanted(self, left: Callable[[LinearQuery], float]) -> list[QueryRequest]:
         self._asked = []
         requests: list[QueryRequest] = []
         for group in self._groups.values():
@@ -290,14 +307,14 @@ class RatioRounds:
                         requests.append(self._probe_request(self.ratios[i].numerator, group))
                         self._asked.append((group, "probe", i))
             elif group.state == "final":
-                requests.extend(self._final(group))
+                requests.extend(self._final(group, left))
         return requests
 
-    def _final(self, group: _Group) -> list[QueryRequest]:
+    def _final(self, group: _Group, left: Callable[[LinearQuery], float]) -> list[QueryRequest]:
         assert group.released is not None
         d = group.released
-        numerators = [
-            _Numerator(
+        numerators = {
+            i: _Numerator(
                 self.ratios[i].numerator,
                 self.ratios[i].accuracy.eps,
                 self.ratios[i].accuracy.delta * _MISS_NUMERATOR,
@@ -307,18 +324,32 @@ class RatioRounds:
                 else None,
             )
             for i in group.ratios
-        ]
+        }
         refine_miss = self._miss(group) * _MISS_REFINE
-        chosen = split(group.denominator, d, refine_miss, numerators)
-        if chosen is None:  # not reached: a plannable denominator always has a split
+
+        def alone(i: int) -> float:
+            chosen = split(group.denominator, d, refine_miss, [numerators[i]])
+            return math.inf if chosen is None else chosen[2]
+
+        # public: the ledger and released answers. Past the budget left, the ratios that cost
+        # most on their own are NULL, so that one costly ratio leaves the others answered
+        kept = sorted(group.ratios, key=alone)
+        budget_left = left(group.denominator)
+        while kept:
+            chosen = split(group.denominator, d, refine_miss, [numerators[i] for i in kept])
+            if chosen is not None and chosen[2] <= budget_left:
+                break
+            self._reasons[kept.pop()] = _TOO_COSTLY
+        if chosen is None or not kept:
             group.state = "null"
             return []
-        h_d, h_ns = chosen
+        h_d, h_ns, _ = chosen
         requests = []
         if h_d is not None:
             requests.append(QueryRequest(group.denominator, AccuracyRequest(h_d, 1 - refine_miss)))
             self._asked.append((group, "denominator", None))
-        for i, n, h in zip(group.ratios, numerators, h_ns):
+        for i, h in zip(kept, h_ns):
+            n = numerators[i]
             if not n.query.cells.size:
                 continue
             requests.append(QueryRequest(n.query, AccuracyRequest(h, 1 - n.miss)))
@@ -353,8 +384,15 @@ class RatioRounds:
                 elif group.probe + 1 < PROBE_ROUNDS:
                     group.probe += 1
                 else:
-                    group.state = "null"
+                    group.state, group.reason = "null", _NEAR_ZERO
         self._asked, self._slots = [], []
+
+    def reasons(self) -> list[str]:
+        """Why each ratio is NULL ("" where it is answered), after the last round."""
+        return [
+            self._reasons.get(i) or self._groups[_key(r.denominator)].reason
+            for i, r in enumerate(self.ratios)
+        ]
 
     def answers(self) -> list[Reply | None]:
         """One reply per ratio: the box's midpoint and ends; None for a NULL ratio."""
@@ -365,7 +403,10 @@ class RatioRounds:
         for i, ratio in enumerate(self.ratios):
             group = self._groups[_key(ratio.denominator)]
             n, d = group.numerators.get(i), group.released
-            box = None if n is None or d is None else ratio_box(n.low, n.high, d.low, d.high)
+            if i in self._reasons or n is None or d is None:
+                out.append(None)
+                continue
+            box = ratio_box(n.low, n.high, d.low, d.high)
             if box is None:
                 out.append(None)
                 continue
