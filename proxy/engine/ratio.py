@@ -160,6 +160,7 @@ def split(
     released: Reply,
     refine_miss: float,
     numerators: Sequence[_Numerator],
+    even: bool = False,
 ) -> tuple[float | None, list[float], float] | None:
     """Half-widths of a refined denominator (None: keep the released one) and of each numerator.
 
@@ -167,7 +168,8 @@ def split(
 
     Chosen to meet every ratio's ``+-eps`` at the least budget on the most-charged cell (the
     per-cell ledger: parts over the same cells add up, parts over other cells do not). None if
-    no choice meets them (the denominator is not known to be positive).
+    no choice meets them (the denominator is not known to be positive). ``even`` gives every
+    part the same budget instead (the baseline of bench/ratio_bench.py).
     """
     d_width = (released.high - released.low) / 2
     if released.low <= 0:
@@ -186,26 +188,60 @@ def split(
         alphas += [_budget(n.query.sensitivity, h, n.miss) for n, h in zip(numerators, hs)]
         return float(np.max(patterns @ np.array(alphas)))
 
+    if even:
+        return _even_split(sensitivity, refine_miss, numerators, widths, patterns)
     keep = cost(d_width, refine=False)
-    # the finest denominator worth buying: every numerator's width still positive
-    top = d_width
-    for n in numerators:
-        if n.bound is not None:  # R h / (d - h) < eps
-            top = min(top, n.eps * released.low / (n.bound + n.eps) / 2)
-    top *= 1 - 1e-9
-    refined = optimize.minimize_scalar(
-        lambda log_h: cost(math.exp(log_h), refine=True),
-        bounds=(math.log(top * 1e-4), math.log(top)),
-        method="bounded",
-        options={"xatol": 1e-4},
-    )
-    h_refined = math.exp(float(refined.x))
-    best = min(keep, cost(h_refined, refine=True))
+    # the coarsest refinement that leaves every numerator a positive width (they shrink as
+    # the denominator's half-width grows)
+    low, top = 0.0, d_width
+    if any(w <= 0 for w in widths(top)):
+        for _ in range(60):
+            middle = (low + top) / 2
+            low, top = (middle, top) if all(w > 0 for w in widths(middle)) else (low, middle)
+        top = low
+    best, h_refined = keep, top
+    if top > 0:
+        refined = optimize.minimize_scalar(
+            lambda log_h: cost(math.exp(log_h), refine=True),
+            bounds=(math.log(top * 1e-4), math.log(top * (1 - 1e-9))),
+            method="bounded",
+            options={"xatol": 1e-4},
+        )
+        h_refined = math.exp(float(refined.x))
+        best = min(keep, cost(h_refined, refine=True))
     if math.isinf(best):
         return None
     if keep == best:
         return None, widths(None), best
     return h_refined, widths(h_refined), best
+
+
+def _even_split(
+    sensitivity: float,
+    refine_miss: float,
+    numerators: Sequence[_Numerator],
+    widths: Callable[[float], list[float]],
+    patterns: np.ndarray,
+) -> tuple[float, list[float], float] | None:
+    """The least budget that, given to every part alike, meets every ratio."""
+
+    def parts(alpha: float) -> tuple[float, list[float]]:
+        return sensitivity * math.log(1 / refine_miss) / alpha, [
+            n.query.sensitivity * math.log(1 / n.miss) / alpha for n in numerators
+        ]
+
+    def fits(alpha: float) -> bool:
+        h_d, hs = parts(alpha)
+        return all(0 < h <= w for h, w in zip(hs, widths(h_d)))
+
+    low, high = 1e-9, 1e6
+    if not fits(high):
+        return None
+    for _ in range(80):
+        middle = math.sqrt(low * high)
+        low, high = (low, middle) if fits(middle) else (middle, high)
+    h_d, hs = parts(high)
+    return h_d, hs, float(np.max(patterns @ np.full(len(numerators) + 1, high)))
 
 
 def _key(query: LinearQuery) -> tuple[bytes, bytes, float]:
@@ -232,10 +268,12 @@ class RatioRounds:
     Each round's requests depend only on the ratios, the table's total budget and replies given
     to :meth:`observe`: public inputs. When :meth:`requests` is empty, :meth:`answers` has one
     reply per ratio (None where the denominator could not be told apart from zero).
+    ``even`` splits every requirement evenly between the parts (a baseline for benchmarks).
     """
 
-    def __init__(self, ratios: Sequence[Ratio], total_budget: float) -> None:
+    def __init__(self, ratios: Sequence[Ratio], total_budget: float, even: bool = False) -> None:
         self.ratios = list(ratios)
+        self._even = even
         self._first_probe = total_budget * _FIRST_PROBE_SHARE
         self._groups: dict[tuple[bytes, bytes, float], _Group] = {}
         for i, ratio in enumerate(self.ratios):
@@ -328,7 +366,7 @@ class RatioRounds:
         refine_miss = self._miss(group) * _MISS_REFINE
 
         def alone(i: int) -> float:
-            chosen = split(group.denominator, d, refine_miss, [numerators[i]])
+            chosen = split(group.denominator, d, refine_miss, [numerators[i]], self._even)
             return math.inf if chosen is None else chosen[2]
 
         # public: the ledger and released answers. Past the budget left, the ratios that cost
@@ -336,7 +374,9 @@ class RatioRounds:
         kept = sorted(group.ratios, key=alone)
         budget_left = left(group.denominator)
         while kept:
-            chosen = split(group.denominator, d, refine_miss, [numerators[i] for i in kept])
+            chosen = split(
+                group.denominator, d, refine_miss, [numerators[i] for i in kept], self._even
+            )
             if chosen is not None and chosen[2] <= budget_left:
                 break
             self._reasons[kept.pop()] = _TOO_COSTLY
