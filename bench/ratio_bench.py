@@ -43,7 +43,7 @@ import numpy.typing as npt
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.evaluation.adult import adult_cube, adult_histogram  # noqa: E402
-from proxy.engine import InMemoryHistoryStore, PrivacyEngine, SeededRandomSource  # noqa: E402
+from proxy.engine import PrivacyEngine, SeededRandomSource  # noqa: E402
 from proxy.engine.ratio import Ratio, RatioRounds  # noqa: E402
 from proxy.errors import BudgetExhausted  # noqa: E402
 from sqlmap.accuracy import AccuracyRequest  # noqa: E402
@@ -135,13 +135,7 @@ class Tally:
 def run_rounds(
     statements: list[list[Ratio]], x: npt.NDArray[np.int64], seed: int, cube: Cube, how: str
 ) -> tuple[float, list[tuple[Ratio, object]]]:
-    engine = PrivacyEngine(
-        "t",
-        cube.n_cells,
-        total_budget=TOTAL,
-        store=InMemoryHistoryStore(),
-        rng=SeededRandomSource(seed),
-    )
+    engine = PrivacyEngine("t", cube.n_cells, total_budget=TOTAL, rng=SeededRandomSource(seed))
     batches = (
         [[r for s in statements for r in s]]
         if how != "one by one"
@@ -218,8 +212,7 @@ def main() -> None:
             ri = f"{tally.covered / tally.answered:.3f}" if tally.answered else "-"
             refused = f" ({tally.refused} refused)" if tally.refused else ""
             print(
-                f"| {case.name} | {how} | {mean}{refused} | {ri} | {tally.nulls} | "
-                f"{tally.wide} |"
+                f"| {case.name} | {how} | {mean}{refused} | {ri} | {tally.nulls} | {tally.wide} |"
             )
         # SmartNoise recomputes each ratio's parts: a shared denominator is paid per ratio
         per_ratio = [smartnoise_budget(r, x) for s in statements for r in s]

@@ -19,18 +19,19 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from proxy.engine import AccuracyRequest, InMemoryHistoryStore, PrivacyEngine, SeededRandomSource
+from proxy.engine import AccuracyRequest, PrivacyEngine, SeededRandomSource
 from proxy.engine.engine import Reply
 from proxy.engine.ratio import Ratio, RatioRounds, ratio_bound, ratio_box
 from proxy.errors import BudgetExhausted
 from sqlmap.vector import LinearQuery
+from tests.engine.recording import Recorder
 
 N_CELLS = 8
 
 
-def _ledger(store: InMemoryHistoryStore) -> dict[int, Fraction]:
+def _ledger(recorder: Recorder) -> dict[int, Fraction]:
     spent: dict[int, Fraction] = defaultdict(Fraction)
-    for entry in store.entries("t"):
+    for entry in recorder.entries:
         s = max(abs(Fraction(repr(w))) for w in entry.query.weights.tolist())
         for cell, w in zip(entry.query.cells.tolist(), entry.query.weights.tolist()):
             spent[cell] += entry.budget * abs(Fraction(repr(w))) / s
@@ -38,12 +39,13 @@ def _ledger(store: InMemoryHistoryStore) -> dict[int, Fraction]:
 
 
 def _answer(
-    engine: PrivacyEngine, ratios: list[Ratio], x: np.ndarray, total: Fraction
+    engine: PrivacyEngine, recorder: Recorder, ratios: list[Ratio], x: np.ndarray, total: Fraction
 ) -> list[Reply | None]:
     rounds = RatioRounds(ratios, float(total))
     while requests := rounds.requests():
         plan = engine.plan(requests)
-        rounds.observe(engine.execute(plan, [m.evaluate(x) for m in plan.measurements]))
+        truths = [m.evaluate(x) for m in plan.measurements]
+        rounds.observe(recorder.execute(engine, plan, truths))
     return rounds.answers()
 
 
@@ -53,10 +55,8 @@ def _trial(seed: int, confidence: float) -> list[tuple[str, bool, bool]]:
     x[:4] += rng.integers(50, 5000, 4)  # the big denominator's cells
     x[4:6] += rng.integers(100, 600, 2)  # the small one's
     total = Fraction(int(rng.integers(1, 6)))
-    store = InMemoryHistoryStore()
-    engine = PrivacyEngine(
-        "t", N_CELLS, total_budget=total, store=store, rng=SeededRandomSource(seed)
-    )
+    recorder = Recorder()
+    engine = PrivacyEngine("t", N_CELLS, total_budget=total, rng=SeededRandomSource(seed))
     values = rng.integers(1, 91, N_CELLS).astype(float)
     big = np.array([1, 1, 1, 1, 0, 0, 0, 0.0])
     small = np.array([0, 0, 0, 0, 1, 1, 0, 0.0])
@@ -77,11 +77,11 @@ def _trial(seed: int, confidence: float) -> list[tuple[str, bool, bool]]:
         for n, d, eps in kinds.values()
     ]
     try:
-        answers = _answer(engine, ratios, x, total)
+        answers = _answer(engine, recorder, ratios, x, total)
     except BudgetExhausted:
         return []
     finally:
-        assert engine.budget.per_cell() == _ledger(store)
+        assert engine.budget.per_cell() == _ledger(recorder)
         assert engine.budget.spent <= total
     outcomes = []
     for kind, ratio, reply in zip(kinds, ratios, answers):
