@@ -122,6 +122,7 @@ class _Numerator:
     miss: float
     bound: float | None  # R: |N| <= R D
     probe: float | None = None  # |N| <= this, from a released probe
+    free: float = math.inf  # the half-width history gives for nothing (its probe's, if history)
 
 
 def _numerator_width(n: _Numerator, d: Reply, h_d: float | None) -> float:
@@ -185,7 +186,10 @@ def split(
         if any(h <= 0 for h in hs):
             return math.inf
         alphas = [_budget(sensitivity, h_d, refine_miss) if refine else 0.0]
-        alphas += [_budget(n.query.sensitivity, h, n.miss) for n, h in zip(numerators, hs)]
+        alphas += [
+            0.0 if n.free <= h else _budget(n.query.sensitivity, h, n.miss)
+            for n, h in zip(numerators, hs)
+        ]
         return float(np.max(patterns @ np.array(alphas)))
 
     if even:
@@ -360,6 +364,10 @@ class RatioRounds:
                 abs(group.probes[i].estimate) + (group.probes[i].high - group.probes[i].low) / 2
                 if i in group.probes
                 else None,
+                # history's interval at the probe's (higher) confidence: narrower at the final one
+                (group.probes[i].high - group.probes[i].low) / 2
+                if i in group.probes and group.probes[i].source == "history"
+                else math.inf,
             )
             for i in group.ratios
         }
