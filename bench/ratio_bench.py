@@ -174,8 +174,9 @@ def smartnoise_budget(ratio: Ratio, x: npt.NDArray[np.int64], draws: int = 4000)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="30 replications instead of 200")
+    parser.add_argument("--replications", type=int, help="seeded replications per allocation")
     args = parser.parse_args()
-    replications = 30 if args.quick else 200
+    replications = args.replications or (30 if args.quick else 200)
     cube = adult_cube()
     x = adult_histogram(cube)
     translator = Translator([cube])

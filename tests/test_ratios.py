@@ -210,3 +210,19 @@ def test_avg_of_a_numeric_dimension_is_sum_over_count() -> None:
     assert numerator.to_dense().tolist() == [0.0, 1.0, 2.0, 3.0, 0.0]  # NULL row: not summed
     assert denominator.to_dense().tolist() == [0.0, 1.0, 1.0, 1.0, 0.0]  # nor counted
     assert spec.rows[0].queries == ()
+
+
+def test_explain_names_the_ratios_and_spends_nothing(run: Run) -> None:
+    loop, service, ledger, _ = run
+    spec = TRANSLATOR.translate(f"SELECT sex, {PERCENT} FROM adult GROUP BY sex WITH ACCURACY 1")
+    preview = loop.run_until_complete(service.preview([spec]))
+    lines = [row[0] for row in preview.rows]
+    assert sum("a ratio, answered in rounds" in str(line) for line in lines) == 2, lines
+    assert ledger.entries == []
+
+
+def test_translate_cli_lists_ratio_parts() -> None:
+    from proxy.cli import describe
+
+    text = describe(TRANSLATOR.translate(f"SELECT {PERCENT} FROM adult WITH ACCURACY 1"))
+    assert "ratio of 5760 cells (sensitivity 100) over 11520 cells (sensitivity 1)" in text

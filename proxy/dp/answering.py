@@ -425,6 +425,12 @@ class DpService:
                     f"  {label}: {decision.source} ({cost}), "
                     f"±{decision.half_width:.6g} at confidence {decision.confidence:.6g}"
                 )
+            # what a ratio costs depends on answers released in its rounds: not known ahead
+            lines.extend(
+                f"  {label}: a ratio, answered in rounds (denominator first); not in the charge"
+                for spec in specs
+                for label in _value_labels(spec, OutputKind.RATIO)
+            )
             _, numerators, denominator = plan.charges.numerators()
             charged = Fraction(int(numerators.max()), denominator) if numerators.size else 0
             lines.append(
