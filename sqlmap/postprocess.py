@@ -31,6 +31,7 @@ from sqlmap.accuracy import CLAUSE_KEY, HINT_KEY
 from sqlmap.cellwise import position_of
 from sqlmap.cube import CategoricalDimension, Cube, Scalar
 from sqlmap.errors import UnsupportedQuery
+from sqlmap.probability import PROBABILITY_FUNCTION, probability_call
 
 if TYPE_CHECKING:
     from sqlmap.translate import Translator
@@ -47,7 +48,7 @@ __all__ = [
 #: Clauses that make a SELECT over a protected table more than a core.
 _WRAPPER_CLAUSES = ("order", "limit", "offset", "having", "distinct", "windows", "qualify")
 
-_INTERVALS = ("DP_INTERVAL_LOW", "DP_INTERVAL_HIGH")
+_INTERVALS = ("DP_INTERVAL_LOW", "DP_INTERVAL_HIGH", PROBABILITY_FUNCTION)
 
 # Unguessable within a process: the placeholder of a core in the wrapper's text cannot collide
 # with anything the analyst wrote.
@@ -334,7 +335,7 @@ class _CoreBuilder:
         self.key_sql = [k.sql("postgres") for k in self.keys]
         self.aggregates: list[exp.Expr] = []
         self.aggregate_names: list[str] = []
-        self.intervals: list[tuple[str, int]] = []  # (function, aggregate index)
+        self.intervals: list[exp.Anonymous] = []  # the core's calls, over its aggregates
         self.output_names = {
             _ident(i.args["alias"]) for i in select.expressions if isinstance(i, exp.Alias)
         }
@@ -384,15 +385,18 @@ class _CoreBuilder:
         return exp.column(f"_a{len(self.aggregates)}", self.alias)
 
     def interval_column(self, call: exp.Anonymous) -> exp.Column:
+        function = call.name.upper()
         args = call.expressions
+        if function == PROBABILITY_FUNCTION:
+            args = [probability_call(call)[0]]
         if len(args) != 1 or not (_linear_aggregate(args[0]) or _ratio_aggregate(args[0])):
             raise UnsupportedQuery(
-                f"{call.name.upper()} takes one aggregate expression",
+                f"{function} takes one aggregate expression",
                 position=position_of(call),
             )
         self.aggregate_column(args[0])
-        index = next(i for i, a in enumerate(self.aggregates) if a == args[0])
-        entry = (call.name.upper(), index)
+        # the core reports on the aggregate it computes (the comparison names it, verbatim)
+        entry = exp.Anonymous(this=function, expressions=[a.copy() for a in call.expressions])
         if entry not in self.intervals:
             self.intervals.append(entry)
         return exp.column(f"_i{self.intervals.index(entry) + 1}", self.alias)
@@ -494,13 +498,7 @@ class _CoreBuilder:
             exp.alias_(a.copy(), name, quoted=True)
             for a, name in zip(self.aggregates, self.aggregate_names)
         ]
-        items += [
-            exp.alias_(
-                exp.Anonymous(this=function, expressions=[self.aggregates[index].copy()]),
-                f"_i{i + 1}",
-            )
-            for i, (function, index) in enumerate(self.intervals)
-        ]
+        items += [exp.alias_(call.copy(), f"_i{i + 1}") for i, call in enumerate(self.intervals)]
         core = exp.Select(expressions=items)
         core.set("from_", self.select.args["from_"].copy())
         where = self.select.args.get("where")

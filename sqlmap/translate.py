@@ -33,6 +33,7 @@ from sqlmap.errors import (
     UndefinedTable,
     UnsupportedQuery,
 )
+from sqlmap.probability import PROBABILITY_FUNCTION, Comparison, probability_call
 from sqlmap.vector import LinearQuery
 
 __all__ = [
@@ -195,13 +196,15 @@ class OutputKind(Enum):
     AGGREGATE = "aggregate"
     INTERVAL_LOW = "interval low"  # DP_INTERVAL_LOW(<aggregate>)
     INTERVAL_HIGH = "interval high"  # DP_INTERVAL_HIGH(<aggregate>)
+    PROBABILITY = "probability"  # DP_PROBABILITY(<aggregate> > c)
     RATIO = "ratio"  # AVG(x), COUNT(...) / COUNT(...): two linear queries, one interval
 
 
-#: The pseudo-functions that select an aggregate's interval, by their upper-case names.
+#: The pseudo-functions that report on an aggregate's answer, by their upper-case names.
 _INTERVAL_FUNCTIONS = {
     "DP_INTERVAL_LOW": OutputKind.INTERVAL_LOW,
     "DP_INTERVAL_HIGH": OutputKind.INTERVAL_HIGH,
+    PROBABILITY_FUNCTION: OutputKind.PROBABILITY,
 }
 
 
@@ -210,10 +213,11 @@ class OutputColumn:
     """A result column.
 
     ``dimension`` names a GROUP BY key (its dimension, or the SQL of a grouped expression such
-    as a CASE over dimensions); ``aggregate`` is, for an interval column,
+    as a CASE over dimensions); ``aggregate`` is, for an interval or probability column,
     the index (among the aggregate columns, i.e. into :attr:`AnswerRow.queries`) of the
-    aggregate whose interval it reports. ``ratio`` is, for a ratio column and an interval of
-    one, the index into :attr:`AnswerRow.ratios`.
+    aggregate whose interval it reports; ``comparison`` is what a probability column tests.
+    ``ratio`` is, for a ratio column and an interval of one, the index into
+    :attr:`AnswerRow.ratios`.
     """
 
     name: str
@@ -222,6 +226,7 @@ class OutputColumn:
     dimension: str | None = None
     aggregate: int | None = None
     text: bool = False  # a group key of type text
+    comparison: Comparison | None = None
     ratio: int | None = None
 
 
@@ -476,26 +481,41 @@ class _Query:
         aggregate_bodies: list[exp.Expr],
         ratio_bodies: list[exp.Expr],
     ) -> OutputColumn:
-        """Point an interval column at the aggregate column it reports on."""
-        if column.kind not in (OutputKind.INTERVAL_LOW, OutputKind.INTERVAL_HIGH):
+        """Point an interval or probability column at the aggregate column it reports on."""
+        if column.kind not in (
+            OutputKind.INTERVAL_LOW,
+            OutputKind.INTERVAL_HIGH,
+            OutputKind.PROBABILITY,
+        ):
             return column
         call = item.unalias() if isinstance(item, exp.Alias) else item
         args = call.expressions
         words = call.name.upper()
+        comparison = None
+        if column.kind is OutputKind.PROBABILITY:
+            aggregate, comparison = probability_call(call)  # type: ignore[arg-type]
+            args = [aggregate]
         if len(args) != 1:
             raise UnsupportedQuery(
                 f"{words} takes one aggregate expression", position=position_of(call)
             )
         for index, body in enumerate(aggregate_bodies):
             if body == args[0]:
-                return OutputColumn(column.name, column.sql, column.kind, aggregate=index)
+                return OutputColumn(
+                    column.name, column.sql, column.kind, aggregate=index, comparison=comparison
+                )
         for index, body in enumerate(ratio_bodies):
+            if body == args[0] and column.kind is OutputKind.PROBABILITY:
+                raise UnsupportedQuery(
+                    f"{words} of a ratio is not supported",
+                    hint="ask for the ratio's interval: DP_INTERVAL_LOW/HIGH(<ratio>)",
+                    position=position_of(call),
+                )
             if body == args[0]:
                 return OutputColumn(column.name, column.sql, column.kind, ratio=index)
         raise UnsupportedQuery(
-            f"{words}({args[0].sql('postgres')}) needs that aggregate in the select list too",
-            hint=f"e.g. SELECT {args[0].sql('postgres')}, "
-            f"{words}({args[0].sql('postgres')}) FROM ...",
+            f"{call.sql('postgres')} needs its aggregate in the select list too",
+            hint=f"e.g. SELECT {args[0].sql('postgres')}, {call.sql('postgres')} FROM ...",
             position=position_of(call),
         )
 

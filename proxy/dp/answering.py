@@ -21,6 +21,7 @@ from proxy.engine.budget import CellBudget, Charges, UserCaps, cell_charges, for
 from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply, describe_batch
 from proxy.engine.history import HistoryEntry
 from proxy.engine.noise import RandomSource
+from proxy.engine.posterior import comparison, feasible_range
 from proxy.engine.ratio import Ratio, RatioRounds
 from proxy.errors import (
     BudgetExhausted,
@@ -273,19 +274,30 @@ class DpService:
         return self._engines[cube.qualified_name]
 
     async def answer(
-        self, spec: AnswerSpec, user: str | None = None, sql: str | None = None
+        self,
+        spec: AnswerSpec,
+        user: str | None = None,
+        sql: str | None = None,
+        unbiased: bool = False,
     ) -> DpResult:
         """Answer every value of ``spec`` as one atomic batch.
+
+        Estimates and intervals lie in the values each answer can take (``Reply.within``),
+        unless ``unbiased`` (``SET dp.estimate = unbiased``) asks for the raw ones.
 
         Raises:
             InvalidParameterValue: the query states no accuracy and no default applies.
             BudgetExhausted: the fresh measurements would overspend some cell (nothing is spent).
         """
-        (result,) = await self.answer_batch((spec,), user, sql)
+        (result,) = await self.answer_batch((spec,), user, sql, unbiased)
         return result
 
     async def answer_batch(
-        self, specs: Sequence[AnswerSpec], user: str | None = None, sql: str | None = None
+        self,
+        specs: Sequence[AnswerSpec],
+        user: str | None = None,
+        sql: str | None = None,
+        unbiased: bool = False,
     ) -> tuple[DpResult, ...]:
         """Answer the cores of one statement (`sqlmap.postprocess`) as one atomic batch.
 
@@ -314,6 +326,11 @@ class DpService:
         except DomainViolation as e:  # the count is for the DBA: the analyst's error has none
             event("domain_violation", logging.WARNING, table=e.table, rows=e.rows, user=user)
             raise
+        if not unbiased:  # post-processing of released values, from the public row count
+            replies = tuple(
+                reply.within(feasible_range(request.query, cube.public_rows))
+                for reply, request in zip(replies, requests)
+            )
         parts, ratio_parts, start, ratio_start = [], [], 0, 0
         for spec in specs:
             parts.append(replies[start : start + len(spec.queries)])
@@ -448,13 +465,14 @@ class DpService:
         specs: Sequence[AnswerSpec],
         user: str | None = None,
         sql: str | None = None,
+        unbiased: bool = False,
     ) -> WrappedAnswer:
         """Answer a statement's cores and fill its wrapper in.
 
         ``specs`` are the translations of the cores that ask the engine, in order; the others
         list declared values and cost nothing.
         """
-        results = await self.answer_batch(specs, user, sql) if specs else ()
+        results = await self.answer_batch(specs, user, sql, unbiased) if specs else ()
         answered = iter(results)
         relations = [
             relation(next(answered))
@@ -732,6 +750,11 @@ def _result(
                     if column.kind is OutputKind.INTERVAL_LOW
                     else ratio.high
                 )
+            elif column.kind is OutputKind.PROBABILITY and column.comparison is not None:
+                index = column.aggregate or 0
+                feasible = feasible_range(row.queries[index], spec.cube.public_rows)
+                event = comparison(*column.comparison.arguments())
+                values.append(row_replies[index].probability(event, feasible))
             else:
                 reply = row_replies[column.aggregate or 0]
                 values.append(reply.low if column.kind is OutputKind.INTERVAL_LOW else reply.high)
@@ -787,6 +810,8 @@ def summary_text(table: str, replies: Sequence[Reply]) -> str:
 def notice_text(what: str, reply: Reply) -> str:
     """The NoticeResponse that accompanies every DP value.
 
+    An estimate moved into its feasible range (:meth:`Reply.within`) also shows the unbiased one.
+
     >>> from fractions import Fraction
     >>> reply = Reply(10.0, 5.0, 15.0, 0.95, "fresh", Fraction(1, 3), Fraction(2, 3))
     >>> print(notice_text("count", reply))
@@ -795,8 +820,13 @@ def notice_text(what: str, reply: Reply) -> str:
     """
     charged = format_budget(reply.budget_charged, up=True)  # rounded against the analyst
     remaining = format_budget(reply.budget_remaining, up=False)
+    moved = (
+        f"; unbiased estimate {reply.unbiased:.6g} (SET dp.estimate = unbiased)"
+        if reply.unbiased is not None and reply.unbiased != reply.estimate
+        else ""
+    )
     return (
         f"dp: {what} = {reply.estimate:.6g} in [{reply.low:.6g}, {reply.high:.6g}] "
         f"with confidence {reply.confidence:.6g}; source {reply.source}; "
-        f"budget charged {charged}, remaining {remaining}"
+        f"budget charged {charged}, remaining {remaining}{moved}"
     )
