@@ -175,7 +175,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="30 replications instead of 200")
     parser.add_argument("--replications", type=int, help="seeded replications per allocation")
+    parser.add_argument("--cases", help="comma-separated indexes of the cases to run (from 0)")
     args = parser.parse_args()
+    cases = [CASES[int(i)] for i in args.cases.split(",")] if args.cases else CASES
     replications = args.replications or (30 if args.quick else 200)
     cube = adult_cube()
     x = adult_histogram(cube)
@@ -187,7 +189,7 @@ def main() -> None:
         "| query | allocation | budget spent (mean) | R_i | NULL | wider than asked |\n"
         "|---|---|---|---|---|---|"
     )
-    for case in CASES:
+    for case in cases:
         statements = ratios_of(translator, case)
         for how in ("dpproxy", "equal split", "one by one"):
             if how == "one by one" and sum(len(s) for s in statements) == 1:
