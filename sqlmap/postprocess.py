@@ -11,8 +11,9 @@ only ever see released values and the analyst's own SQL.
 Which rows a core releases depends only on the query and the cube (every bin of a GROUP BY):
 whatever the wrapper does with them is post-processing and costs nothing.
 
-A ratio of two aggregates is computed by the wrapper from the two noisy values, without an
-interval of its own (:func:`_rewrite` is where an interval for ratios would plug in).
+A ratio of two aggregates (``AVG(x)``, ``COUNT(...) / COUNT(...)``, times a constant) is a
+value of the core, answered with an interval of its own (:mod:`proxy.engine.ratio`), wherever
+it appears: in the select list, HAVING, ORDER BY or a CASE.
 """
 
 from __future__ import annotations
@@ -183,7 +184,12 @@ def needs_wrapper(statement: exp.Expr) -> bool:
         return True
     for item in statement.expressions:
         body = item.unalias() if isinstance(item, exp.Alias) else item
-        if not (isinstance(body, exp.Column) or _interval_call(body) or _linear_aggregate(body)):
+        if not (
+            isinstance(body, exp.Column)
+            or _interval_call(body)
+            or _linear_aggregate(body)
+            or _ratio_aggregate(body)
+        ):
             return True
     return False
 
@@ -293,7 +299,7 @@ def _linear_aggregate(node: exp.Expr) -> bool:
     if isinstance(node, exp.Paren):
         return _linear_aggregate(node.this)
     if isinstance(node, (exp.AggFunc, exp.Filter)):
-        return not isinstance(node, exp.Avg)
+        return not _is_average(node)
     if isinstance(node, exp.Neg):
         return _linear_aggregate(node.this)
     if isinstance(node, (exp.Add, exp.Sub)):
@@ -313,7 +319,27 @@ def _bare_aggregate(node: exp.Expr) -> bool:
     """One aggregate call (with its FILTER): inside arithmetic, each is a value of its own."""
     if isinstance(node, exp.Paren):
         return _bare_aggregate(node.this)
-    return isinstance(node, (exp.AggFunc, exp.Filter)) and not isinstance(node, exp.Avg)
+    return isinstance(node, (exp.AggFunc, exp.Filter)) and not _is_average(node)
+
+
+def _is_average(node: exp.Expr) -> bool:
+    return isinstance(node.this if isinstance(node, exp.Filter) else node, exp.Avg)
+
+
+def _ratio_aggregate(node: exp.Expr) -> bool:
+    """A ratio answered as one value: AVG, or linear aggregates divided, times a constant."""
+    if isinstance(node, exp.Paren):
+        return _ratio_aggregate(node.this)
+    if isinstance(node, (exp.Avg, exp.Filter)):
+        return _is_average(node)
+    if isinstance(node, exp.Div):
+        return _linear_aggregate(node.this) and _linear_aggregate(node.expression)
+    if isinstance(node, exp.Mul):
+        left, right = node.this, node.expression
+        return (_ratio_aggregate(left) and _constant(right)) or (
+            _constant(left) and _ratio_aggregate(right)
+        )
+    return False
 
 
 def _ident(node: exp.Expr) -> str:
@@ -396,7 +422,7 @@ class _CoreBuilder:
         args = call.expressions
         if function == PROBABILITY_FUNCTION:
             args = [probability_call(call)[0]]
-        if len(args) != 1 or not _linear_aggregate(args[0]):
+        if len(args) != 1 or not (_linear_aggregate(args[0]) or _ratio_aggregate(args[0])):
             raise UnsupportedQuery(
                 f"{function} takes one aggregate expression",
                 position=position_of(call),
@@ -422,10 +448,12 @@ class _CoreBuilder:
             return self.interval_column(node)  # type: ignore[arg-type]
         if isinstance(node, exp.Window):
             return self._window(node)
-        if any(node == a for a in self.aggregates) or _bare_aggregate(node):
+        if (
+            any(node == a for a in self.aggregates)
+            or _bare_aggregate(node)
+            or _ratio_aggregate(node)
+        ):
             return self.aggregate_column(node)
-        if isinstance(node, exp.Avg):
-            return self._average(node)
         if isinstance(node, exp.Column) and not _has_aggregate(node):
             if order_by and node.args.get("table") is None and _ident(node) in self.output_names:
                 return node  # ORDER BY an output column's name
@@ -458,13 +486,6 @@ class _CoreBuilder:
             elif isinstance(value, exp.Expr):
                 window.set(name, self.replace(value))
         return window
-
-    def _average(self, node: exp.Avg) -> exp.Expr:
-        """AVG(x) as SUM(x) / COUNT(x) of the two noisy values (NULL where COUNT is 0)."""
-        total = self.aggregate_column(exp.Sum(this=node.this.copy()))
-        count = self.aggregate_column(exp.Count(this=node.this.copy()))
-        nonzero = exp.func("NULLIF", count, exp.Literal.number(0))
-        return exp.Div(this=total, expression=nonzero, typed=True)
 
     def domain(self) -> tuple[tuple[tuple[Scalar | None, ...], ...], tuple[str, ...]]:
         """Rows and types of a core without aggregates: its keys' declared values.
@@ -567,9 +588,10 @@ def _rewrite(
             raise UnsupportedQuery(
                 "SELECT * would return rows of the protected table", position=position_of(item)
             )
-        if _linear_aggregate(body) and not isinstance(item, exp.Alias):
+        core_value = _linear_aggregate(body) or _ratio_aggregate(body)
+        if core_value and not isinstance(item, exp.Alias):
             builder.aggregate_column(body, _figure_name(item))
-        elif _linear_aggregate(body):
+        elif core_value:
             builder.aggregate_column(body, item.alias)
         new = builder.replace(body)
         name = item.alias if isinstance(item, exp.Alias) else _figure_name(item)

@@ -85,7 +85,8 @@ _REFUSED_CLAUSES = {
 
 SUPPORTED_FORMS = (
     "dpproxy answers SELECT <aggregates> FROM <protected table> [WHERE ...] [GROUP BY dims] "
-    "with COUNT(*), COUNT(dim), SUM(...) and FILTER (WHERE ...), combined linearly"
+    "with COUNT(*), COUNT(dim), SUM(...) and FILTER (WHERE ...), combined linearly, "
+    "and their ratios (AVG(x), COUNT(...) / COUNT(...))"
 )
 
 
@@ -203,6 +204,7 @@ class OutputKind(Enum):
     INTERVAL_LOW = "interval low"  # DP_INTERVAL_LOW(<aggregate>)
     INTERVAL_HIGH = "interval high"  # DP_INTERVAL_HIGH(<aggregate>)
     PROBABILITY = "probability"  # DP_PROBABILITY(<aggregate> > c)
+    RATIO = "ratio"  # AVG(x), COUNT(...) / COUNT(...): two linear queries, one interval
 
 
 #: The pseudo-functions that report on an aggregate's answer, by their upper-case names.
@@ -221,6 +223,8 @@ class OutputColumn:
     as a CASE over dimensions); ``aggregate`` is, for an interval or probability column,
     the index (among the aggregate columns, i.e. into :attr:`AnswerRow.queries`) of the
     aggregate whose interval it reports; ``comparison`` is what a probability column tests.
+    ``ratio`` is, for a ratio column and an interval of one, the index into
+    :attr:`AnswerRow.ratios`.
     """
 
     name: str
@@ -230,17 +234,20 @@ class OutputColumn:
     aggregate: int | None = None
     text: bool = False  # a group key of type text
     comparison: Comparison | None = None
+    ratio: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class AnswerRow:
     """One output row: its GROUP BY keys and one query per aggregate column.
 
-    Keys follow GROUP BY order (one per grouped dimension); queries follow column order.
+    Keys follow GROUP BY order (one per grouped dimension); queries follow column order, and so
+    do ratios: (numerator, denominator) per ratio column.
     """
 
     keys: tuple[GroupValue, ...]
     queries: tuple[LinearQuery, ...]
+    ratios: tuple[tuple[LinearQuery, LinearQuery], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,12 +425,28 @@ class _Query:
         columns: list[OutputColumn] = []
         aggregates: list[tuple[Floats, float]] = []
         aggregate_bodies: list[exp.Expr] = []
+        ratios: list[tuple[tuple[Floats, float], tuple[Floats, float]]] = []
+        ratio_bodies: list[exp.Expr] = []
         largest = 0.0  # the largest absolute weight of any aggregate
         for item in self.statement.expressions:
             name, body = _output_name(item), item.unalias() if isinstance(item, exp.Alias) else item
             interval = _interval_kind(body)
+            parts = self._ratio(body) if interval is None else None
             if interval is not None:
                 columns.append(OutputColumn(name, body.sql("postgres"), interval))
+            elif parts is not None:
+                masked = []
+                for weights, offset in parts:
+                    weights = np.broadcast_to(weights * rows_mask, self.cube.shape)
+                    self.limits.check_weights(weights, body)
+                    masked.append((weights, as_float(offset, body)))
+                ratios.append((masked[0], masked[1]))
+                columns.append(
+                    OutputColumn(
+                        name, body.sql("postgres"), OutputKind.RATIO, ratio=len(ratio_bodies)
+                    )
+                )
+                ratio_bodies.append(body)
             elif _has_aggregate(body):
                 weights, offset = self._linear(body)
                 weights = np.broadcast_to(weights * rows_mask, self.cube.shape)
@@ -434,10 +457,10 @@ class _Query:
             else:
                 columns.append(self._non_aggregate(item, name, body, group_keys))
         columns = [
-            self._link_interval(c, item, aggregate_bodies)
+            self._link_interval(c, item, aggregate_bodies, ratio_bodies)
             for c, item in zip(columns, self.statement.expressions)
         ]
-        if not aggregates:
+        if not aggregates and not ratios:
             raise UnsupportedQuery(
                 "a DP query must compute at least one aggregate",
                 detail="without an aggregate the query would return rows of the protected table",
@@ -447,8 +470,8 @@ class _Query:
         if accuracy is not None:
             self.limits.check_accuracy(accuracy, largest)
         groups = math.prod(len(k.labels) for k in group_keys)
-        self.limits.check_batch(groups, len(aggregates), self.statement)
-        rows = self._rows(group_keys, aggregates)
+        self.limits.check_batch(groups, len(aggregates) + 2 * len(ratios), self.statement)
+        rows = self._rows(group_keys, aggregates, ratios)
         return AnswerSpec(
             self.cube,
             accuracy,
@@ -460,7 +483,10 @@ class _Query:
 
     @staticmethod
     def _link_interval(
-        column: OutputColumn, item: exp.Expr, aggregate_bodies: list[exp.Expr]
+        column: OutputColumn,
+        item: exp.Expr,
+        aggregate_bodies: list[exp.Expr],
+        ratio_bodies: list[exp.Expr],
     ) -> OutputColumn:
         """Point an interval or probability column at the aggregate column it reports on."""
         if column.kind not in (
@@ -485,6 +511,15 @@ class _Query:
                 return OutputColumn(
                     column.name, column.sql, column.kind, aggregate=index, comparison=comparison
                 )
+        for index, body in enumerate(ratio_bodies):
+            if body == args[0] and column.kind is OutputKind.PROBABILITY:
+                raise UnsupportedQuery(
+                    f"{words} of a ratio is not supported",
+                    hint="ask for the ratio's interval: DP_INTERVAL_LOW/HIGH(<ratio>)",
+                    position=position_of(call),
+                )
+            if body == args[0]:
+                return OutputColumn(column.name, column.sql, column.kind, ratio=index)
         raise UnsupportedQuery(
             f"{call.sql('postgres')} needs its aggregate in the select list too",
             hint=f"e.g. SELECT {args[0].sql('postgres')}, {call.sql('postgres')} FROM ...",
@@ -636,7 +671,10 @@ class _Query:
         )
 
     def _rows(
-        self, group_keys: list[_GroupKey], aggregates: list[tuple[Floats, float]]
+        self,
+        group_keys: list[_GroupKey],
+        aggregates: list[tuple[Floats, float]],
+        ratios: list[tuple[tuple[Floats, float], tuple[Floats, float]]],
     ) -> tuple[AnswerRow, ...]:
         """One row per combination of the keys' groups, empty or not."""
         shape = self.cube.shape
@@ -650,9 +688,58 @@ class _Query:
                 LinearQuery.from_dense(np.where(mask, weights, 0.0), offset)
                 for weights, offset in aggregates
             )
+            parts = tuple(
+                (
+                    LinearQuery.from_dense(np.where(mask, numerator[0], 0.0), numerator[1]),
+                    LinearQuery.from_dense(np.where(mask, denominator[0], 0.0), denominator[1]),
+                )
+                for numerator, denominator in ratios
+            )
             keys = tuple(k.labels[g] for k, g in zip(group_keys, combo))
-            rows.append(AnswerRow(keys, queries))
+            rows.append(AnswerRow(keys, queries, parts))
         return tuple(rows)
+
+    def _ratio(
+        self, node: exp.Expr
+    ) -> tuple[tuple[Floats, Fraction], tuple[Floats, Fraction]] | None:
+        """The (numerator, denominator) of a ratio select item; None if it is not one.
+
+        A ratio is ``AVG(x)`` (``SUM(x) / COUNT(x)``), or ``A / B`` of linear aggregates, either
+        possibly times a constant.
+        """
+        if isinstance(node, exp.Paren):
+            return self._ratio(node.this)
+        average = node.this if isinstance(node, exp.Filter) else node
+        if isinstance(average, exp.Avg):
+            if isinstance(average.this, exp.Distinct):
+                raise UnsupportedQuery(
+                    "AVG(DISTINCT ...) is not supported", position=position_of(average)
+                )
+            parts: list[exp.Expr] = [
+                exp.Sum(this=average.this.copy()),
+                exp.Count(this=average.this.copy()),
+            ]
+            if isinstance(node, exp.Filter):
+                parts = [exp.Filter(this=p, expression=node.expression.copy()) for p in parts]
+            return (self._aggregate(parts[0]), Fraction(0)), (
+                self._aggregate(parts[1]),
+                Fraction(0),
+            )
+        if (
+            isinstance(node, exp.Div)
+            and _has_aggregate(node.this)
+            and _has_aggregate(node.expression)
+        ):
+            return self._linear(node.this), self._linear(node.expression)
+        if isinstance(node, exp.Mul):
+            for inner, factor_node in ((node.this, node.expression), (node.expression, node.this)):
+                factor = None if _has_aggregate(factor_node) else constant(factor_node)
+                ratio = self._ratio(inner) if isinstance(factor, Fraction) else None
+                if ratio is not None and isinstance(factor, Fraction):
+                    (weights, offset), denominator = ratio
+                    scaled = weights * as_float(factor, factor_node), offset * factor
+                    return scaled, denominator
+        return None
 
     def _linear(self, node: exp.Expr) -> tuple[Floats, Fraction]:
         """An output expression as (per-cell weights, constant offset)."""
@@ -691,6 +778,13 @@ class _Query:
                 )
             weights, offset = self._linear(agg_node)
             return weights * as_float(factor, factor_node), offset * factor
+        if isinstance(node, exp.Div) and _has_aggregate(node.expression):
+            raise UnsupportedQuery(
+                f"a ratio of aggregates inside another expression: {node.sql('postgres')}",
+                hint="ask for the ratio as a select item of its own (COUNT(...) / COUNT(...), "
+                "AVG(x), 100.0 * COUNT(...) / COUNT(...)): it gets its own interval",
+                position=position_of(node),
+            )
         refuse_division(node)
         raise UnsupportedQuery(
             f"unsupported expression around an aggregate: {node.sql('postgres')}",
@@ -732,7 +826,8 @@ class _Query:
         else:
             name = node.sql_name() if isinstance(node, exp.Func) else type(node).__name__
             hint = (
-                "compute SUM(...) and COUNT(...) and divide them"
+                "ask for AVG(x) as a select item of its own: it is answered as a ratio "
+                "with its own interval"
                 if isinstance(node, exp.Avg)
                 else "only COUNT and SUM are linear in the cell counts"
             )
