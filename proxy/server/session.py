@@ -659,7 +659,9 @@ class Session:
             if self.extended.statements:
                 self.extended.forget(sql)
             self.up.queue(reframe(raw))
-            await self._relay_cycle(stop_at_ready=Action.RELAY_STOP)
+            ran = await self._relay_cycle(stop_at_ready=Action.RELAY_STOP)
+            if ran and statements and any(s.resets_settings for s in statements):
+                self.answers.reset_settings()
             return
         await self._mixed(statements)
 
@@ -671,6 +673,8 @@ class Session:
                 self.up.queue(Query(statement.text).encode())
                 if not await self._relay_cycle(stop_at_ready=Action.DROP_STOP):
                     break
+                if statement.resets_settings:
+                    self.answers.reset_settings()
             elif not await self._run_local(statement):
                 break
         self.send_ready()
