@@ -301,7 +301,7 @@ def describe(spec: AnswerSpec) -> str:
         prefix = f"  [{keys}] " if keys else "  "
         for column, q in zip(aggregates, row.queries):
             lines.append(
-                f"{prefix}{column.name} = {column.sql}: {q.cells.size} cells, "
+                f"{prefix}{column.name} = {column.sql}: {q.cell_sensitivities()[0].size} cells, "
                 f"sensitivity {q.sensitivity:g}, offset {q.offset:g}"
             )
     return "\n".join(lines)

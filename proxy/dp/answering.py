@@ -212,12 +212,13 @@ class DpService:
         self._engines = {
             c.qualified_name: PrivacyEngine(
                 c.qualified_name,
-                c.n_cells,
+                c.n_coordinates,
                 total_budget=Fraction(c.total_budget),
                 store=store,
                 rng=rng,
                 nonnegative=False,
                 carried=(carried or {}).get(c.qualified_name, Fraction(0)),
+                measures=c.measure_reach,
             )
             for c in cubes
         }

@@ -146,7 +146,10 @@ class PrivacyEngine:
 
     Args:
         table: the protected table's name (the store's key).
-        n_cells: the number of cells of its cube.
+        n_cells: the number of coordinates of its vectors (the cells of its cube, times one
+            plus its number of measures).
+        measures: per measure of the cube, what one row can add to its cell's sum; every
+            vector must carry exactly these (they decide its sensitivity).
         total_budget: the DBA's total privacy budget for the table.
         store: where history entries are kept; read once here, appended to by ``execute``.
         rng: noise source; the OS CSPRNG unless a test passes a seeded one.
@@ -167,9 +170,11 @@ class PrivacyEngine:
         nonnegative: bool = False,
         tail: TailMethod = EXACT,
         carried: Fraction = Fraction(0),
+        measures: tuple[tuple[int, int], ...] = (),
     ) -> None:
         self.table = table
         self.n_cells = n_cells
+        self.measures = measures
         self._store = store
         self._rng: RandomSource = rng if rng is not None else SystemRandomSource()
         self._nonnegative = nonnegative
@@ -206,9 +211,12 @@ class PrivacyEngine:
         self._budget.commit(Charges.of_query(entry.query, entry.budget))
 
     def _append(self, entry: HistoryEntry) -> None:
-        if entry.query.n_cells != self.n_cells:
+        if entry.query.n_cells != self.n_cells or entry.query.measures != self.measures:
             raise ValueError(
                 f"history entry over {entry.query.n_cells} cells, table has {self.n_cells}"
+                if entry.query.n_cells != self.n_cells
+                else f"history entry with measures {entry.query.measures}, table has "
+                f"{self.measures}"
             )
         row = self._index.append(entry.query, alpha=float(entry.budget), step=float(entry.step))
         if row >= self._answers.size:
@@ -259,7 +267,11 @@ class PrivacyEngine:
             raise InvalidParameterValue(
                 f"query is over {query.n_cells} cells but table {self.table} has {self.n_cells}"
             )
-        return LinearQuery(query.n_cells, query.cells, query.weights)
+        if query.measures != self.measures:  # they decide the sensitivity: never guess them
+            raise InvalidParameterValue(
+                f"query has measures {query.measures} but table {self.table} has {self.measures}"
+            )
+        return LinearQuery(query.n_cells, query.cells, query.weights, measures=query.measures)
 
     def execute(self, plan: Plan, true_answers: Sequence[TrueAnswer]) -> tuple[Reply, ...]:
         """Measure, record in the store, then reply: :meth:`measure` and :meth:`record`.
@@ -379,6 +391,8 @@ def _feasible(
     The true answer lies in that range, so the intersection contains it whenever the interval
     did: coverage is kept. An interval wholly outside collapses onto the nearest feasible end.
     """
+    if any(lo < 0 for lo, _ in query.measures):  # sums can be negative: no floor or ceiling
+        return estimate, low, high
     floor = query.offset if np.all(query.weights >= 0) else -math.inf
     ceiling = query.offset if np.all(query.weights <= 0) else math.inf
     low, high = min(max(low, floor), ceiling), max(min(high, ceiling), floor)
