@@ -186,13 +186,15 @@ def _cube(config: Config, name: str) -> Cube:
 def _check(config: Config, dsn: str | None) -> int:
     for cube in config.cubes:
         dims = ", ".join(f"{d.name} ({d.size})" for d in cube.dimensions)
+        sums = ", ".join(f"{m.name} [{m.lower}, {m.upper}]" for m in cube.measures)
         print(
             f"{cube.qualified_name}: {cube.n_cells} cells = {dims}; "
-            f"total budget {cube.total_budget}"
+            + (f"measures {sums}; " if sums else "")
+            + f"total budget {cube.total_budget}"
         )
     if dsn:
         asyncio.run(_check_backend(config, dsn))
-        print(f"{config.source}: every dimension matches its column in the backend")
+        print(f"{config.source}: every dimension and measure matches its column in the backend")
     return 0
 
 

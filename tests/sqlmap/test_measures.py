@@ -19,9 +19,15 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from proxy.errors import DomainViolation
-from sqlmap.canonical import histogram_from_rows, histogram_sql, measurement_sql
-from sqlmap.cube import CategoricalDimension, Cube, Measure
-from sqlmap.errors import UndefinedColumn, UnsupportedQuery
+from sqlmap.canonical import (
+    COLUMN_TYPES_SQL,
+    check_column_types,
+    histogram_from_rows,
+    histogram_sql,
+    measurement_sql,
+)
+from sqlmap.cube import CategoricalDimension, Cube, Measure, cube_from_config
+from sqlmap.errors import ConfigError, UndefinedColumn, UnsupportedQuery
 from sqlmap.translate import Translator
 
 from .corpus import read_corpus
@@ -252,3 +258,48 @@ def test_null_adds_zero_and_a_promise_of_no_null_is_checked(adult_dsn: str) -> N
         m = measurement_sql(never, list(spec.queries))
         assert m.answers(conn.execute(m.sql).fetchall()) == [10.0]  # no row read breaks it
         conn.execute("DROP TABLE m_nulls")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ([0, 10], "expected a mapping with 'lower' and 'upper'"),
+        ({"lower": 0}, "missing 'upper'"),
+        ({"lower": 0, "upper": 1.5}, "upper: expected an integer"),
+        ({"lower": "0", "upper": 10}, "lower: expected an integer"),
+        ({"lower": 10, "upper": 10}, "lower \\(10\\) must be below upper \\(10\\)"),
+        ({"lower": 0, "upper": 10, "nulls": "skip"}, "nulls: expected 'zero'"),
+        ({"lower": 0, "upper": 10, "clamp": True}, "unknown key 'clamp'"),
+        ({"lower": 0, "upper": 2**40}, "bounds must lie within"),
+    ],
+)
+def test_bad_measures_are_refused_with_their_key(spec: object, message: str) -> None:
+    config = {"dimensions": {"sex": {"values": ["Male", "Female"]}}, "measures": {"gain": spec}}
+    with pytest.raises(ConfigError, match=message) as refused:
+        cube_from_config("adult", config, "tables.adult", 1.0)
+    assert "tables.adult.measures.gain" in refused.value.message
+
+
+def test_measures_are_checked_against_the_backend(conn: psycopg.Connection) -> None:
+    types = dict(
+        conn.execute(
+            COLUMN_TYPES_SQL.replace("$1", "%s").replace("$2", "%s"), ("public", "adult")
+        ).fetchall()
+    )
+    check_column_types(CLAMPED_CUBE, types)
+    dims = OPEN_CUBE.dimensions
+    for measure, message in (
+        (Measure("income", 0, 1), "integer column, not one of type text"),
+        (Measure("no_such", 0, 1), "has no column 'no_such'"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            check_column_types(Cube("public", "adult", dims, measures=(measure,)), types)
+
+
+def test_bounds_are_part_of_the_fingerprint() -> None:
+    """History over old bounds would be charged wrongly: a change needs a rekey."""
+    plain = Cube("public", "adult", OPEN_CUBE.dimensions)
+    assert plain.fingerprint == OPEN_CUBE.fingerprint  # no measures: as before measures existed
+    wider = Cube("public", "adult", OPEN_CUBE.dimensions, measures=(Measure("age", 25, 61),))
+    narrower = Cube("public", "adult", OPEN_CUBE.dimensions, measures=(Measure("age", 25, 60),))
+    assert len({plain.fingerprint, wider.fingerprint, narrower.fingerprint}) == 3
