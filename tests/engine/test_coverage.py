@@ -202,6 +202,7 @@ def test_coverage_of_sums_of_measures_quick(delta: float) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 2,600 engines: minutes of CPU on a busy machine
 @pytest.mark.parametrize("delta", [0.05, 0.2])
 def test_coverage_of_sums_of_measures_two_thousand_trials(delta: float) -> None:
     counts = _check_coverage(trials=2_600, delta=delta, first_seed=0, trial=_measured_trial)
