@@ -239,6 +239,9 @@ class Cube:
     table: str
     dimensions: tuple[Dimension, ...]
     total_budget: float = 1.0
+    #: at most this many rows, when the DBA declares it public (``public_rows``): counts then
+    #: lie in ``[0, public_rows]``; None when the row count is not public
+    public_rows: int | None = None
     measures: tuple[Measure, ...] = ()
 
     def __post_init__(self) -> None:
@@ -253,6 +256,8 @@ class Cube:
             raise ValueError("duplicate measure")
         if not (math.isfinite(self.total_budget) and self.total_budget > 0):
             raise ValueError("total_budget must be a positive number")
+        if self.public_rows is not None and self.public_rows < 0:
+            raise ValueError("public_rows cannot be negative")
 
     @property
     def fingerprint(self) -> str:
@@ -358,11 +363,11 @@ def cube_from_config(qualified_name: str, spec: object, where: str, default_budg
     """Build a cube for the table named ``[schema.]table`` from its config mapping."""
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{where}: expected a mapping with 'dimensions'")
-    unknown = set(spec) - {"dimensions", "measures", "total_budget"}
+    unknown = set(spec) - {"dimensions", "measures", "total_budget", "public_rows"}
     if unknown:
         raise ConfigError(
             f"{where}: unknown key {sorted(map(str, unknown))[0]!r}",
-            hint="allowed keys: dimensions, measures, total_budget",
+            hint="allowed keys: dimensions, measures, public_rows, total_budget",
         )
     schema, _, table = qualified_name.rpartition(".")
     if not table or "." in schema:
@@ -379,6 +384,13 @@ def cube_from_config(qualified_name: str, spec: object, where: str, default_budg
     budget = spec.get("total_budget", default_budget)
     if not _is_number(budget) or not (math.isfinite(budget) and budget > 0):
         raise ConfigError(f"{where}.total_budget: must be a positive number, got {budget!r}")
+    rows = spec.get("public_rows")
+    if rows is not None and (not isinstance(rows, int) or isinstance(rows, bool) or rows < 0):
+        raise ConfigError(
+            f"{where}.public_rows: must be a whole number of rows (0 or more), got {rows!r}",
+            hint="declare it only if the table's row count is public; counts then stay in "
+            "[0, public_rows]",
+        )
     measures_spec = spec.get("measures", {})
     if not isinstance(measures_spec, Mapping):
         raise ConfigError(
@@ -388,7 +400,7 @@ def cube_from_config(qualified_name: str, spec: object, where: str, default_budg
         measure_from_config(str(col), mspec, f"{where}.measures.{col}")
         for col, mspec in measures_spec.items()
     )
-    return Cube(schema or "public", table, dims, float(budget), measures)
+    return Cube(schema or "public", table, dims, float(budget), public_rows=rows, measures=measures)
 
 
 _MEASURE_KEYS = {"lower", "upper", "nulls"}

@@ -47,6 +47,9 @@ class LinearQuery:
     _cell_sensitivities: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = field(
         init=False, repr=False, compare=False, default=None
     )
+    _row_range: tuple[float, float] | None = field(
+        init=False, repr=False, compare=False, default=None
+    )
 
     def __post_init__(self) -> None:
         cells = np.asarray(self.cells, dtype=np.int64)
@@ -73,7 +76,9 @@ class LinearQuery:
                 raise ValueError("n_cells must be a whole number of cells per coordinate kind")
             if not all(lo < hi for lo, hi in self.measures):
                 raise ValueError("a measure's reach must be a range lo < hi")
-            object.__setattr__(self, "_cell_sensitivities", _box_sensitivities(self))
+            cells, magnitudes, row_range = _box_sensitivities(self)
+            object.__setattr__(self, "_cell_sensitivities", (cells, magnitudes))
+            object.__setattr__(self, "_row_range", row_range)
 
     @classmethod
     def from_dense(
@@ -98,6 +103,19 @@ class LinearQuery:
         if self._cell_sensitivities is not None:
             return self._cell_sensitivities
         return self.cells, np.abs(self.weights)
+
+    def row_range(self) -> tuple[float, float]:
+        """The least and the greatest amount one row of a weighed cell adds to the answer.
+
+        Without measures the least and greatest weight; with them, the box extremes over the
+        cells (widened to the next float8 where not exact). (0, 0) for the zero vector.
+
+        >>> LinearQuery.from_dense([2, 0, -1, 0], measures=((-3, 5),)).row_range()
+        (-3.0, 5.0)
+        """
+        if self._row_range is not None:
+            return self._row_range
+        return float(self.weights.min(initial=0.0)), float(self.weights.max(initial=0.0))
 
     @property
     def sensitivity(self) -> float:
@@ -139,18 +157,18 @@ class LinearQuery:
 
 def _box_sensitivities(
     query: LinearQuery,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], tuple[float, float]]:
     """Per cell weighed, ``max |q_count + sum_m q_m v_m|`` with each ``v_m`` in its reach.
 
-    A linear function's extremes over a box lie at corners chosen per coordinate by the sign of
-    its weight. Computed exactly (in fractions, weights read as the decimals they print as, as
-    the budget and the noise lattice read them) once per distinct weight pattern, then rounded
-    up, so that neither the noise nor a cell's charge is ever below the true sensitivity.
+    Also the least and greatest value of ``q_count + sum_m q_m v_m`` over the cells. A linear
+    function's extremes over a box lie at corners chosen per coordinate by the sign of its
+    weight. Computed exactly (in fractions, weights read as the decimals they print as, as the
+    budget and the noise lattice read them) once per distinct weight pattern, then rounded up,
+    so that neither the noise nor a cell's charge is ever below the true sensitivity.
 
     >>> q = LinearQuery.from_dense([-1, 0, 0.025, 0], measures=((0, 99),))
     >>> q.cell_sensitivities()
     (array([0]), array([1.475]))
-
     """
     n = query.cube_cells
     kinds = 1 + len(query.measures)
@@ -161,17 +179,26 @@ def _box_sensitivities(
     patterns, back = _distinct_rows(table)
     bounds = [(Fraction(lo), Fraction(hi)) for lo, hi in query.measures]
     magnitudes = []
+    tops, bottoms = [], []
     for row in patterns.tolist():
         count, weights = Fraction(repr(row[0])), [Fraction(repr(w)) for w in row[1:]]
         terms = [(w * lo, w * hi) for w, (lo, hi) in zip(weights, bounds)]
         top = count + sum((max(t) for t in terms), Fraction(0))
         bottom = count + sum((min(t) for t in terms), Fraction(0))
+        tops.append(top)
+        bottoms.append(bottom)
         exact = max(abs(top), abs(bottom))
         nearest = float(exact)  # read back as the decimal it prints as, it is never below
         magnitudes.append(
             math.nextafter(nearest, math.inf) if Fraction(repr(nearest)) < exact else nearest
         )
-    return cells.astype(np.int64), np.asarray(magnitudes, dtype=np.float64)[back]
+    least, largest = min(bottoms, default=Fraction(0)), max(tops, default=Fraction(0))
+    low, high = float(least), float(largest)
+    row_range = (
+        math.nextafter(low, -math.inf) if Fraction(low) > least else low,
+        math.nextafter(high, math.inf) if Fraction(high) < largest else high,
+    )
+    return cells.astype(np.int64), np.asarray(magnitudes, dtype=np.float64)[back], row_range
 
 
 def _distinct_rows(

@@ -67,7 +67,7 @@ def test_restart_keeps_answers_free(pg_dsn: str, roles: BackendRoles, ledger_sch
 def test_two_services_sharing_a_ledger_never_overspend(
     pg_dsn: str, roles: BackendRoles, ledger_schema: str
 ) -> None:
-    tight = Cube(CUBE.schema, CUBE.table, CUBE.dimensions, 0.05, CUBE.measures)
+    tight = Cube(CUBE.schema, CUBE.table, CUBE.dimensions, 0.05, measures=CUBE.measures)
     conditions = [
         "sex = 'Male'",
         "race = 'White'",
