@@ -508,8 +508,16 @@ class CellEvaluator:
         return result
 
     def not_null(self, node: exp.Expr) -> Bools:
-        """Where a COUNT(expr) argument is non-NULL: a dimension column or a constant."""
+        """Where a COUNT(expr) argument is non-NULL: a dimension column or a constant.
+
+        A measure that is not also a dimension has a value in every row: a NULL is read as 0
+        (``nulls: zero``) or never occurs (``nulls: never``), so ``AVG(measure)`` averages
+        every row.
+        """
         if isinstance(node, exp.Column):
+            index = self.measure(node) if self.measure is not None else None
+            if index is not None and self.cube.dimension(self.cube.measures[index].name) is None:
+                return np.ones((1,) * self.ndim, dtype=bool)
             return self._per_bin(self.resolve(node), lambda b: b.kind is not BinKind.NULL)
         try:
             value = constant(node)

@@ -453,9 +453,10 @@ class _Query:
                 columns.append(OutputColumn(name, body.sql("postgres"), interval))
             elif parts is not None:
                 masked = []
+                kinds = 1 + len(self.cube.measures)
                 for weights, offset in parts:
-                    weights = np.broadcast_to(weights * rows_mask, self.cube.shape)
-                    self.limits.check_weights(weights, body)
+                    weights = np.broadcast_to(weights * rows_mask, (kinds, *self.cube.shape))
+                    self.limits.check_weights(self._effects(weights), body)
                     masked.append((weights, as_float(offset, body)))
                 ratios.append((masked[0], masked[1]))
                 columns.append(
@@ -719,8 +720,12 @@ class _Query:
             )
             parts = tuple(
                 (
-                    LinearQuery.from_dense(np.where(mask, numerator[0], 0.0), numerator[1]),
-                    LinearQuery.from_dense(np.where(mask, denominator[0], 0.0), denominator[1]),
+                    LinearQuery.from_dense(
+                        np.where(mask, numerator[0], 0.0), numerator[1], measures
+                    ),
+                    LinearQuery.from_dense(
+                        np.where(mask, denominator[0], 0.0), denominator[1], measures
+                    ),
                 )
                 for numerator, denominator in ratios
             )
