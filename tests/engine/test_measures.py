@@ -11,6 +11,7 @@ import pytest
 
 from proxy.engine import AccuracyRequest, PrivacyEngine, QueryRequest, SeededRandomSource
 from proxy.engine.budget import cell_charges
+from proxy.engine.posterior import Interval, feasible_range
 from proxy.errors import InvalidParameterValue
 from sqlmap.vector import LinearQuery
 from tests.engine.recording import Recorder
@@ -93,3 +94,15 @@ def test_vectors_must_carry_the_tables_measures() -> None:
     ):
         with pytest.raises(InvalidParameterValue):
             e.plan([QueryRequest(foreign, AccuracyRequest(100, 0.9))])
+
+
+def test_the_feasible_range_of_a_sum_is_the_box_of_its_bounds() -> None:
+    """Answers are kept in what a table's rows can add up to: for a measure, its bounds."""
+    gains = vector([0, 0], [1, 1])
+    assert feasible_range(gains) == Interval(0.0, math.inf)
+    assert feasible_range(gains, 10) == Interval(0.0, 10_000.0)
+    signed = LinearQuery.from_dense([0, 0, 1, 1], measures=((-3, 5),))
+    assert feasible_range(signed) == Interval(-math.inf, math.inf)
+    assert feasible_range(signed, 10) == Interval(-30.0, 50.0)
+    excess = vector([-40, 0], [1, 0])  # SUM(m) - 40 COUNT(*): -40 .. 960 per row
+    assert feasible_range(excess, 2) == Interval(-80.0, 1920.0)
