@@ -50,14 +50,46 @@ WORKLOADS = 320  # in BLOCKS tests; the default run takes two of them (80), -m s
 BLOCKS = 8
 
 
-class Cube:
-    """A random cube: 2-4 dimensions of 2-5 values."""
+#: Measures' reaches a random cube may have (what one row adds to its cell's sum)
+REACHES = ((0, 20), (-3, 5), (0, 1), (1, 99))
 
-    def __init__(self, rng: np.random.Generator) -> None:
+
+class Cube:
+    """A random cube: 2-4 dimensions of 2-5 values, and with ``measured`` 1-2 measures."""
+
+    def __init__(self, rng: np.random.Generator, measured: bool = False) -> None:
         self.shape = tuple(int(s) for s in rng.integers(2, 6, size=int(rng.integers(2, 5))))
         self.n = int(np.prod(self.shape))
         self.coords = np.array(list(itertools.product(*(range(s) for s in self.shape))))
         self.rng = rng
+        self.measures: tuple[tuple[int, int], ...] = ()
+        if measured:  # (unmeasured cubes draw what they always drew)
+            picked = rng.choice(len(REACHES), size=int(rng.integers(1, 3)), replace=False)
+            self.measures = tuple(REACHES[int(i)] for i in picked)
+        self.n_coordinates = self.n * (1 + len(self.measures))
+
+    def query(self, dense: np.ndarray) -> LinearQuery:
+        """A vector from a weight per cell: on the counts, a measure's sums, or both."""
+        lifted = np.zeros((1 + len(self.measures), self.n))
+        kind = self.rng.random()
+        if not self.measures or kind < 0.4:
+            lifted[0] = dense
+        else:
+            measure = 1 + int(self.rng.integers(len(self.measures)))
+            lifted[measure] = dense
+            if kind > 0.8:  # SUM(m) - k COUNT(*), or two measures
+                other = int(self.rng.integers(1 + len(self.measures)))
+                lifted[other] += np.where(dense != 0, float(self.rng.choice([-2.0, 0.5])), 0.0)
+        return LinearQuery.from_dense(lifted.ravel(), measures=self.measures)
+
+    def histogram(self) -> np.ndarray:
+        """Counts, then per measure sums that one row of each count could add up to."""
+        counts = self.rng.integers(0, 40, size=self.n)
+        sums = [
+            np.array([self.rng.integers(lo * c, hi * c + 1) for c in counts])
+            for lo, hi in self.measures
+        ]
+        return np.concatenate([counts, *sums])
 
     def box(self, dims: list[int]) -> np.ndarray:
         """Cells whose value on each of ``dims`` lies in a random range (a WHERE clause)."""
@@ -88,22 +120,22 @@ class Cube:
             return [earlier[int(self.rng.integers(len(earlier)))]]
         if earlier and kind < 0.27:
             q = earlier[int(self.rng.integers(len(earlier)))]
-            return [LinearQuery(q.n_cells, q.cells, q.weights * 2.0)]
+            return [LinearQuery(q.n_cells, q.cells, q.weights * 2.0, measures=q.measures)]
         if len(earlier) > 1 and kind < 0.35:
             a, b = (earlier[int(i)] for i in self.rng.choice(len(earlier), 2, replace=False))
             dense = a.to_dense() - b.to_dense()
-            return [LinearQuery.from_dense(dense)] if np.any(dense) else []
+            return [LinearQuery.from_dense(dense, measures=self.measures)] if np.any(dense) else []
         where = self.box(self.dims()) if self.rng.random() < 0.7 else np.ones(self.n, bool)
         w = self.weights()
         if kind < 0.65:
-            return [LinearQuery.from_dense(np.where(where, w, 0.0))]
+            return [self.query(np.where(where, w, 0.0))]
         groups = self.dims()
         keys = self.coords[:, groups]
         batch = []
         for key in sorted({tuple(k) for k in keys.tolist()}):
             cells = where & np.all(keys == np.array(key), axis=1)
             if cells.any():
-                batch.append(LinearQuery.from_dense(np.where(cells, w, 0.0)))
+                batch.append(self.query(np.where(cells, w, 0.0)))
         return batch
 
 
@@ -214,13 +246,13 @@ def _fits(engine: PrivacyEngine, entry: HistoryEntry) -> bool:
     return True
 
 
-def _run(seed: int) -> None:
+def _run(seed: int, measured: bool = False) -> None:
     rng = np.random.default_rng(seed)
-    cube = Cube(rng)
-    x = rng.integers(0, 40, size=cube.n)
+    cube = Cube(rng, measured)
+    x = cube.histogram() if measured else rng.integers(0, 40, size=cube.n)
     total = Fraction(int(rng.choice([2, 10, 100])), 10)
     engines = [
-        engine("t", cube.n, total_budget=total, rng=source)
+        engine("t", cube.n_coordinates, total_budget=total, rng=source, measures=cube.measures)
         for engine, source in ((PrivacyEngine, SeededRandomSource(seed)), (CellEngine, None))
     ]
     new, ref = engines
@@ -231,7 +263,7 @@ def _run(seed: int) -> None:
     for _ in range(int(rng.integers(8, 30))):
         kind = rng.random()
         if kind < 0.08:  # another process measured something; both read it back
-            q = LinearQuery.from_dense(np.where(cube.box(cube.dims()), cube.weights(), 0.0))
+            q = cube.query(np.where(cube.box(cube.dims()), cube.weights(), 0.0))
             entry = HistoryEntry(
                 "t",
                 q,
@@ -247,7 +279,7 @@ def _run(seed: int) -> None:
             history.append(q)
             continue
         if kind < 0.12:  # measured data that changed since: charged, never reused
-            q = LinearQuery.from_dense(np.where(cube.box(cube.dims()), 1.0, 0.0))
+            q = cube.query(np.where(cube.box(cube.dims()), 1.0, 0.0))
             entry = HistoryEntry("t", q, Fraction(int(rng.integers(1, 50)), 1000), Fraction(1), 0.0)
             if not _fits(new, entry):
                 continue
@@ -275,6 +307,15 @@ def _run(seed: int) -> None:
 def test_atom_engine_agrees_with_the_cell_engine(block: int) -> None:
     for seed in range(block, WORKLOADS, BLOCKS):
         _run(seed)
+
+
+@pytest.mark.parametrize(
+    "block", [0, *(pytest.param(b, marks=pytest.mark.slow) for b in range(1, BLOCKS))]
+)
+def test_with_measures_the_charges_follow_the_cells_that_own_the_coordinates(block: int) -> None:
+    """Sums of measures beside counts: sensitivities, charges, noise and reuse agree."""
+    for seed in range(block, WORKLOADS, BLOCKS):
+        _run(10_000 + seed, measured=True)
 
 
 @pytest.mark.parametrize(

@@ -61,8 +61,8 @@ CASES = [("demo", c) for c in read_corpus("exact_demo.sql")] + [
 
 
 def test_histogram_counts_every_row(histograms: dict[str, npt.NDArray[np.int64]]) -> None:
-    for x in histograms.values():
-        assert x.sum() == ADULT_ROWS
+    for name, x in histograms.items():
+        assert x[: CUBES[name].n_cells].sum() == ADULT_ROWS
 
 
 @pytest.mark.parametrize(("cube", "case"), CASES, ids=[c.id for _, c in CASES])
