@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ __all__ = [
     "Wrapped",
     "WrapperColumnType",
     "needs_wrapper",
+    "original_position",
     "split",
     "values_relation",
 ]
@@ -132,6 +134,37 @@ def values_relation(rows: Sequence[Sequence[str | float | None]], types: Sequenc
                 values.append(f"'{float(value)!r}'::{sql_type}")
         lines.append("(" + ", ".join(values) + ")")
     return "(VALUES " + ", ".join(lines) + ")"
+
+
+_WORD = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|[^\W\d]\w*|\d+(?:\.\d+)?""")
+
+
+def original_position(rendered: str, position: int, original: str) -> int | None:
+    """Where an error PostgreSQL reports in a rendered wrapper points in the analyst's SQL.
+
+    ``position`` is PostgreSQL's (1-based, in characters of ``rendered``). The word there (a
+    name, a quoted name, a string or a number) is looked for in ``original``: found exactly
+    once (unquoted names compare case-insensitively), that is the position in ``original``;
+    otherwise, or if the word is dpproxy's own (a core's relation), None: better no caret
+    than a wrong one.
+
+    >>> sql = 'SELECT sex, COUNT(*) FROM adult GROUP BY sex ORDER BY Nope'
+    >>> rendered = 'SELECT _dpproxy_1._k1 AS sex FROM (VALUES (1)) AS _dpproxy_1 ORDER BY nope'
+    >>> original_position(rendered, rendered.index('nope') + 1, sql) == sql.index('Nope') + 1
+    True
+    >>> original_position(rendered, rendered.index('_dpproxy_1') + 1, sql) is None
+    True
+    """
+    match = _WORD.match(rendered, max(position - 1, 0))
+    if match is None:
+        return None
+    word = match.group()
+    if word[0] in "'\"":
+        found = [m.start() for m in re.finditer(re.escape(word), original)]
+    else:
+        pattern = r"(?<![\w\"])" + re.escape(word) + r"(?![\w\"])"
+        found = [m.start() for m in re.finditer(pattern, original, re.IGNORECASE)]
+    return found[0] + 1 if len(found) == 1 else None
 
 
 def needs_wrapper(statement: exp.Expr) -> bool:

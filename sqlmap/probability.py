@@ -62,7 +62,7 @@ def probability_call(call: exp.Anonymous) -> tuple[exp.Expr, Comparison]:
         raise UnsupportedQuery(
             f"{PROBABILITY_FUNCTION} takes one comparison", hint=_FORMS, position=position_of(call)
         )
-    (test,) = args
+    test = _unwrapped(args[0])
     if isinstance(test, exp.Between):
         if test.args.get("symmetric"):
             raise UnsupportedQuery(
@@ -71,7 +71,7 @@ def probability_call(call: exp.Anonymous) -> tuple[exp.Expr, Comparison]:
                 position=position_of(test),
             )
         low, high = _number(test.args["low"]), _number(test.args["high"])
-        return test.this, Comparison("between", low, high)
+        return _unwrapped(test.this), Comparison("between", low, high)
     operators = _OPERATORS.get(type(test))
     if operators is None or not isinstance(test, exp.Binary):
         raise UnsupportedQuery(
@@ -87,8 +87,8 @@ def probability_call(call: exp.Anonymous) -> tuple[exp.Expr, Comparison]:
             position=position_of(test),
         )
     if _has_aggregate(left):
-        return left, Comparison(operators[0], _number(right))
-    return right, Comparison(operators[1], _number(left))
+        return _unwrapped(left), Comparison(operators[0], _number(right))
+    return _unwrapped(right), Comparison(operators[1], _number(left))
 
 
 def _number(node: exp.Expr) -> float:
@@ -99,6 +99,13 @@ def _number(node: exp.Expr) -> float:
             position=position_of(node),
         )
     return as_float(value, node)
+
+
+def _unwrapped(node: exp.Expr) -> exp.Expr:
+    """Without the parentheses around it: ``(COUNT(*))`` names the select list's ``COUNT(*)``."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
 
 
 def _has_aggregate(node: exp.Expr) -> bool:

@@ -21,7 +21,14 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from sqlmap.accuracy import AccuracyDefaults, AccuracyRequest, DPPostgres
-from sqlmap.cellwise import CellEvaluator, as_float, constant, position_of, refuse_division
+from sqlmap.cellwise import (
+    CellEvaluator,
+    as_float,
+    constant,
+    position_of,
+    refuse_division,
+    width_bucket_case,
+)
 from sqlmap.cube import Bin, BinKind, CategoricalDimension, Cube, Dimension, Scalar
 from sqlmap.errors import (
     DatatypeMismatch,
@@ -592,10 +599,12 @@ class _Query:
             raise UnsupportedQuery(f"GROUP BY {words} is not supported", position=position_of(key))
         if isinstance(key, exp.Case):
             return self._case_key(key)
+        if isinstance(key, exp.WidthBucket):
+            return self._case_key(width_bucket_case(key), key)
         if not isinstance(key, exp.Column):
             raise UnsupportedQuery(
-                f"GROUP BY {key.sql('postgres')}: only dimension columns and CASE over "
-                "dimensions can be grouped",
+                f"GROUP BY {key.sql('postgres')}: only dimension columns, and CASE and "
+                "width_bucket over dimensions, can be grouped",
                 position=position_of(key),
             )
         dim = self.resolve(key)
@@ -612,11 +621,12 @@ class _Query:
         labels = tuple(GroupValue.of(b) for b in dim.bins)
         return _GroupKey(dim.name, labels, cells, not dim.numeric)
 
-    def _case_key(self, node: exp.Case) -> _GroupKey:
+    def _case_key(self, node: exp.Case, written: exp.Expr | None = None) -> _GroupKey:
         """A CASE over dimensions as a group key: its value in every cell, decided per cell.
 
         Its groups are the values some cell of the cube can take, in the order the CASE lists
-        them: known from the cube alone.
+        them: known from the cube alone. ``written`` is the key as the query wrote it, if the
+        CASE stands for it (width_bucket).
         """
         ndim = len(self.cube.shape)
         subject = node.this
@@ -651,12 +661,13 @@ class _Query:
         used = [i for i in range(len(labels)) if np.any(cells == i)]
         renumber = np.zeros(len(labels), dtype=np.intp)
         renumber[used] = np.arange(len(used))
+        written = node if written is None else written
         return _GroupKey(
-            node.sql("postgres"),
+            written.sql("postgres"),
             tuple(labels[i] for i in used),
             renumber[cells],
             kinds == {True},
-            node,
+            written,
         )
 
     def _rows(

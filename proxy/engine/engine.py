@@ -43,7 +43,13 @@ from proxy.engine.noise import (
     noisy_value,
     public_fraction,
 )
-from proxy.engine.posterior import Interval, cut_to_range, posterior_mode, probability
+from proxy.engine.posterior import (
+    Interval,
+    cut_to_range,
+    feasible_range,
+    posterior_mode,
+    probability,
+)
 from proxy.engine.tails import EXACT, TailMethod
 from proxy.errors import InvalidParameterValue
 from sqlmap.accuracy import AccuracyRequest
@@ -202,8 +208,9 @@ class PrivacyEngine:
         total_budget: the DBA's total privacy budget for the table.
         history: the measurements released before this engine started (a ledger store's load).
         rng: noise source; the OS CSPRNG unless a test passes a seeded one.
-        nonnegative: intersect intervals with the range counts allow (a post-processing of the
-            reply only; it never influences what is spent).
+        nonnegative: move replies into the range counts allow without a public row count
+            (:meth:`Reply.within`; a post-processing of the reply only, it never influences
+            what is spent). The service does this itself, with the table's ``public_rows``.
         tail: how error tails are computed (the exact method; others are for benchmarks).
         carried: budget spent on every cell before the table's cube was last redefined.
     """
@@ -407,19 +414,17 @@ class PrivacyEngine:
             estimate += (1.0 - decision.fresh_weight) * decision.history.estimate(answers)
         if fresh_row is not None:
             estimate += decision.fresh_weight * float(answers[fresh_row])
-        low, high = estimate - decision.half_width, estimate + decision.half_width
-        if self._nonnegative:
-            estimate, low, high = _feasible(request.query, estimate, low, high)
-        return Reply(
+        reply = Reply(
             estimate,
-            low,
-            high,
+            estimate - decision.half_width,
+            estimate + decision.half_width,
             decision.confidence,
             decision.source,
             decision.budget,
             self._budget.remaining,
             _error_scales(request.query, decision),
         )
+        return reply.within(feasible_range(request.query)) if self._nonnegative else reply
 
 
 def _error_scales(query: LinearQuery, decision: Decision) -> tuple[float, ...]:
@@ -434,20 +439,6 @@ def _error_scales(query: LinearQuery, decision: Decision) -> tuple[float, ...]:
     if decision.budget > 0:
         scales.append(decision.fresh_weight * query.sensitivity / float(decision.budget))
     return tuple(float(b) for b in scales if b > 0)
-
-
-def _feasible(
-    query: LinearQuery, estimate: float, low: float, high: float
-) -> tuple[float, float, float]:
-    """Intersect the interval with the values ``q . x + offset`` can take for counts ``x >= 0``.
-
-    The true answer lies in that range, so the intersection contains it whenever the interval
-    did: coverage is kept. An interval wholly outside collapses onto the nearest feasible end.
-    """
-    floor = query.offset if np.all(query.weights >= 0) else -math.inf
-    ceiling = query.offset if np.all(query.weights <= 0) else math.inf
-    low, high = min(max(low, floor), ceiling), max(min(high, ceiling), floor)
-    return min(max(estimate, low), high), low, high
 
 
 def describe_batch(requests: Sequence[QueryRequest]) -> str:

@@ -46,7 +46,7 @@ from proxy.errors import (
 from proxy.server.answers import LocalAnswers
 from proxy.server.context import SessionContext
 from proxy.server.states import State
-from proxy.server.upstream import Action, Decide, Upstream
+from proxy.server.upstream import Action, Decide, Replace, Upstream
 from proxy.wire import (
     Bind,
     BindComplete,
@@ -54,6 +54,7 @@ from proxy.wire import (
     CloseComplete,
     CommandComplete,
     Describe,
+    ErrorResponse,
     Execute,
     Flush,
     Message,
@@ -81,8 +82,9 @@ from proxy.wire.framing import (
     ROW_DESCRIPTION,
     reframe,
 )
+from proxy.wire.message import decode_payload
 from sqlmap.cube import Cube
-from sqlmap.postprocess import Wrapped, split
+from sqlmap.postprocess import Wrapped, original_position, split
 from sqlmap.translate import AnswerSpec
 
 __all__ = ["ExtendedProtocol", "ExtendedHost", "Prepared", "Portal"]
@@ -150,6 +152,7 @@ class _Pending:
     undo: Callable[[], None] | None = None
     poison: bool = False
     hidden: bool = False  # dpproxy's own message: its reply is not the client's
+    relocate: Callable[[bytes], bytes] | None = None  # rewrites its ErrorResponse's payload
 
 
 def _restore(table: dict[K, V], key: K, previous: V | None) -> Callable[[], None]:
@@ -282,11 +285,12 @@ class ExtendedProtocol:
         completes: frozenset[int],
         undo: Callable[[], None] | None = None,
         hidden: bool = False,
+        relocate: Callable[[bytes], bytes] | None = None,
     ) -> None:
         """Queue an encoded message for the backend; ``hidden`` drops its reply."""
         self.session.up.queue(data)
         self._forwarded += len(data)
-        self.pending.append(_Pending(completes, undo, hidden=hidden))
+        self.pending.append(_Pending(completes, undo, hidden=hidden, relocate=relocate))
         self.batch_upstream = True
 
     async def drain(self) -> bool:
@@ -318,7 +322,12 @@ class ExtendedProtocol:
                 self.forward(raw, _PARSED, undo)
             else:
                 described_parse = Parse(message.name, described_sql, prepared.upstream_types)
-                self.forward_bytes(described_parse.encode(), _PARSED, undo)
+                self.forward_bytes(
+                    described_parse.encode(),
+                    _PARSED,
+                    undo,
+                    relocate=lambda e: relocated_error(e, described_sql, message.sql, 0),
+                )
             return
         if await self.drain():
             self.statements[message.name] = prepared
@@ -456,7 +465,12 @@ class ExtendedProtocol:
         )
         name = self._wrapper_prefix + message.portal
         self.forward_bytes(Close(Target.STATEMENT, name).encode(), _CLOSED, hidden=True)
-        self.forward_bytes(Parse(name, answered.sql).encode(), _PARSED, hidden=True)
+        self.forward_bytes(
+            Parse(name, answered.sql).encode(),
+            _PARSED,
+            hidden=True,
+            relocate=lambda e: relocated_error(e, answered.sql, prepared.text, 0),
+        )
         bind = Bind(message.portal, name, result_formats=message.result_formats)
         undo = _restore(self.portals, message.portal, current)
         self.portals[message.portal] = Portal(Route.PASSTHROUGH)
@@ -650,20 +664,22 @@ class ExtendedProtocol:
     async def _relay(self, stop_when_drained: bool, ready: Action = Action.RELAY_STOP) -> None:
         session = self.session
 
-        def decide(kind: int, buf: bytearray, start: int, end: int) -> Action:
+        def decide(kind: int, buf: bytearray, start: int, end: int) -> Action | Replace:
             if kind == READY_FOR_QUERY:
                 return ready
             if kind == ERROR_RESPONSE:
                 poisoned = bool(self.pending) and self.pending[0].poison
+                relocate = self.pending[0].relocate if self.pending else None
                 for pending in reversed(self.pending):
                     if pending.undo is not None:
                         pending.undo()
                 self.pending.clear()
-                if not poisoned:
-                    session.enter(State.EXTENDED_ERROR)  # the backend now skips until Sync
-                if stop_when_drained:
-                    return Action.DROP_STOP if poisoned else Action.RELAY_STOP
-                return Action.DROP if poisoned else Action.RELAY
+                if poisoned:
+                    return Action.DROP_STOP if stop_when_drained else Action.DROP
+                session.enter(State.EXTENDED_ERROR)  # the backend now skips until Sync
+                if relocate is not None:
+                    return Replace(relocate(bytes(buf[start:end])), stop=stop_when_drained)
+                return Action.RELAY_STOP if stop_when_drained else Action.RELAY
             if self.pending and kind in self.pending[0].completes:
                 done = self.pending.pop(0)
                 if stop_when_drained and not self.pending:
@@ -698,6 +714,29 @@ def _deallocations(sql: str) -> Iterator[re.Match[str]]:
         match = _DEALLOCATE.match(sql, start)
         if match is not None:
             yield match
+
+
+def relocated_error(payload: bytes, rendered: str, original: str, offset: int) -> bytes:
+    """A wrapper's ErrorResponse, its position moved into the analyst's statement or dropped.
+
+    PostgreSQL counts the position in the SQL it ran (the wrapper, with the released rows in);
+    the analyst wrote ``original``, which starts ``offset`` characters into their query string.
+
+    >>> error = ErrorResponse({"C": "42703", "M": "column nope does not exist", "P": "46"})
+    >>> rendered = "SELECT x AS sex FROM (VALUES (1)) v ORDER BY nope"
+    >>> original = "SELECT sex, COUNT(*) FROM adult GROUP BY sex ORDER BY nope"
+    >>> moved = relocated_error(error.encode()[5:], rendered, original, 10)
+    >>> decode_payload(ErrorResponse.read, moved[5:], "ErrorResponse").fields["P"]
+    '65'
+    """
+    error = decode_payload(ErrorResponse.read, payload, "ErrorResponse")
+    fields = dict(error.fields)
+    text = fields.pop("P", None)
+    if text is not None and text.isdigit():
+        where = original_position(rendered, int(text), original)
+        if where is not None:
+            fields["P"] = str(offset + where)
+    return ErrorResponse(fields).encode()
 
 
 def _upstream_types(

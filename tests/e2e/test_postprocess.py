@@ -333,3 +333,54 @@ def test_a_post_processing_parameter_in_binary_without_a_type_is_refused(proxy: 
 
     with pytest.raises(asyncpg.FeatureNotSupportedError, match=r"parameter \$1"):
         asyncio.run(run())
+
+
+@pytest.mark.parametrize("prepare", [False, True], ids=["simple", "extended"])
+def test_errors_in_the_post_processing_point_into_the_analysts_sql(
+    conn: psycopg.Connection[tuple[object, ...]], prepare: bool
+) -> None:
+    """PostgreSQL's position counts in the wrapper it ran; psql's caret needs the analyst's."""
+    sql = "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex HAVING COUNT(*) > 'many'"
+    with pytest.raises(errors.InvalidTextRepresentation) as raised:
+        conn.execute(sql, prepare=prepare)
+    assert raised.value.diag.statement_position == str(sql.index("'many'") + 1)
+    sql = "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex ORDER BY nope(sex)"
+    with pytest.raises(errors.UndefinedFunction) as raised:
+        conn.execute(sql, prepare=prepare)
+    assert raised.value.diag.statement_position == str(sql.index("nope") + 1)
+    # a word the statement holds twice: no position rather than a wrong one
+    sql = (
+        "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex "
+        "HAVING sex <> 'many' AND COUNT(*) > 'many'"
+    )
+    with pytest.raises(errors.InvalidTextRepresentation) as raised:
+        conn.execute(sql, prepare=prepare)
+    assert raised.value.diag.statement_position is None
+
+
+def test_error_positions_count_in_the_whole_query_string(
+    conn: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    sql = "SELECT 1; SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex ORDER BY nope(sex)"
+    with pytest.raises(errors.UndefinedFunction) as raised:
+        conn.execute(sql)
+    assert raised.value.diag.statement_position == str(sql.index("nope") + 1)
+
+
+def test_width_bucket_on_declared_edges(
+    conn: psycopg.Connection[tuple[object, ...]], adult_dsn: str
+) -> None:
+    """A histogram as tools write it: buckets whose edges are the dimension's, decided per cell."""
+    sql = (
+        "SELECT width_bucket(age, 25, 65, 4) AS bucket, COUNT(*) AS n FROM adult "
+        "GROUP BY 1 ORDER BY 1"
+    )
+    with psycopg.connect(adult_dsn, autocommit=True) as private:
+        truth = dict(private.execute(sql).fetchall())  # PostgreSQL's own width_bucket
+    rows = conn.execute(sql).fetchall()
+    assert [int(b) for b, _ in rows] == sorted(truth) == [0, 1, 2, 3, 4, 5]
+    for bucket, n in rows:
+        assert close(n, truth[int(bucket)])
+    # edges inside a declared bin cannot be decided per cell
+    with pytest.raises(errors.FeatureNotSupported, match="splits the bin"):
+        conn.execute("SELECT width_bucket(age, 15, 95, 8), COUNT(*) FROM adult GROUP BY 1")

@@ -3,7 +3,7 @@
 Calibration runs through the engine itself: per trial a fresh engine (seeded noise) answers a
 count whose true value is drawn from the flat prior on its feasible range ``[0, N]``; among the
 answers given probability ``p`` the comparison must hold a fraction ``p`` of the time, for a
-fresh answer (one noise term) and, in the slow suite (~90 s: three-term tails), for one
+fresh answer (one noise term) and, in the slow suite (minutes: three-term tails), for one
 combined with history (three terms).
 """
 
@@ -41,12 +41,7 @@ EVENTS = (
 
 
 def _engine(seed: int) -> PrivacyEngine:
-    return PrivacyEngine(
-        "t",
-        CELLS,
-        total_budget=Fraction(1000),
-        rng=SeededRandomSource(seed),
-    )
+    return PrivacyEngine("t", CELLS, total_budget=Fraction(1000), rng=SeededRandomSource(seed))
 
 
 def _ask(engine: PrivacyEngine, query: LinearQuery, eps: float, truth: float) -> Reply:

@@ -18,7 +18,7 @@ def test_probability_columns_point_at_their_aggregate_and_keep_the_comparison() 
     spec = T.translate(
         "SELECT sex, COUNT(*), SUM(CASE WHEN income = '>50K' THEN 1 ELSE 0 END) AS s, "
         "DP_PROBABILITY(COUNT(*) > 100) AS p, dp_probability(-2.5 >= sum(case when income = "
-        "'>50K' then 1 else 0 end)), DP_PROBABILITY(COUNT(*) BETWEEN 10 AND 2 * 10) "
+        "'>50K' then 1 else 0 end)), DP_PROBABILITY(((COUNT(*)) BETWEEN 10 AND 2 * 10)) "
         "FROM adult GROUP BY sex WITH ACCURACY 50"
     )
     probabilities = [
