@@ -419,8 +419,10 @@ async def _register_locked(
             raise ConfigError(
                 f"tables.{cube.qualified_name}: the cube differs from the one its ledger "
                 f"was written for (fingerprint {row['fingerprint']}, now {cube.fingerprint})",
-                detail="history vectors over the old cells cannot be reused over new ones",
-                hint="restore the old dimensions, or run 'dpproxy ledger rekey' to start a new "
+                detail="its dimensions or measures changed: history vectors over the old cells "
+                "cannot be reused over new ones",
+                hint="restore the old dimensions and measures, or run 'dpproxy ledger rekey' to "
+                "start a new "
                 "history for this table (spent budget is carried over)",
             )
         tables[cube.qualified_name] = _Table(
