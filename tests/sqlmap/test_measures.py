@@ -32,7 +32,7 @@ from sqlmap.translate import Translator
 
 from .corpus import read_corpus
 from .exactness import assert_exact, true_histogram
-from .test_exact import DEMO_CUBE, OPEN_CUBE, predicates
+from .test_exact import DEMO_CUBE, OPEN_CUBE, predicates, select_statement
 from .test_measurement import assert_same
 
 #: The open cube with measures whose bounds clamp: ages below 25 and above 60, hours below 10
@@ -175,17 +175,7 @@ items = st.one_of(
 
 @st.composite
 def queries(draw: st.DrawFn) -> str:
-    group = draw(
-        st.lists(st.sampled_from(["workclass", "race", "education_num"]), max_size=2, unique=True)
-    )
-    select = ", ".join(group + draw(st.lists(items, min_size=1, max_size=3)))
-    where = draw(st.one_of(st.none(), predicates))
-    sql = f"SELECT {select} FROM adult"
-    if where:
-        sql += f" WHERE {where}"
-    if group:
-        sql += f" GROUP BY {', '.join(group)}"
-    return sql
+    return select_statement(draw, items)
 
 
 @settings(
