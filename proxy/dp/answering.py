@@ -396,12 +396,10 @@ class DpService:
         first = True
 
         def left(query: LinearQuery) -> float:
-            cells = query.cell_sensitivities()[0]  # the cells that own its coordinates
-            spent = max((charged.get(int(c), Fraction(0)) for c in cells), default=0)
-            return float(budget.total - spent)
+            owners = query.cell_sensitivities()[0]  # the cells that own its coordinates
+            return float(budget.total - budget.most_spent_on(owners))
 
         while True:
-            charged = budget.per_cell()
             asked = rounds.requests(left)
             if not asked:
                 break

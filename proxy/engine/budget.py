@@ -229,6 +229,19 @@ class CellBudget:
             int(self._spent[self._partition.atom_of[cell]]), self._denominator
         )
 
+    def most_spent_on(self, cells: IntArray) -> Fraction:
+        """``max_j B_j`` over ``cells`` (``carried`` if none was charged).
+
+        >>> budget = CellBudget("t", total=Fraction(1), carried=Fraction(1, 10))
+        >>> budget.commit(cell_charges(LinearQuery.from_dense([1.0, 2.0, 0.0]), Fraction(1, 2)))
+        >>> budget.most_spent_on(np.array([0, 2])), budget.most_spent_on(np.array([2]))
+        (Fraction(7, 20), Fraction(1, 10))
+        """
+        if self._partition is None or cells.size == 0:
+            return self.carried
+        most = int(self._spent[self._partition.atom_of[cells]].max())
+        return self.carried + Fraction(most, self._denominator)
+
     def per_cell(self) -> dict[int, Fraction]:
         """A copy of every ``B_j`` charged since the cube was last defined (without ``carried``)."""
         if self._partition is None:
