@@ -43,7 +43,7 @@ from proxy.auth import make_verifier
 from proxy.config import dsn_with, load_config
 from proxy.demo import ADULT_COLUMNS, ADULT_ROWS, load_adult
 from proxy.embedded import start_embedded
-from proxy.storage.provision import ANALYST_DATABASE, provision_roles
+from proxy.storage.provision import ANALYST_DATABASE, READER_ROLE, provision_roles
 from sqlmap.canonical import histogram_sql, measurement_sql
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,9 +156,19 @@ def children(parent: int) -> list[int]:
     return pids
 
 
-def postgres_ns(pids: list[int], excluding: int) -> int:
-    """CPU of PostgreSQL's processes (background ones included) but the ``excluding`` backend."""
-    return sum(cpu_ns(p) for p in pids if p != excluding)
+def postgres_ns(postmaster: int, excluding: int) -> dict[int, int]:
+    """CPU of PostgreSQL's processes (background ones included) but the ``excluding`` backend,
+    by pid; listed afresh each time, so that a connection a pool opens late is counted."""
+    return {p: cpu_ns(p) for p in [postmaster, *children(postmaster)] if p != excluding}
+
+
+def backend_roles(conn: psycopg.Connection[tuple[int, str]]) -> dict[int, str]:
+    """Which of dpproxy's jobs each PostgreSQL backend does: ``reader`` (the privileged query,
+    in the private database) or ``ledger`` (the ledger and the audit log, in the analyst one)."""
+    rows = conn.execute(
+        "SELECT pid, datname FROM pg_stat_activity WHERE usename = %s", (READER_ROLE,)
+    ).fetchall()
+    return {int(p): "ledger" if db == ANALYST_DATABASE else "reader" for p, db in rows}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -217,6 +227,8 @@ class Sample:
     source: str
     dpproxy_ms: float
     postgres_ms: float  # PostgreSQL's CPU for the DP statement
+    reader_ms: float  # of which the reader's backends (the measurement's query)
+    ledger_ms: float  # and the ledger's (ledger writes, audit log); the rest is background
     plain_ms: float  # the direct backend's CPU for the plain aggregate
     wall_ms: float
     plain_wall_ms: float
@@ -265,10 +277,10 @@ def end_to_end(work: Path, admin_dsn: str, postmaster: int, n: int) -> list[Samp
             backend = int(row[0])
             for warm in ("SELECT 1", "SELECT COUNT(*) FROM adult WITH ACCURACY 2000"):
                 dp.execute(warm).fetchall()
-            postgres = [postmaster, *children(postmaster)]  # dpproxy's pools are open by now
             for statement in stream(n):
                 notices.clear()
-                before = cpu_ns(server.pid), postgres_ns(postgres, backend)
+                roles = backend_roles(direct)
+                before = cpu_ns(server.pid), postgres_ns(postmaster, backend)
                 start = time.perf_counter()
                 try:
                     dp.execute(statement.dp).fetchall()
@@ -276,7 +288,13 @@ def end_to_end(work: Path, admin_dsn: str, postmaster: int, n: int) -> list[Samp
                     refused += 1
                     continue
                 wall = time.perf_counter() - start
-                after = cpu_ns(server.pid), postgres_ns(postgres, backend)
+                after = cpu_ns(server.pid), postgres_ns(postmaster, backend)
+                roles |= backend_roles(direct)
+                spent = {p: ns - before[1].get(p, 0) for p, ns in after[1].items()}
+                by_role = {
+                    role: sum(ns for p, ns in spent.items() if roles.get(p) == role) / 1e6
+                    for role in ("reader", "ledger")
+                }
                 plain_before = cpu_ns(backend)
                 start = time.perf_counter()
                 direct.execute(statement.sql).fetchall()
@@ -287,7 +305,9 @@ def end_to_end(work: Path, admin_dsn: str, postmaster: int, n: int) -> list[Samp
                         statement.kind,
                         statement_source(notices),
                         (after[0] - before[0]) / 1e6,
-                        (after[1] - before[1]) / 1e6,
+                        sum(spent.values()) / 1e6,
+                        by_role["reader"],
+                        by_role["ledger"],
                         plain / 1e6,
                         wall * 1e3,
                         plain_wall * 1e3,
@@ -310,10 +330,11 @@ def report_end_to_end(samples: list[Sample]) -> None:
     for kind in ("count", "group by", "sum case"):
         groups[kind] = [s for s in samples if s.kind == kind]
     print(
-        "| statements | n | DP CPU p50 (ms) | p95 | of which dpproxy p50 | plain p50 (ms) "
-        "| DP/plain, median of ratios | p95 of ratios | DP wall p50 | plain wall p50 |"
+        "| statements | n | DP CPU p50 (ms) | p95 | of which dpproxy p50 | reader p50 "
+        "| ledger p50 | plain p50 (ms) | DP/plain, median of ratios | p95 of ratios "
+        "| DP wall p50 | plain wall p50 |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, group in groups.items():
         if not group:
             continue
@@ -322,6 +343,8 @@ def report_end_to_end(samples: list[Sample]) -> None:
             f"| {name} | {len(group)} | {pct([s.dp_ms for s in group], 50):.2f} "
             f"| {pct([s.dp_ms for s in group], 95):.2f} "
             f"| {pct([s.dpproxy_ms for s in group], 50):.2f} "
+            f"| {pct([s.reader_ms for s in group], 50):.2f} "
+            f"| {pct([s.ledger_ms for s in group], 50):.2f} "
             f"| {pct([s.plain_ms for s in group], 50):.2f} | {pct(ratios, 50):.1f}x "
             f"| {pct(ratios, 95):.1f}x | {pct([s.wall_ms for s in group], 50):.2f} "
             f"| {pct([s.plain_wall_ms for s in group], 50):.2f} |"
