@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from proxy.config import load_config
 from proxy.dp.answering import DpService
 from proxy.engine.budget import CellBudget, UserCaps, cell_charges
-from proxy.engine.engine import QueryRequest
+from proxy.engine.engine import Plan, QueryRequest
 from proxy.errors import BudgetExhausted
 from proxy.storage.postgres_ledger import PostgresLedgerStore
 from proxy.storage.provision import BackendRoles
@@ -154,6 +155,43 @@ def test_refusal_is_decided_on_the_shared_history(
             await reader.close()
 
     asyncio.run(run())
+
+
+def test_a_fresh_answer_is_planned_once_unless_the_history_moved(
+    pg_dsn: str, roles: BackendRoles, ledger_schema: str
+) -> None:
+    """The plan that found a measurement needed is the one spent, unless another process wrote
+    an entry meanwhile: then it is made again, and here B's entry answers A's query for free."""
+    sql = "SELECT COUNT(*) FROM adult WHERE age < 35 WITH ACCURACY 40"
+    plans: list[int] = []
+
+    async def run() -> None:
+        a = await open_service(pg_dsn, roles, ledger_schema)
+        b = await open_service(pg_dsn, roles, ledger_schema)
+        engine = a[0].engine(CUBE)
+        real_plan = engine.plan
+
+        def counted(requests: Sequence[QueryRequest]) -> Plan:
+            plans.append(engine.history_size)
+            return real_plan(requests)
+
+        engine.plan = counted  # type: ignore[method-assign]
+        first = await a[0].answer(TRANSLATOR.translate(sql.replace("age < 35", "age >= 35")))
+        assert first.replies[0].source == "fresh" and plans == [0]
+        fresh = await b[0].answer(TRANSLATOR.translate(sql))
+        assert fresh.replies[0].source == "fresh"
+        # A's own view needs a measurement; under the ledger's lock it absorbs B's entry
+        again = await a[0].answer(TRANSLATOR.translate(sql))
+        assert again.replies[0].source == "history" and again.replies[0].budget_charged == 0
+        assert plans == [0, 1, 2]
+        for _service, ledger, reader in (a, b):
+            await ledger.close()
+            await reader.close()
+
+    asyncio.run(run())
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute(f'SELECT count(*) FROM "{ledger_schema}".measurements').fetchone()
+    assert row == (2,)
 
 
 def test_user_caps_survive_restart(pg_dsn: str, roles: BackendRoles, ledger_schema: str) -> None:

@@ -359,8 +359,8 @@ class DpService:
     ) -> tuple[Reply, ...]:
         """One atomic batch: from history if it can, else planned, measured, recorded."""
 
-        def answer_free() -> tuple[Reply, ...] | None:
-            """The replies if history answers the batch; None if it needs a measurement."""
+        def answer_free() -> tuple[Reply, ...] | Plan | None:
+            """The replies if history answers the batch, else the plan of its measurements."""
             try:
                 plan = engine.plan(requests)
             except BudgetExhausted:
@@ -368,13 +368,13 @@ class DpService:
                 # query free (a cell this process exhausted, plus cells only they measured);
                 # spending plans again with them and refuses if it still must
                 return None
-            return None if plan.measurements else engine.execute(plan, ())
+            return plan if plan.measurements else engine.execute(plan, ())
 
-        replies = await self._in_gate(cube, answer_free, self._planning_timeout)
-        if replies is None:
-            async with self._locks[cube.qualified_name]:
-                replies = await self._spend(cube, engine, requests, user, sql)
-        return replies
+        outcome = await self._in_gate(cube, answer_free, self._planning_timeout)
+        if isinstance(outcome, tuple):
+            return outcome
+        async with self._locks[cube.qualified_name]:
+            return await self._spend(cube, engine, requests, user, sql, outcome)
 
     async def _answer_rounds(
         self,
@@ -530,8 +530,15 @@ class DpService:
         requests: list[QueryRequest],
         user: str | None,
         sql: str | None,
+        planned_before: Plan | None = None,
     ) -> tuple[Reply, ...]:
+        """Plan (again, unless ``planned_before`` is still current), measure, write, record."""
+
         def plan() -> Plan:
+            # the engine's own staleness rule: a plan holds while its history is unchanged (no
+            # entry from this process or another since); planning again would decide the same
+            if planned_before is not None and planned_before.history_size == engine.history_size:
+                return planned_before
             return engine.plan(requests)
 
         name = cube.qualified_name
