@@ -170,6 +170,39 @@ def test_ledger_of_an_earlier_layout_is_upgraded(pg_dsn: str, ledger_schema: str
         assert conn.execute("SELECT spent FROM dp.budget").fetchall() == [(1.0,)]
 
 
+def test_cell_spend_leaves_room_for_updates_in_place(pg_dsn: str, ledger_schema: str) -> None:
+    """A ledger created before the fillfactor gets it on open; its rows stay where they were."""
+
+    def fillfactor() -> list[str] | None:
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute(
+                "SELECT reloptions FROM pg_class WHERE oid = %s::regclass",
+                (f'"{ledger_schema}".cell_spend',),
+            ).fetchone()
+        assert row is not None
+        return row[0]  # type: ignore[no-any-return]
+
+    async def spend_once() -> None:
+        ledger = await PostgresLedgerStore.open(pg_dsn, [CUBE], ledger_schema)
+        async with ledger.spending(CUBE) as spend:
+            new = measurement([1, 1], Fraction(1, 4), 5.0)
+            await spend.append([new], Charges.of_query(new.entry.query, Fraction(1, 4)))
+        await ledger.close()
+
+    asyncio.run(spend_once())
+    assert fillfactor() == ["fillfactor=50"]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'ALTER TABLE "{ledger_schema}".cell_spend RESET (fillfactor)')
+    assert fillfactor() is None
+    asyncio.run(spend_once())
+    assert fillfactor() == ["fillfactor=50"]
+    with psycopg.connect(pg_dsn) as conn:
+        spent = conn.execute(
+            f'SELECT cell, spent FROM "{ledger_schema}".cell_spend ORDER BY cell'
+        ).fetchall()
+    assert spent == [(0, 0.5), (1, 0.5)]
+
+
 def test_concurrent_answers_share_audit_writes(pg_dsn: str, ledger_schema: str) -> None:
     async def run() -> None:
         ledger = await PostgresLedgerStore.open(pg_dsn, [CUBE], ledger_schema)
