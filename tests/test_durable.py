@@ -73,6 +73,47 @@ def test_entries_survive_reopening(pg_dsn: str, ledger_schema: str) -> None:
     assert sources == [("fresh",), ("history",)]
 
 
+def test_a_batch_is_written_in_order_and_a_retry_only_adds_what_is_missing(
+    pg_dsn: str, ledger_schema: str
+) -> None:
+    """A GROUP BY's measurements go in one statement; each row keeps its own vector."""
+    batch = [
+        measurement([1, 0, 2.5], Fraction(1, 8), 3.0),
+        measurement([0, 0, 0, 1], Fraction(1, 4), -2.0),
+        measurement([1, 1, 1, 1], Fraction(1, 2), 7.25),
+    ]
+
+    async def run() -> None:
+        ledger = await PostgresLedgerStore.open(pg_dsn, [CUBE], ledger_schema)
+        async with ledger.spending(CUBE) as spend:
+            (first,) = await spend.append(batch[1:2], Charges.of([batch[1].entry]))
+        async with ledger.spending(CUBE) as spend:  # a retry of the whole batch
+            ids = await spend.append(batch, Charges.of([m.entry for m in batch[::2]]))
+            assert await spend.append([], Charges()) == []
+        assert len(ids) == 2 and first < ids[0] < ids[1]
+        stored = await ledger.load(CUBE)
+        assert [s.id for s in stored] == [first, *ids]
+        assert [s.key for s in stored] == [batch[1].key, batch[0].key, batch[2].key]
+        for s, m in zip(stored, [batch[1], batch[0], batch[2]]):
+            assert s.entry == m.entry
+        await ledger.close()
+
+    asyncio.run(run())
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute(
+            f'SELECT cells, weights, sql_text, source FROM "{ledger_schema}".measurements '
+            "ORDER BY id"
+        ).fetchall()
+        spent = conn.execute(
+            f'SELECT cell, spent FROM "{ledger_schema}".cell_spend ORDER BY cell'
+        ).fetchall()
+    assert [r[:2] for r in rows] == [([3], [1.0]), ([0, 2], [1.0, 2.5]), ([0, 1, 2, 3], [1.0] * 4)]
+    assert {r[2:] for r in rows} == {("SELECT ...", "fresh")}
+    # the retry charges what it wrote: 1/8 in proportion to the weight (1/2.5 on cell 0) and
+    # 1/2; cell 3 also had 1/4 from the first write
+    assert spent == [(0, 0.55), (1, 0.5), (2, 0.625), (3, 0.75)]
+
+
 def test_changed_cube_is_refused(pg_dsn: str, ledger_schema: str) -> None:
     other = Cube("public", "people", (CategoricalDimension("sex", ("M", "F", "X")),))
 

@@ -311,38 +311,54 @@ class Spend:
         ``charges`` are exact; ``cell_spend`` adds them rounded up to float8. An entry whose key
         is already stored (a retried write) is not written again.
         """
+        if not measurements:
+            return []
         s, table = self._schema, self._table
-        ids = []
+        # one statement for the whole batch (a GROUP BY's groups): the vectors travel
+        # concatenated, each row takes its slice
+        bounds, start = [], 1
         for m in measurements:
-            entry = m.entry
-            row = await self._conn.fetchrow(
-                f"INSERT INTO {s}.measurements (entry_key, table_id, fingerprint, data_version, "
-                "cells, weights, sensitivity, budget, step, noisy_answer, requested_eps, "
-                "requested_confidence, user_name, sql_text, source, query_offset, half_width, "
-                "confidence) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, "
-                "$14, $15, $16, $17, $18) "
-                "ON CONFLICT (entry_key) DO NOTHING RETURNING id",
-                m.key,
-                table.id,
-                table.cube.fingerprint,
-                table.data_version,
-                entry.query.cells.tolist(),
-                entry.query.weights.tolist(),
-                entry.query.sensitivity,
-                str(entry.budget),
-                str(entry.step),
-                entry.noisy_answer,
-                m.requested_eps,
-                m.requested_confidence,
-                m.user,
-                m.sql,
-                m.source,
-                m.query_offset,
-                m.half_width,
-                m.confidence,
-            )
-            if row is not None:
-                ids.append(int(row[0]))
+            bounds.append((start, start + m.entry.query.cells.size - 1))
+            start += m.entry.query.cells.size
+        rows = await self._conn.fetch(
+            f"INSERT INTO {s}.measurements (entry_key, table_id, fingerprint, data_version, "
+            "cells, weights, sensitivity, budget, step, noisy_answer, requested_eps, "
+            "requested_confidence, user_name, sql_text, source, query_offset, half_width, "
+            "confidence) "
+            "SELECT u.entry_key, $1, $2, $3, ($4::int[])[u.first:u.last], "
+            "($5::float8[])[u.first:u.last], u.sensitivity, u.budget, u.step, u.noisy_answer, "
+            "u.requested_eps, u.requested_confidence, u.user_name, u.sql_text, u.source, "
+            "u.query_offset, u.half_width, u.confidence "
+            "FROM unnest($6::uuid[], $7::int[], $8::int[], $9::float8[], $10::text[], "
+            "$11::text[], $12::float8[], $13::float8[], $14::float8[], $15::text[], "
+            "$16::text[], $17::text[], $18::float8[], $19::float8[], $20::float8[]) "
+            "WITH ORDINALITY AS u(entry_key, first, last, sensitivity, budget, step, "
+            "noisy_answer, requested_eps, requested_confidence, user_name, sql_text, source, "
+            "query_offset, half_width, confidence, n) "
+            "ORDER BY u.n ON CONFLICT (entry_key) DO NOTHING RETURNING id, entry_key",
+            table.id,
+            table.cube.fingerprint,
+            table.data_version,
+            np.concatenate([m.entry.query.cells for m in measurements]).tolist(),
+            np.concatenate([m.entry.query.weights for m in measurements]).tolist(),
+            [m.key for m in measurements],
+            [first for first, _ in bounds],
+            [last for _, last in bounds],
+            [m.entry.query.sensitivity for m in measurements],
+            [str(m.entry.budget) for m in measurements],
+            [str(m.entry.step) for m in measurements],
+            [m.entry.noisy_answer for m in measurements],
+            [m.requested_eps for m in measurements],
+            [m.requested_confidence for m in measurements],
+            [m.user for m in measurements],
+            [m.sql for m in measurements],
+            [m.source for m in measurements],
+            [m.query_offset for m in measurements],
+            [m.half_width for m in measurements],
+            [m.confidence for m in measurements],
+        )
+        written = {r["entry_key"]: int(r["id"]) for r in rows}
+        ids = [written[m.key] for m in measurements if m.key in written]
         if ids and charges:
             # only the cells these measurements touch: a query rarely covers the whole cube
             cells, spent = charges.rounded_up()
