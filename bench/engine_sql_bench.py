@@ -181,7 +181,8 @@ def _history(
         spec = translator.translate(sql)
         assert spec.accuracy is not None
         vectors.extend(
-            (LinearQuery(q.n_cells, q.cells, q.weights), spec.accuracy) for q in spec.queries
+            (LinearQuery(q.n_cells, q.cells, q.weights, measures=q.measures), spec.accuracy)
+            for q in spec.queries
         )
     entries = []
     costs: dict[int, tuple[Fraction, Fraction]] = {}
@@ -200,15 +201,16 @@ def run(name: str, cube: Cube, m: int, stream: int, pool_size: int, seed: int = 
     translator = Translator([cube])
     statements = Statements(cube, seed)
     pool = [statements.sql() for _ in range(pool_size)]
-    x = np.random.default_rng(seed).integers(0, 5, size=cube.n_cells)
+    x = np.random.default_rng(seed).integers(0, 5, size=cube.n_coordinates)
     history = _history(translator, pool, m, x, seed + 1)
     rss_before = _rss_mb()
     start = time.perf_counter()
     load_cpu, engine = _cpu_ms(
         lambda: PrivacyEngine(
             "adult",
-            cube.n_cells,
+            cube.n_coordinates,
             total_budget=Fraction(10**9),
+            measures=cube.measure_reach,
             history=history,
             rng=SeededRandomSource(seed),
         )
