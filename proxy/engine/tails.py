@@ -50,6 +50,9 @@ _TRUNC_TOL = 1e-13
 # s^2 (cost independent of their number); the series ratio is then <= 0.25.
 _SERIES_RADIUS = 0.5
 _SERIES_TERMS = 30
+# A series split computed for one evaluation serves later ones whose own split is at most this
+# many runs earlier (those runs are then summed exactly).
+_REUSE = 256
 # Binned convolution: a kernel this short is convolved directly, longer ones through the FFT.
 _DIRECT_CONVOLUTION = 64
 # Chernoff parameters lambda * b_max tried when bounding how far the distribution extends.
@@ -76,13 +79,22 @@ class _Runs:
     their count, and the power sums of the small terms (:func:`_sum_log1p`) are kept per split.
     """
 
-    __slots__ = ("values", "counts", "size", "_power_sums", "_chernoff")
+    __slots__ = ("values", "counts", "size", "_power_sums", "_offset", "_chernoff")
 
-    def __init__(self, values: FloatArray, counts: FloatArray) -> None:
+    def __init__(
+        self,
+        values: FloatArray,
+        counts: FloatArray,
+        power_sums: dict[int, FloatArray] | None = None,
+        offset: int = 0,
+    ) -> None:
         self.values = values
         self.counts = counts
         self.size = int(counts.sum())
-        self._power_sums: dict[int, FloatArray] = {}
+        # power sums by split, the split counted from ``offset`` runs before these: shared
+        # with the runs this one was cut from
+        self._power_sums: dict[int, FloatArray] = {} if power_sums is None else power_sums
+        self._offset = offset
         self._chernoff: tuple[FloatArray, FloatArray] | None = None
 
     @classmethod
@@ -111,32 +123,54 @@ class _Runs:
             counts = self.counts.copy()
             counts[0] -= 1
             return _Runs(self.values, counts)
-        return _Runs(self.values[1:], self.counts[1:])
+        return _Runs(self.values[1:], self.counts[1:], self._power_sums, self._offset + 1)
 
-    def power_sums(self, split: int) -> FloatArray:
+    def series(self, split: int) -> tuple[int, FloatArray]:
+        """A split at or after ``split`` (at most ``_REUSE`` runs later) and its power sums.
+
+        The terms before the split are summed exactly, those after it as a series
+        (:func:`_sum_log1p`); any split past the least one that converges will do, so one
+        computed for a larger ``s`` serves the evaluations at smaller ones.
+        """
+        known = [
+            at - self._offset
+            for at in self._power_sums
+            if 0 <= at - self._offset - split <= _REUSE and at - self._offset < self.values.size
+        ]
+        if known:
+            split = min(known)
+            return split, self._power_sums[split + self._offset]
+        sums = self._power_sums[split + self._offset] = self._compute_power_sums(split)
+        return split, sums
+
+    def _compute_power_sums(self, split: int) -> FloatArray:
         """``P_r = sum_{k >= split} c_k (b_k / b_split)^{2r}``, ``r = 1 .. _SERIES_TERMS``.
 
-        The series scales ``P_r`` by ``(b_split s)^{2r} <= 4^-r``, so a term is dropped from
-        the higher powers once ``c_k (b_k / b_split)^{2r} 4^-r`` is below 1e-20 (all it would
-        still add to the series is below 1.4e-20): the cost follows the terms' spread rather
-        than ``_SERIES_TERMS`` passes over all of them.
+        The series scales ``P_r`` by ``(b_split s)^{2r} <= 4^-r``, so a term counts at order
+        ``r`` only while ``c_k (b_k / b_split)^{2r} 4^-r >= 1e-20`` (all it would add past that
+        is below 1.4e-20): the terms are ordered by the last order they count at, and each
+        order sums a prefix of them.
         """
-        sums = self._power_sums.get(split)
-        if sums is None:
-            z = np.square(self.values[split:] / self.values[split])
-            powers = z * self.counts[split:]
-            sums = np.zeros(_SERIES_TERMS)
-            sums[0] = powers.sum()
-            for r in range(1, _SERIES_TERMS):
-                if r % 2:
-                    keep = powers > 1e-20 * 4.0**r
-                    if not keep.all():
-                        z, powers = z[keep], powers[keep]
-                        if powers.size == 0:
-                            break
-                powers = powers * z
-                sums[r] = powers.sum()
-            self._power_sums[split] = sums
+        z = np.square(self.values[split:] / self.values[split])
+        powers = z * self.counts[split:]
+        sums = np.zeros(_SERIES_TERMS)
+        sums[0] = powers.sum()
+        with np.errstate(divide="ignore"):
+            reach = np.log(1e-20 / self.counts[split:]) / np.log(z / 4.0)
+        order = np.argsort(-reach, kind="stable")
+        z, powers = z[order], powers[order]
+        reach = reach[order]
+        counting = np.searchsorted(-reach, -np.arange(2.0, _SERIES_TERMS + 1), "right")
+        for r in range(1, _SERIES_TERMS):
+            n = int(counting[r - 1])  # the terms that count at order r + 1
+            if n <= 64:  # the few left: every remaining order at once
+                exponents = np.arange(1, _SERIES_TERMS - r + 1)
+                higher = powers[:n, None] * np.power(z[:n, None], exponents)
+                higher *= reach[:n, None] >= exponents + r
+                sums[r:] = higher.sum(axis=0)
+                break
+            powers[:n] *= z[:n]
+            sums[r] = powers[:n].sum()
         return sums
 
     def chernoff(self) -> tuple[FloatArray, FloatArray]:
@@ -147,11 +181,11 @@ class _Runs:
         return self._chernoff
 
 
-def _positive_scales(scales: npt.ArrayLike) -> _Runs:
+def _positive_scales(scales: npt.ArrayLike | _Runs) -> _Runs:
     return scales if isinstance(scales, _Runs) else _Runs.of(scales)
 
 
-def tail_extent(scales: npt.ArrayLike, tol: float) -> float:
+def tail_extent(scales: npt.ArrayLike | _Runs, tol: float) -> float:
     """A distance ``a`` with ``P(|X| > a) <= tol``, from the Chernoff bound.
 
     ``P(|X| >= a) <= 2 exp(-lambda a) prod_k 1/(1 - b_k^2 lambda^2)`` for
@@ -217,7 +251,7 @@ def _separated(b: _Runs) -> bool:
     return bool(_second(b) < b.values[0] * (1.0 - 1e-9))
 
 
-def dominant_tail(scales: npt.ArrayLike, x: float) -> tuple[float, float]:
+def dominant_tail(scales: npt.ArrayLike | _Runs, x: float) -> tuple[float, float]:
     """``P(|b_1 L_1 + R| > x)`` as a closed form in the largest scale, and that form's error.
 
     With ``G`` the tail of ``b_1 L_1`` and ``x > 0``, ``2 P(b_1 L_1 + R > x) = 2 E G(x - R)``
@@ -271,19 +305,18 @@ def _sum_log1p(runs: _Runs, s: FloatArray, sign: float) -> FloatArray:
     s_max = float(s[-1])
     split = int(np.count_nonzero(b * s_max > _SERIES_RADIUS))  # b decreases: small ones last
     out = np.zeros_like(s)
+    if split < b.size:
+        split, sums = runs.series(split)
+        orders = np.arange(1, _SERIES_TERMS + 1)
+        ratio = float(b[split]) * s_max
+        power_sums = sums * (ratio * ratio) ** orders
+        coefficients = -((-sign) ** orders) * power_sums / orders
+        u = np.square(s / s_max)
+        for c in coefficients[::-1]:  # Horner in u, then one more factor u
+            out = (out + c) * u
     for start in range(0, split, 64):  # bounded memory: 64 terms x nodes at a time
         chunk = slice(start, min(start + 64, split))
         out += np.log1p(sign * np.square(np.outer(s, b[chunk]))) @ counts[chunk]
-    if split < b.size:
-        orders = np.arange(1, _SERIES_TERMS + 1)
-        ratio = float(b[split]) * s_max
-        power_sums = runs.power_sums(split) * (ratio * ratio) ** orders
-        coefficients = -((-sign) ** orders) * power_sums / orders
-        u = np.square(s / s_max)
-        series = np.zeros_like(s)
-        for c in coefficients[::-1]:  # Horner in u, then one more factor u
-            series = (series + c) * u
-        out += series
     return out
 
 
@@ -415,7 +448,7 @@ def laplace_sum_tail(scales: npt.ArrayLike, x: float) -> float:
 
 def _root_quantile(
     tail: Callable[[float], float],
-    b: FloatArray,
+    b: _Runs,
     delta: float,
     low: float = 0.0,
     high: float | None = None,
@@ -481,8 +514,9 @@ class MonteCarloTail:
 
     def quantile(self, scales: FloatArray, delta: float) -> float:
         """Root of the simulated tail (one simulation per evaluation, as the paper's method)."""
-        b = _positive_scales(scales)
-        return _root_quantile(lambda w: self.tail(b, w), b, delta)
+        runs = _positive_scales(scales)
+        b = runs.expanded()
+        return _root_quantile(lambda w: self.tail(b, w), runs, delta)
 
 
 @dataclass(frozen=True, slots=True)
@@ -531,8 +565,9 @@ class ConvolutionTail:
 
     def quantile(self, scales: FloatArray, delta: float) -> float:
         """Root of the binned tail."""
-        b = _positive_scales(scales)
-        return _root_quantile(lambda w: self.tail(b, w), b, delta)
+        runs = _positive_scales(scales)
+        b = runs.expanded()
+        return _root_quantile(lambda w: self.tail(b, w), runs, delta)
 
     def _binned(self, scale: float, m: int) -> FloatArray:
         half = math.ceil(scale * math.log(m / self.gamma) / self.step)
