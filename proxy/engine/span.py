@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -145,9 +146,13 @@ class SpanSolver:
     def _place(self) -> None:
         """Give the queued vectors coordinates, extending the basis by the new directions.
 
-        A block is measured against the basis as it stood before it; a vector found in that
-        span is placed at once (later basis vectors give it zero coordinates), the others one
-        by one against the basis as it grows.
+        A block is measured against the basis as it stood before it (one sparse product and
+        one solve for the block): a vector in that span is placed at once (later basis vectors
+        give it zero coordinates). The others are taken in order against the block's own new
+        directions, orthonormalised over the cells from their residuals (twice, as
+        Gram-Schmidt needs): a vector whose remainder is below ``_INDEPENDENT`` of its norm is
+        placed in their span, the others join the basis, one border each of ``G``, ``L`` and
+        ``L^{-1}``.
         """
         queue, self._queue = self._queue, []
         for start in range(0, len(queue), _BLOCK):
@@ -158,53 +163,68 @@ class SpanSolver:
             first = self._placed
             self._coords = _grown(self._coords, r + len(block), first + len(block))
             inner = self._inner(block)
-            beta, distances = self._project(block, inner)
-            for k, (cells, weights) in enumerate(block):
-                if distances[k] <= _INDEPENDENT * float(np.linalg.norm(weights)):
-                    self._coords[:r, first + k] = self._lower[:r, :r].T @ beta[:, k]
-                else:
-                    self._place_one(first + k, cells, weights, inner[:, k])
+            beta, distances, residuals = self._project(block, inner, residuals=True)
+            self._coords[:r, first : first + len(block)] = self._lower[:r, :r].T @ beta
             self._placed = first + len(block)
+            bound = [_INDEPENDENT * float(np.linalg.norm(w)) for _, w in block]
+            candidates = [k for k in range(len(block)) if distances[k] > bound[k]]
+            if not candidates:
+                continue
+            vectors = _row_index([block[k] for k in candidates], self.n_cells)
+            block_gram = (vectors.T @ vectors).toarray()
+            residuals = residuals[:, candidates]
+            residuals = residuals[np.any(residuals != 0.0, axis=1)]  # the cells they weigh
+            directions = np.zeros_like(residuals)  # orthonormal, over those cells
+            joined: list[int] = []  # positions in candidates of the block's basis vectors
+            for position, k in enumerate(candidates):
+                n = len(joined)
+                remainder = residuals[:, position]
+                along = directions[:, :n].T @ remainder
+                remainder = remainder - directions[:, :n] @ along
+                again = directions[:, :n].T @ remainder
+                remainder -= directions[:, :n] @ again
+                along += again
+                j = first + k
+                self._coords[r : r + n, j] = along
+                d = math.sqrt(float(remainder @ remainder))
+                if d <= bound[k]:
+                    continue
+                rank = r + n
+                if self._max_rank is not None and (
+                    rank == self._max_rank
+                    or (rank >= _SPARSE_FROM and rank * rank > _SPARSE * self._basis_nnz)
+                ):
+                    self.overflowed = True
+                    return
+                directions[:, n] = remainder / d
+                cells, weights = block[k]
+                self._join(
+                    j, d, np.concatenate([inner[:, k], block_gram[position, joined]]), weights
+                )
+                self._basis_nnz += cells.size
+                self._vectors.append((cells, weights))
+                self._rank += 1
+                joined.append(position)
 
-    def _place_one(self, j: int, cells: IntArray, weights: FloatArray, known: FloatArray) -> None:
-        """Place vector ``j`` against the current basis.
+    def _join(self, j: int, d: float, inner: FloatArray, weights: FloatArray) -> None:
+        """Make vector ``j`` (distance ``d`` from the span, coordinates placed) a basis vector.
 
-        ``known`` holds its inner products with the basis vectors before its block.
+        ``inner`` holds its inner products with the basis vectors.
         """
         r = self._rank
-        inner = np.empty((r, 1))
-        inner[: known.size, 0] = known
-        if known.size < r:
-            dense = np.zeros(self.n_cells)
-            dense[cells] = weights
-            for i in range(known.size, r):
-                basis_cells, basis_weights = self._vectors[i]
-                inner[i, 0] = dense[basis_cells] @ basis_weights
-        beta, distance = self._project([(cells, weights)], inner)
-        if r:
-            self._coords[:r, j] = self._lower[:r, :r].T @ beta[:, 0]
-        if distance[0] > _INDEPENDENT * float(np.linalg.norm(weights)):
-            if self._max_rank is not None and (
-                r == self._max_rank or (r >= _SPARSE_FROM and r * r > _SPARSE * self._basis_nnz)
-            ):
-                self.overflowed = True
-                return
-            self._basis_nnz += cells.size
-            d = self._coords[r, j] = distance[0]
-            for name in ("_gram", "_lower", "_lower_inv", "_k", "_k_inv"):
-                setattr(self, name, _grown(getattr(self, name), r + 1, r + 1))
-            gram, lower, lower_inv = self._gram, self._lower, self._lower_inv
-            gram[r, :r] = gram[:r, r] = inner[:, 0]
-            gram[r, r] = float(weights @ weights)
-            line = self._coords[:r, j]
-            lower[r, :r] = line
-            lower[r, r] = d
-            # the row x with x L = e_r: x = [-(line^T L^{-1}) / d, 1 / d]
-            lower_inv[r, :r] = -(line @ lower_inv[:r, :r]) / d
-            lower_inv[r, r] = 1.0 / d
-            self._k[r, : r + 1] = self._k[: r + 1, r] = 0.0
-            self._vectors.append((cells, weights))
-            self._rank += 1
+        self._coords[r, j] = d
+        for name in ("_gram", "_lower", "_lower_inv", "_k", "_k_inv"):
+            setattr(self, name, _grown(getattr(self, name), r + 1, r + 1))
+        gram, lower, lower_inv = self._gram, self._lower, self._lower_inv
+        gram[r, :r] = gram[:r, r] = inner
+        gram[r, r] = float(weights @ weights)
+        line = self._coords[:r, j]
+        lower[r, :r] = line
+        lower[r, r] = d
+        # the row x with x L = e_r: x = [-(line^T L^{-1}) / d, 1 / d]
+        lower_inv[r, :r] = -(line @ lower_inv[:r, :r]) / d
+        lower_inv[r, r] = 1.0 / d
+        self._k[r, : r + 1] = self._k[: r + 1, r] = 0.0
 
     def weigh(self, j: int, weight2: float) -> None:
         """Add ``weight2`` to ``c_j^2`` (a row of vector ``j`` measured with that precision)."""
@@ -306,37 +326,58 @@ class SpanSolver:
                 found[i] = per_vector[:, column]
         return found, residuals.tolist()
 
+    @overload
     def _project(
         self, vectors: Sequence[tuple[IntArray, FloatArray]], inner: FloatArray
-    ) -> tuple[FloatArray, FloatArray]:
+    ) -> tuple[FloatArray, FloatArray]: ...
+
+    @overload
+    def _project(
+        self,
+        vectors: Sequence[tuple[IntArray, FloatArray]],
+        inner: FloatArray,
+        *,
+        residuals: Literal[True],
+    ) -> tuple[FloatArray, FloatArray, FloatArray]: ...
+
+    def _project(
+        self,
+        vectors: Sequence[tuple[IntArray, FloatArray]],
+        inner: FloatArray,
+        *,
+        residuals: bool = False,
+    ) -> tuple[FloatArray, FloatArray] | tuple[FloatArray, FloatArray, FloatArray]:
         """``beta = G^{-1} H_B^T v`` (refined once) and ``||v - H_B beta||``, per vector.
 
         ``G^{-1} = L^{-T} L^{-1}``. The distance is measured over the cells, not as
         ``||v||^2 - b^T beta``: that difference cancels, and its rounding would reach 1e-5 of
-        ``||v||`` on these histories.
+        ``||v||`` on these histories. ``residuals``: also ``v - H_B beta`` over the cells, as
+        columns.
         """
         r = self._rank
-        if r == 0:
-            return np.zeros((0, len(vectors))), np.array(
-                [float(np.linalg.norm(w)) for _, w in vectors]
-            )
-        lower_inv = self._lower_inv[:r, :r]
-        beta = lower_inv.T @ (lower_inv @ inner)
-        beta += lower_inv.T @ (lower_inv @ (inner - self._gram[:r, :r] @ beta))
-        index, recent, indexed = self._basis_index()
-        if len(vectors) == 1:  # one column: sparse matrix-vector products, a dot for the norm
-            fitted = index @ beta[:indexed, 0]
+        beta = np.zeros((0, len(vectors)))
+        index, recent, indexed = None, None, 0
+        if r:
+            lower_inv = self._lower_inv[:r, :r]
+            beta = lower_inv.T @ (lower_inv @ inner)
+            beta += lower_inv.T @ (lower_inv @ (inner - self._gram[:r, :r] @ beta))
+            index, recent, indexed = self._basis_index()
+        if len(vectors) == 1 and not residuals:  # sparse matrix-vector products, a dot
+            line = np.zeros(self.n_cells) if index is None else index @ beta[:indexed, 0]
             if recent is not None:
-                fitted += recent @ beta[indexed:, 0]
+                line += recent @ beta[indexed:, 0]
             cells, weights = vectors[0]
-            fitted[cells] -= weights
-            return beta, np.array([math.sqrt(float(fitted @ fitted))])
-        fitted = index @ beta[:indexed]
+            line[cells] -= weights
+            return beta, np.array([math.sqrt(float(line @ line))])
+        fitted = np.zeros((self.n_cells, len(vectors))) if index is None else index @ beta[:indexed]
         if recent is not None:
             fitted += recent @ beta[indexed:]
         for k, (cells, weights) in enumerate(vectors):
             fitted[cells, k] -= weights
-        return beta, np.sqrt(np.einsum("ij,ij->j", fitted, fitted))
+        distances = np.sqrt(np.einsum("ij,ij->j", fitted, fitted))
+        if residuals:
+            return beta, distances, np.negative(fitted, out=fitted)
+        return beta, distances
 
     def _basis_index(self) -> tuple[sparse.csr_array, sparse.csr_array | None, int]:
         """The basis vectors as the columns of cells x (their count) sparse matrices.
