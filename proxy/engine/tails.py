@@ -79,7 +79,7 @@ class _Runs:
     their count, and the power sums of the small terms (:func:`_sum_log1p`) are kept per split.
     """
 
-    __slots__ = ("values", "counts", "size", "_power_sums", "_offset", "_chernoff")
+    __slots__ = ("values", "counts", "size", "_power_sums", "_offset", "_chernoff", "_moments")
 
     def __init__(
         self,
@@ -96,6 +96,7 @@ class _Runs:
         self._power_sums: dict[int, FloatArray] = {} if power_sums is None else power_sums
         self._offset = offset
         self._chernoff: tuple[FloatArray, FloatArray] | None = None
+        self._moments: tuple[FloatArray, FloatArray] | None = None
 
     @classmethod
     def of(cls, scales: npt.ArrayLike) -> _Runs:
@@ -147,31 +148,36 @@ class _Runs:
         """``P_r = sum_{k >= split} c_k (b_k / b_split)^{2r}``, ``r = 1 .. _SERIES_TERMS``.
 
         The series scales ``P_r`` by ``(b_split s)^{2r} <= 4^-r``, so a term counts at order
-        ``r`` only while ``c_k (b_k / b_split)^{2r} 4^-r >= 1e-20`` (all it would add past that
-        is below 1.4e-20): the terms are ordered by the last order they count at, and each
-        order sums a prefix of them.
+        ``r`` only while ``c_max (b_k / b_split)^{2r} 4^-r >= 1e-20`` (all it would add past
+        that is below 1.4e-20): as ``b`` decreases, each order sums a prefix of the terms, and
+        the last few are taken at every remaining order at once.
         """
         z = np.square(self.values[split:] / self.values[split])
-        powers = z * self.counts[split:]
+        counts = self.counts[split:]
+        powers = z * counts
         sums = np.zeros(_SERIES_TERMS)
         sums[0] = powers.sum()
-        with np.errstate(divide="ignore"):
-            reach = np.log(1e-20 / self.counts[split:]) / np.log(z / 4.0)
-        order = np.argsort(-reach, kind="stable")
-        z, powers = z[order], powers[order]
-        reach = reach[order]
-        counting = np.searchsorted(-reach, -np.arange(2.0, _SERIES_TERMS + 1), "right")
+        orders = np.arange(2, _SERIES_TERMS + 1)
+        least = 4.0 * (1e-20 / float(counts.max())) ** (1.0 / orders)  # the z that still count
+        counting = np.searchsorted(-z, -least, "right")
         for r in range(1, _SERIES_TERMS):
             n = int(counting[r - 1])  # the terms that count at order r + 1
-            if n <= 64:  # the few left: every remaining order at once
-                exponents = np.arange(1, _SERIES_TERMS - r + 1)
-                higher = powers[:n, None] * np.power(z[:n, None], exponents)
-                higher *= reach[:n, None] >= exponents + r
+            if n <= 64:
+                higher = powers[:n, None] * np.power.outer(z[:n], orders[: _SERIES_TERMS - r] - 1)
                 sums[r:] = higher.sum(axis=0)
                 break
             powers[:n] *= z[:n]
             sums[r] = powers[:n].sum()
         return sums
+
+    def moments(self) -> tuple[FloatArray, FloatArray]:
+        """``sum_{k >= i} c_k b_k^2`` and ``sum_{k >= i} c_k b_k^4`` for every ``i``."""
+        if self._moments is None:
+            squares = np.square(self.values)
+            second = np.cumsum((self.counts * squares)[::-1])[::-1]  # small terms first
+            fourth = np.cumsum((self.counts * np.square(squares))[::-1])[::-1]
+            self._moments = (np.append(second, 0.0), np.append(fourth, 0.0))
+        return self._moments
 
     def chernoff(self) -> tuple[FloatArray, FloatArray]:
         """``lambda`` over the Chernoff grid and ``log E exp(lambda X)`` at each."""
@@ -311,13 +317,30 @@ def _sum_log1p(runs: _Runs, s: FloatArray, sign: float) -> FloatArray:
         ratio = float(b[split]) * s_max
         power_sums = sums * (ratio * ratio) ** orders
         coefficients = -((-sign) ** orders) * power_sums / orders
-        u = np.square(s / s_max)
-        for c in coefficients[::-1]:  # Horner in u, then one more factor u
-            out = (out + c) * u
+        out += np.power.outer(np.square(s / s_max), orders) @ coefficients  # u^r, u <= 1
     for start in range(0, split, 64):  # bounded memory: 64 terms x nodes at a time
         chunk = slice(start, min(start + 64, split))
         out += np.log1p(sign * np.square(np.outer(s, b[chunk]))) @ counts[chunk]
     return out
+
+
+def _log_phi_above(b: _Runs, s: FloatArray) -> FloatArray:
+    """An upper bound on ``log phi(s)`` at each ``s`` (ascending), close where it matters.
+
+    The small terms (``b_k max(s) <= 1/2``) enter through ``log(1 + x) >= x - x^2 / 2``, two
+    suffix sums instead of a series; the others exactly. Used only to place the last node,
+    which an upper bound on ``phi`` can only move later (more nodes, never fewer).
+    """
+    values, counts = b.values, b.counts
+    s_max = float(s[-1])
+    split = int(np.count_nonzero(values * s_max > _SERIES_RADIUS))
+    second, fourth = b.moments()
+    square = np.square(s)
+    out: FloatArray = square * second[split] - 0.5 * np.square(square) * fourth[split]
+    for start in range(0, split, 64):  # bounded memory: 64 terms x nodes at a time
+        chunk = slice(start, min(start + 64, split))
+        out += np.log1p(np.square(np.outer(s, values[chunk]))) @ counts[chunk]
+    return -out
 
 
 def _log_phi(b: _Runs, s: FloatArray) -> FloatArray:
@@ -425,7 +448,7 @@ class ExactTail:
         log_products = np.cumsum(2.0 * np.log(largest))
         s_cap = max(h, float(np.exp(np.min((math.log(scale) - log_products) / (2 * top + 1)))))
         grid = np.geomspace(h, s_cap, 64)
-        log_bound = math.log(scale) + _log_phi(b, grid) - np.log(grid)
+        log_bound = math.log(scale) + _log_phi_above(b, grid) - np.log(grid)
         s_stop = grid[int(np.argmax(log_bound <= 0.0))] if s_cap > h else h
         j_half = np.arange(int(math.ceil(s_stop / h)) + 1, dtype=np.float64) + 0.5
         s = j_half * h
