@@ -163,7 +163,7 @@ class SpanSolver:
             first = self._placed
             self._coords = _grown(self._coords, r + len(block), first + len(block))
             inner = self._inner(block)
-            beta, distances, residuals = self._project(block, inner, residuals=True)
+            beta, distances, fitted = self._project(block, inner, residuals=True)
             self._coords[:r, first : first + len(block)] = self._lower[:r, :r].T @ beta
             self._placed = first + len(block)
             bound = [_INDEPENDENT * float(np.linalg.norm(w)) for _, w in block]
@@ -172,8 +172,8 @@ class SpanSolver:
                 continue
             vectors = _row_index([block[k] for k in candidates], self.n_cells)
             block_gram = (vectors.T @ vectors).toarray()
-            residuals = residuals[:, candidates]
-            residuals = residuals[np.any(residuals != 0.0, axis=1)]  # the cells they weigh
+            residuals = fitted[:, candidates]
+            residuals = np.negative(residuals[np.any(residuals != 0.0, axis=1)])  # cells weighed
             directions = np.zeros_like(residuals)  # orthonormal, over those cells
             joined: list[int] = []  # positions in candidates of the block's basis vectors
             for position, k in enumerate(candidates):
@@ -248,8 +248,8 @@ class SpanSolver:
         pending, self._k_pending = self._k_pending, []
         k = self._k[:r, :r]
         if _REWEIGH * len(pending) > r:
-            coords = z[:r, : self.size]
-            k[...] = (coords * self._weight2[: self.size]) @ coords.T
+            scaled = z[:r, : self.size] * np.sqrt(self._weight2[: self.size])
+            k[...] = scaled @ scaled.T  # one operand twice: numpy takes BLAS's syrk, half the work
         else:
             for j, weight2 in pending:
                 k += weight2 * np.outer(z[:r, j], z[:r, j])
@@ -351,7 +351,7 @@ class SpanSolver:
 
         ``G^{-1} = L^{-T} L^{-1}``. The distance is measured over the cells, not as
         ``||v||^2 - b^T beta``: that difference cancels, and its rounding would reach 1e-5 of
-        ``||v||`` on these histories. ``residuals``: also ``v - H_B beta`` over the cells, as
+        ``||v||`` on these histories. ``residuals``: also ``H_B beta - v`` over the cells, as
         columns.
         """
         r = self._rank
@@ -376,7 +376,7 @@ class SpanSolver:
             fitted[cells, k] -= weights
         distances = np.sqrt(np.einsum("ij,ij->j", fitted, fitted))
         if residuals:
-            return beta, distances, np.negative(fitted, out=fitted)
+            return beta, distances, fitted
         return beta, distances
 
     def _basis_index(self) -> tuple[sparse.csr_array, sparse.csr_array | None, int]:
