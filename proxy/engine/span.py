@@ -11,8 +11,9 @@ cells the vectors cover or how often they are measured:
   rounding of the Gram route, far below the distance of any genuinely new direction of lattice
   weights; a vector within it of the span is taken as in it, and a query equal to it is still
   answered from its own rows as a repeat).
-  Their Gram matrix ``G = H_B^T H_B`` over cells is kept with its Cholesky factor, bordered by
-  one row per new basis vector (inner products of lattice weights are exact in floating point);
+  Their Gram matrix ``G = H_B^T H_B`` over cells is kept with its Cholesky factor ``L`` and
+  ``L^{-1}``, all bordered by one row per new basis vector (inner products of lattice weights
+  are exact in floating point);
 - *coordinates*: ``h_j = H_B beta_j``, with ``beta_j = e_j`` for a basis vector and
   ``G^{-1} H_B^T h_j`` for the others;
 - a query is in the span iff its squared distance ``||q||^2 - b^T G^{-1} b`` (``b = H_B^T q``)
@@ -20,12 +21,14 @@ cells the vectors cover or how often they are measured:
 - the constraint reads ``sum_j u_j c_j beta_j = beta_q``, whose minimum-norm solution is
   ``u_j = c_j beta_j^T y`` with ``K y = beta_q``, ``K = sum_j c_j^2 beta_j beta_j^T``. ``K`` is
   positive definite (each basis vector puts ``c_j^2`` on its diagonal alone), changes by one
-  rank-one term per measurement, is kept densely and factored again at the next solve after a
-  change (``r^3 / 3`` flops).
+  rank-one term per measurement, and is kept densely with its inverse, updated term by term
+  and inverted anew from ``K`` now and then (:meth:`SpanSolver.prepare`).
 
-A solve costs the basis vectors' weights on the query's cells (a sparse row slice) and a few
-triangular solves of order ``r``; each solve with ``G`` or ``K`` is refined once against the
-matrix itself, so distances and weights are accurate to rounding, not to the conditioning.
+A solve costs the basis vectors' weights on the query's cells (a sparse row slice), one sparse
+product over the basis for the distance and a few dense matrix-vector products of order ``r``
+(explicit inverses rather than triangular solves: at these orders a triangular solve runs far
+below the memory's speed); each solve with ``G`` or ``K`` is refined once against the matrix
+itself, so distances and weights are accurate to rounding, not to the conditioning.
 """
 
 from __future__ import annotations
