@@ -330,6 +330,8 @@ class PrivacyEngine:
             raise InvalidParameterValue(
                 f"query has measures {query.measures} but table {self.table} has {self.measures}"
             )
+        if query.offset == 0.0 and type(query) is LinearQuery:
+            return query  # immutable: no need to redo its cell sensitivities
         return LinearQuery(query.n_cells, query.cells, query.weights, measures=query.measures)
 
     def execute(self, plan: Plan, true_answers: Sequence[TrueAnswer]) -> tuple[Reply, ...]:
@@ -445,12 +447,15 @@ def _error_scales(query: LinearQuery, decision: Decision) -> tuple[float, ...]:
     The reply weighs them ``1 - fresh_weight`` and ``fresh_weight``; the fresh measurement's
     noise has scale ``S / alpha``.
     """
-    scales: list[float] = []
+    parts = []
     if decision.history is not None:
-        scales.extend((1.0 - decision.fresh_weight) * decision.history.scales)
+        parts.append((1.0 - decision.fresh_weight) * decision.history.scales)
     if decision.budget > 0:
-        scales.append(decision.fresh_weight * query.sensitivity / float(decision.budget))
-    return tuple(float(b) for b in scales if b > 0)
+        parts.append(np.array([decision.fresh_weight * query.sensitivity / float(decision.budget)]))
+    if not parts:
+        return ()
+    scales = np.concatenate(parts)
+    return tuple(scales[scales > 0].tolist())  # a BLUE may weigh every row: no Python loop
 
 
 def describe_batch(requests: Sequence[QueryRequest]) -> str:

@@ -77,6 +77,9 @@ class Solution:
     residual: float
     scales: FloatArray = field(init=False)
     shift: float = field(init=False)
+    # interval half-widths already found, by tail method and delta
+    # (:func:`proxy.engine.selection.interval`)
+    widths: dict[tuple[object, float], float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not (self.rows.shape == self.weights.shape == self.precisions.shape == self.steps.shape):
@@ -88,6 +91,7 @@ class Solution:
         magnitude = np.abs(self.weights)
         object.__setattr__(self, "scales", magnitude / self.precisions)
         object.__setattr__(self, "shift", float(magnitude @ self.steps))
+        object.__setattr__(self, "widths", {})
         for array in (self.rows, self.weights, self.precisions, self.steps, self.scales):
             array.flags.writeable = False  # solutions are cached and shared
 

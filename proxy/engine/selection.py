@@ -33,7 +33,7 @@ from statistics import NormalDist
 from typing import Literal
 
 from proxy.engine.estimator import Solution, combine
-from proxy.engine.tails import EXACT, TailMethod, discrete_laplace_tail, quantile
+from proxy.engine.tails import EXACT, ExactTail, TailMethod, discrete_laplace_tail, quantile
 from sqlmap.accuracy import AccuracyRequest
 
 __all__ = ["Basis", "Candidate", "TAIL_SLACK", "lattice_interval", "interval", "choose", "meets"]
@@ -131,8 +131,16 @@ def interval(
         rho = float(estimator.steps[0]) * float(estimator.precisions[0])
         width, miss = lattice_interval(rho, estimator.shift, delta)
         return Candidate(estimator, width, 1.0 - miss, basis)
-    width = estimator.shift + quantile(tail, estimator.scales, delta - TAIL_SLACK)
-    return Candidate(estimator, width, 1.0 - delta, basis)
+    if not isinstance(tail, ExactTail):
+        width = estimator.shift + quantile(tail, estimator.scales, delta - TAIL_SLACK)
+        return Candidate(estimator, width, 1.0 - delta, basis)
+    # A solution is cached per history (HistoryIndex.solve), so a statement asked again (a
+    # dashboard refreshing) finds its exact quantile here instead of inverting phi again.
+    known = estimator.widths.get((tail, delta))
+    if known is None:
+        known = estimator.shift + quantile(tail, estimator.scales, delta - TAIL_SLACK)
+        estimator.widths[(tail, delta)] = known
+    return Candidate(estimator, known, 1.0 - delta, basis)
 
 
 def _best_repeat(repeats: Sequence[Solution], delta: float, tail: TailMethod) -> Candidate:

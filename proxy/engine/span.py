@@ -11,8 +11,9 @@ cells the vectors cover or how often they are measured:
   rounding of the Gram route, far below the distance of any genuinely new direction of lattice
   weights; a vector within it of the span is taken as in it, and a query equal to it is still
   answered from its own rows as a repeat).
-  Their Gram matrix ``G = H_B^T H_B`` over cells is kept with its Cholesky factor, bordered by
-  one row per new basis vector (inner products of lattice weights are exact in floating point);
+  Their Gram matrix ``G = H_B^T H_B`` over cells is kept with its Cholesky factor ``L`` and
+  ``L^{-1}``, all bordered by one row per new basis vector (inner products of lattice weights
+  are exact in floating point);
 - *coordinates*: ``h_j = H_B beta_j``, with ``beta_j = e_j`` for a basis vector and
   ``G^{-1} H_B^T h_j`` for the others;
 - a query is in the span iff its squared distance ``||q||^2 - b^T G^{-1} b`` (``b = H_B^T q``)
@@ -20,22 +21,26 @@ cells the vectors cover or how often they are measured:
 - the constraint reads ``sum_j u_j c_j beta_j = beta_q``, whose minimum-norm solution is
   ``u_j = c_j beta_j^T y`` with ``K y = beta_q``, ``K = sum_j c_j^2 beta_j beta_j^T``. ``K`` is
   positive definite (each basis vector puts ``c_j^2`` on its diagonal alone), changes by one
-  rank-one term per measurement, is kept densely and factored again at the next solve after a
-  change (``r^3 / 3`` flops).
+  rank-one term per measurement, and is kept densely with its inverse, updated term by term
+  and inverted anew from ``K`` now and then (:meth:`SpanSolver.prepare`).
 
-A solve costs the basis vectors' weights on the query's cells (a sparse row slice) and a few
-triangular solves of order ``r``; each solve with ``G`` or ``K`` is refined once against the
-matrix itself, so distances and weights are accurate to rounding, not to the conditioning.
+A solve costs the basis vectors' weights on the query's cells (a sparse row slice), one sparse
+product over the basis for the distance and a few dense matrix-vector products of order ``r``
+(explicit inverses rather than triangular solves: at these orders a triangular solve runs far
+below the memory's speed); each solve with ``G`` or ``K`` is refined once against the matrix
+itself, so distances and weights are accurate to rounding, not to the conditioning.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Literal, overload
 
 import numpy as np
 import numpy.typing as npt
 import scipy.linalg
+import scipy.linalg.lapack
 from scipy import sparse
 
 __all__ = ["SpanSolver"]
@@ -56,21 +61,6 @@ _BLOCK = 64  # vectors placed together
 _PENDING = 32  # basis vectors kept outside the sparse row index before it is rebuilt
 _MAX_UPDATES = 48  # terms added to K's factorization as updates before it is factored anew
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
-
-
-@dataclass(frozen=True, slots=True)
-class _Update:
-    """A term ``weight z z^T`` added to a factored ``K``.
-
-    A rank-one term, or a border: ``border`` is then the new diagonal entry ``d`` of ``z``,
-    and ``z`` the part above it.
-    """
-
-    weight: float
-    z: FloatArray
-    border: float
-    v: FloatArray  # K^{-1} z before this term (rank-one terms)
-    denominator: float  # 1 + weight z^T v
 
 
 class SpanSolver:
@@ -103,17 +93,20 @@ class SpanSolver:
         self._placed = 0  # vectors with coordinates; the others wait in the queue
         self._queue: list[tuple[IntArray, FloatArray]] = []
         self._vectors: list[tuple[IntArray, FloatArray]] = []  # the basis vectors
-        self._gram = np.zeros((0, 0))  # G over the basis
-        self._lower = np.zeros((0, 0), order="F")  # its Cholesky factor L (LAPACK's order)
+        # r x r matrices over the basis, kept in the leading block of buffers with room to grow
+        self._gram = np.zeros((16, 16))  # G
+        self._lower = np.zeros((16, 16))  # G's Cholesky factor L
+        self._lower_inv = np.zeros((16, 16))  # L^{-1}, bordered with L
+        self._k = np.zeros((16, 16))  # K = sum_j c_j^2 z_j z_j^T, up to the pending terms
+        self._k_inv = np.zeros((16, 16))  # K^{-1} of order _k_dim, up to the same terms
         self._coords = np.zeros((16, 16))  # z_j = L^T beta_j of every vector, as columns
         self._weight2 = np.zeros(16)  # c_j^2
-        self._k = np.zeros((0, 0))  # K = sum_j c_j^2 z_j z_j^T, up to the pending terms
         self._k_pending: list[tuple[int, float]] = []
-        self._k_base: tuple[FloatArray, bool] | None = None  # Cholesky of K at some point
-        self._k_updates: list[_Update] = []  # the terms added to K since
-        self._k_dim = 0  # the order of K the updates reach
+        self._k_dim = 0  # the order K^{-1} has reached (0: not inverted yet)
+        self._k_updates = 0  # terms added to K^{-1} since it was last inverted from K
         self._index: sparse.csr_array | None = None  # cells x (indexed basis vectors)
         self._indexed = 0
+        self._recent: sparse.csr_array | None = None  # cells x (the basis vectors after those)
 
     def copy(self) -> SpanSolver:
         """An independent solver with the same vectors (sharing the immutable row index)."""
@@ -122,9 +115,11 @@ class SpanSolver:
         other._vectors = list(self._vectors)
         other._queue = list(self._queue)
         other._k_pending = list(self._k_pending)
-        other._k_updates = list(self._k_updates)
-        for name in ("_gram", "_lower", "_coords", "_weight2", "_k"):
-            setattr(other, name, getattr(self, name).copy(order="K"))
+        r = self._rank
+        for name in ("_gram", "_lower", "_lower_inv", "_k", "_k_inv"):
+            setattr(other, name, _grown(getattr(self, name)[:r, :r], r, r, exact=True))
+        for name in ("_coords", "_weight2"):
+            setattr(other, name, getattr(self, name).copy())
         return other
 
     @property
@@ -154,9 +149,13 @@ class SpanSolver:
     def _place(self) -> None:
         """Give the queued vectors coordinates, extending the basis by the new directions.
 
-        A block is measured against the basis as it stood before it; a vector found in that
-        span is placed at once (later basis vectors give it zero coordinates), the others one
-        by one against the basis as it grows.
+        A block is measured against the basis as it stood before it (one sparse product and
+        one solve for the block): a vector in that span is placed at once (later basis vectors
+        give it zero coordinates). The others are taken in order against the block's own new
+        directions, orthonormalised over the cells from their residuals (twice, as
+        Gram-Schmidt needs): a vector whose remainder is below ``_INDEPENDENT`` of its norm is
+        placed in their span, the others join the basis, one border each of ``G``, ``L`` and
+        ``L^{-1}``.
         """
         queue, self._queue = self._queue, []
         for start in range(0, len(queue), _BLOCK):
@@ -167,47 +166,68 @@ class SpanSolver:
             first = self._placed
             self._coords = _grown(self._coords, r + len(block), first + len(block))
             inner = self._inner(block)
-            beta, distances = self._project(block, inner)
-            for k, (cells, weights) in enumerate(block):
-                if distances[k] <= _INDEPENDENT * float(np.linalg.norm(weights)):
-                    self._coords[:r, first + k] = self._lower[:r, :r].T @ beta[:, k]
-                else:
-                    self._place_one(first + k, cells, weights, inner[:, k])
+            beta, distances, fitted = self._project(block, inner, residuals=True)
+            self._coords[:r, first : first + len(block)] = self._lower[:r, :r].T @ beta
             self._placed = first + len(block)
+            bound = [_INDEPENDENT * float(np.linalg.norm(w)) for _, w in block]
+            candidates = [k for k in range(len(block)) if distances[k] > bound[k]]
+            if not candidates:
+                continue
+            vectors = _row_index([block[k] for k in candidates], self.n_cells)
+            block_gram = (vectors.T @ vectors).toarray()
+            residuals = fitted[:, candidates]
+            residuals = np.negative(residuals[np.any(residuals != 0.0, axis=1)])  # cells weighed
+            directions = np.zeros_like(residuals)  # orthonormal, over those cells
+            joined: list[int] = []  # positions in candidates of the block's basis vectors
+            for position, k in enumerate(candidates):
+                n = len(joined)
+                remainder = residuals[:, position]
+                along = directions[:, :n].T @ remainder
+                remainder = remainder - directions[:, :n] @ along
+                again = directions[:, :n].T @ remainder
+                remainder -= directions[:, :n] @ again
+                along += again
+                j = first + k
+                self._coords[r : r + n, j] = along
+                d = math.sqrt(float(remainder @ remainder))
+                if d <= bound[k]:
+                    continue
+                rank = r + n
+                if self._max_rank is not None and (
+                    rank == self._max_rank
+                    or (rank >= _SPARSE_FROM and rank * rank > _SPARSE * self._basis_nnz)
+                ):
+                    self.overflowed = True
+                    return
+                directions[:, n] = remainder / d
+                cells, weights = block[k]
+                self._join(
+                    j, d, np.concatenate([inner[:, k], block_gram[position, joined]]), weights
+                )
+                self._basis_nnz += cells.size
+                self._vectors.append((cells, weights))
+                self._rank += 1
+                joined.append(position)
 
-    def _place_one(self, j: int, cells: IntArray, weights: FloatArray, known: FloatArray) -> None:
-        """Place vector ``j`` against the current basis.
+    def _join(self, j: int, d: float, inner: FloatArray, weights: FloatArray) -> None:
+        """Make vector ``j`` (distance ``d`` from the span, coordinates placed) a basis vector.
 
-        ``known`` holds its inner products with the basis vectors before its block.
+        ``inner`` holds its inner products with the basis vectors.
         """
         r = self._rank
-        inner = np.empty((r, 1))
-        inner[: known.size, 0] = known
-        if known.size < r:
-            dense = np.zeros(self.n_cells)
-            dense[cells] = weights
-            for i in range(known.size, r):
-                basis_cells, basis_weights = self._vectors[i]
-                inner[i, 0] = dense[basis_cells] @ basis_weights
-        beta, distance = self._project([(cells, weights)], inner)
-        if r:
-            self._coords[:r, j] = self._lower.T @ beta[:, 0]
-        if distance[0] > _INDEPENDENT * float(np.linalg.norm(weights)):
-            if self._max_rank is not None and (
-                r == self._max_rank or (r >= _SPARSE_FROM and r * r > _SPARSE * self._basis_nnz)
-            ):
-                self.overflowed = True
-                return
-            self._basis_nnz += cells.size
-            self._coords[r, j] = distance[0]
-            self._gram = _bordered(self._gram, inner[:, 0], float(weights @ weights))
-            lower = np.zeros((r + 1, r + 1), order="F")
-            lower[:r, :r] = self._lower
-            lower[r] = self._coords[: r + 1, j]
-            self._lower = lower
-            self._k = _bordered(self._k, np.zeros(r), 0.0)
-            self._vectors.append((cells, weights))
-            self._rank += 1
+        self._coords[r, j] = d
+        for name in ("_gram", "_lower", "_lower_inv", "_k", "_k_inv"):
+            setattr(self, name, _grown(getattr(self, name), r + 1, r + 1))
+        gram, lower, lower_inv = self._gram, self._lower, self._lower_inv
+        gram[r, :r] = gram[:r, r] = inner
+        gram[r, r] = float(weights @ weights)
+        line = self._coords[:r, j]
+        lower[r, :r] = line
+        lower[r, r] = d
+        # the row x with x L = e_r: x = [-(line^T L^{-1}) / d, 1 / d]
+        lower_inv[r, :r] = -(line @ lower_inv[:r, :r]) / d
+        lower_inv[r, r] = 1.0 / d
+        self._k[r, : r + 1] = self._k[: r + 1, r] = 0.0
 
     def weigh(self, j: int, weight2: float) -> None:
         """Add ``weight2`` to ``c_j^2`` (a row of vector ``j`` measured with that precision)."""
@@ -215,74 +235,73 @@ class SpanSolver:
         self._k_pending.append((j, weight2))
 
     def prepare(self) -> None:
-        """Bring ``K`` and its solver up to date now rather than at the next solve.
+        """Bring ``K`` and ``K^{-1}`` up to date now rather than at the next solve.
 
-        A few new terms are added to the factorization as updates (a rank-one term by
-        Sherman-Morrison, a new basis vector by bordering), each at the cost of one solve;
-        past ``_MAX_UPDATES`` of them, or with many terms at once (a restart), ``K`` is formed
-        and factored anew.
+        ``K^{-1}`` is kept explicitly, so that a solve is a matrix product rather than
+        triangular solves (which run far below the memory's speed at these orders). A few new
+        terms are added to it as updates (a rank-one term by Sherman-Morrison, a new basis
+        vector by bordering), each at the cost of one product; past ``_MAX_UPDATES`` of them,
+        or with many terms at once (a restart), ``K`` is formed and inverted anew. Each solve
+        is refined once against ``K`` itself, so the updates' rounding does not reach it.
         """
         self._place()
         if not self._k_pending or not self._rank:
             return
         r, z = self._rank, self._coords
         pending, self._k_pending = self._k_pending, []
+        k = self._k[:r, :r]
         if _REWEIGH * len(pending) > r:
-            coords = z[:r, : self.size]
-            self._k = (coords * self._weight2[: self.size]) @ coords.T
+            scaled = z[:r, : self.size] * np.sqrt(self._weight2[: self.size])
+            k[...] = scaled @ scaled.T  # one operand twice: numpy takes BLAS's syrk, half the work
         else:
             for j, weight2 in pending:
-                self._k += weight2 * np.outer(z[:r, j], z[:r, j])
-        if self._k_base is not None and len(self._k_updates) + len(pending) <= _MAX_UPDATES:
+                k += weight2 * np.outer(z[:r, j], z[:r, j])
+        if self._k_dim and self._k_updates + len(pending) <= _MAX_UPDATES:
             for j, weight2 in pending:
                 if not self._update(z[:r, j], weight2):
                     break
             else:
-                return
-        self._k_base = scipy.linalg.cho_factor(self._k, check_finite=False)
-        self._k_updates = []
+                if self._k_dim == r:
+                    return
+        self._invert_k()
+
+    def _invert_k(self) -> None:
+        """``K^{-1}`` from ``K`` through its Cholesky factor."""
+        r = self._rank
+        factor, info = scipy.linalg.lapack.dpotrf(self._k[:r, :r], lower=1, clean=1)
+        if info == 0:
+            inverse, info = scipy.linalg.lapack.dpotri(factor, lower=1)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"K is not positive definite (LAPACK info {info})")
+        self._k_inv[:r, :r] = np.tril(inverse) + np.tril(inverse, -1).T
         self._k_dim = r
+        self._k_updates = 0
 
     def _update(self, z: FloatArray, weight2: float) -> bool:
-        """Add ``weight2 z z^T`` to the factored ``K``; False if ``z`` reaches past a border."""
+        """Add ``weight2 z z^T`` to ``K^{-1}``'s matrix; False if ``z`` reaches past a border.
+
+        A border ``K' = [[K + w l l^T, w d l], [w d l^T, w d^2]]`` is ``E diag(K, w d^2) E^T``
+        with ``E = [[I, l/d], [0, 1]]``, so ``K'^{-1} = [[K^{-1}, -v], [-v^T, l^T v / d +
+        1 / (w d^2)]]`` with ``v = K^{-1} l / d``; a rank-one term is Sherman-Morrison's.
+        """
         (nonzero,) = np.nonzero(z)
         top = int(nonzero[-1]) if nonzero.size else -1
         n = self._k_dim
+        inverse = self._k_inv
         if top < n:
-            v = self._k_solve(z[:n, None])[:, 0]
-            self._k_updates.append(
-                _Update(weight2, z[:n].copy(), 0.0, v, 1.0 + weight2 * float(z[:n] @ v))
-            )
+            v = inverse[:n, :n] @ z[:n]
+            denominator = 1.0 + weight2 * float(z[:n] @ v)
+            inverse[:n, :n] -= np.outer(v, (weight2 / denominator) * v)
         elif top == n:
-            self._k_updates.append(_Update(weight2, z[:n].copy(), float(z[n]), z[:0], 1.0))
+            line, d = z[:n], float(z[n])
+            v = (inverse[:n, :n] @ line) / d
+            inverse[:n, n] = inverse[n, :n] = -v
+            inverse[n, n] = float(line @ v) / d + 1.0 / (weight2 * d * d)
             self._k_dim = n + 1
         else:
             return False
+        self._k_updates += 1
         return True
-
-    def _k_solve(self, target: FloatArray) -> FloatArray:
-        """``K^{-1} target`` (columns) through the factorization and its updates.
-
-        A border ``K' = [[K + w l l^T, w d l], [w d l^T, w d^2]]`` is ``E diag(K, w d^2) E^T``
-        with ``E = [[I, l/d], [0, 1]]``; a rank-one term is Sherman-Morrison's.
-        """
-        assert self._k_base is not None
-        lasts = []
-        for update in reversed(self._k_updates):
-            if update.border:
-                lasts.append(target[-1])
-                target = target[:-1] - np.outer(update.z, target[-1] / update.border)
-        x: FloatArray = scipy.linalg.cho_solve(self._k_base, target, check_finite=False)
-        for update in self._k_updates:
-            if update.border:
-                last = (
-                    lasts.pop() / (update.weight * update.border**2)
-                    - (update.z @ x) / update.border
-                )
-                x = np.vstack([x, last[None]])
-            else:
-                x -= np.outer(update.v, update.weight * (update.z @ x) / update.denominator)
-        return x
 
     def solve_many(
         self, queries: Sequence[tuple[IntArray, FloatArray]]
@@ -301,50 +320,84 @@ class SpanSolver:
         inside = residuals <= self._residual
         if np.any(inside):
             self.prepare()
-            target = self._lower.T @ beta[:, inside]
-            y = self._k_solve(target)
-            y += self._k_solve(target - self._k @ y)
+            inverse = self._k_inv[:r, :r]
+            target = self._lower[:r, :r].T @ beta[:, inside]
+            y = inverse @ target
+            y += inverse @ (target - self._k[:r, :r] @ y)
             per_vector = self._coords[:r, : self.size].T @ y
             for column, i in enumerate(np.flatnonzero(inside).tolist()):
                 found[i] = per_vector[:, column]
         return found, residuals.tolist()
 
+    @overload
     def _project(
         self, vectors: Sequence[tuple[IntArray, FloatArray]], inner: FloatArray
-    ) -> tuple[FloatArray, FloatArray]:
+    ) -> tuple[FloatArray, FloatArray]: ...
+
+    @overload
+    def _project(
+        self,
+        vectors: Sequence[tuple[IntArray, FloatArray]],
+        inner: FloatArray,
+        *,
+        residuals: Literal[True],
+    ) -> tuple[FloatArray, FloatArray, FloatArray]: ...
+
+    def _project(
+        self,
+        vectors: Sequence[tuple[IntArray, FloatArray]],
+        inner: FloatArray,
+        *,
+        residuals: bool = False,
+    ) -> tuple[FloatArray, FloatArray] | tuple[FloatArray, FloatArray, FloatArray]:
         """``beta = G^{-1} H_B^T v`` (refined once) and ``||v - H_B beta||``, per vector.
 
-        The distance is measured over the cells, not as ``||v||^2 - b^T beta``: that
-        difference cancels, and its rounding would reach 1e-5 of ``||v||`` on these histories.
+        ``G^{-1} = L^{-T} L^{-1}``. The distance is measured over the cells, not as
+        ``||v||^2 - b^T beta``: that difference cancels, and its rounding would reach 1e-5 of
+        ``||v||`` on these histories. ``residuals``: also ``H_B beta - v`` over the cells, as
+        columns.
         """
         r = self._rank
-        if r == 0:
-            return np.zeros((0, len(vectors))), np.array(
-                [float(np.linalg.norm(w)) for _, w in vectors]
-            )
-        factor = (self._lower, True)
-        beta = scipy.linalg.cho_solve(factor, inner, check_finite=False)
-        beta += scipy.linalg.cho_solve(factor, inner - self._gram @ beta, check_finite=False)
-        index, indexed = self._basis_index()
-        fitted = index @ beta[:indexed]
-        for i in range(indexed, r):  # basis vectors not indexed yet
-            cells, weights = self._vectors[i]
-            fitted[cells] += np.outer(weights, beta[i])
+        beta = np.zeros((0, len(vectors)))
+        index, recent, indexed = None, None, 0
+        if r:
+            lower_inv = self._lower_inv[:r, :r]
+            beta = lower_inv.T @ (lower_inv @ inner)
+            beta += lower_inv.T @ (lower_inv @ (inner - self._gram[:r, :r] @ beta))
+            index, recent, indexed = self._basis_index()
+        if len(vectors) == 1 and not residuals:  # sparse matrix-vector products, a dot
+            line = np.zeros(self.n_cells) if index is None else index @ beta[:indexed, 0]
+            if recent is not None:
+                line += recent @ beta[indexed:, 0]
+            cells, weights = vectors[0]
+            line[cells] -= weights
+            return beta, np.array([math.sqrt(float(line @ line))])
+        fitted = np.zeros((self.n_cells, len(vectors))) if index is None else index @ beta[:indexed]
+        if recent is not None:
+            fitted += recent @ beta[indexed:]
         for k, (cells, weights) in enumerate(vectors):
             fitted[cells, k] -= weights
-        return beta, np.linalg.norm(fitted, axis=0)
+        distances = np.sqrt(np.einsum("ij,ij->j", fitted, fitted))
+        if residuals:
+            return beta, distances, fitted
+        return beta, distances
 
-    def _basis_index(self) -> tuple[sparse.csr_array, int]:
-        """The first basis vectors as the columns of a cells x (their count) sparse matrix.
+    def _basis_index(self) -> tuple[sparse.csr_array, sparse.csr_array | None, int]:
+        """The basis vectors as the columns of cells x (their count) sparse matrices.
 
-        Rebuilt once more than ``_PENDING`` basis vectors have joined since; those are used
-        from their own cells meanwhile.
+        The first ``indexed`` in one, rebuilt once more than ``_PENDING`` basis vectors have
+        joined since; those in a small second one (None if there are none), rebuilt as they
+        join.
         """
         r = self._rank
         if self._index is None or r - self._indexed > _PENDING:
             self._index = _row_index(self._vectors, self.n_cells)
             self._indexed = r
-        return self._index, self._indexed
+            self._recent = None
+        indexed = self._indexed
+        if r > indexed and (self._recent is None or self._recent.shape[1] != r - indexed):
+            self._recent = _row_index(self._vectors[indexed:r], self.n_cells)
+        return self._index, (self._recent if r > indexed else None), indexed
 
     def _inner(self, vectors: Sequence[tuple[IntArray, FloatArray]]) -> FloatArray:
         """``H_B^T v`` for each vector ``v`` (columns), from the cells each touches."""
@@ -352,20 +405,17 @@ class SpanSolver:
         out = np.zeros((r, len(vectors)))
         if r == 0:
             return out
-        index, indexed = self._basis_index()
+        index, recent, indexed = self._basis_index()
         if len(vectors) == 1:
             cells, weights = vectors[0]
             out[:indexed, 0] = index[cells].T @ weights
+            if recent is not None:
+                out[indexed:, 0] = recent[cells].T @ weights
         else:  # one sparse product for the batch
-            out[:indexed] = (index.T @ _row_index(list(vectors), self.n_cells).tocsc()).toarray()
-        dense = np.zeros(self.n_cells)
-        for k, (cells, weights) in enumerate(vectors):
-            if indexed < r:
-                dense[cells] = weights
-                for i in range(indexed, r):
-                    basis_cells, basis_weights = self._vectors[i]
-                    out[i, k] = dense[basis_cells] @ basis_weights
-                dense[cells] = 0.0
+            columns = _row_index(list(vectors), self.n_cells).tocsc()
+            out[:indexed] = (index.T @ columns).toarray()
+            if recent is not None:
+                out[indexed:] = (recent.T @ columns).toarray()
         return out
 
 
@@ -383,9 +433,16 @@ def _row_index(vectors: list[tuple[IntArray, FloatArray]], n_cells: int) -> spar
     return columns.tocsr()
 
 
-def _grown(matrix: FloatArray, rows: int, columns: int) -> FloatArray:
-    """``matrix`` with room for ``rows`` x ``columns`` (doubling; new entries zero)."""
+def _grown(matrix: FloatArray, rows: int, columns: int, *, exact: bool = False) -> FloatArray:
+    """``matrix`` with room for ``rows`` x ``columns`` (doubling; new entries zero).
+
+    ``exact``: a fresh array of at least 16 x 16 holding ``matrix`` (a copy, no more room).
+    """
     old_rows, old_columns = matrix.shape
+    if exact:
+        out = np.zeros((max(rows, 16), max(columns, 16)))
+        out[:old_rows, :old_columns] = matrix
+        return out
     if rows <= old_rows and columns <= old_columns:
         return matrix
     out = np.zeros(
@@ -395,14 +452,4 @@ def _grown(matrix: FloatArray, rows: int, columns: int) -> FloatArray:
         )
     )
     out[:old_rows, :old_columns] = matrix
-    return out
-
-
-def _bordered(matrix: FloatArray, border: FloatArray, corner: float) -> FloatArray:
-    """The symmetric ``[[matrix, border], [border^T, corner]]``."""
-    r = matrix.shape[0]
-    out = np.empty((r + 1, r + 1))
-    out[:r, :r] = matrix
-    out[r, :r] = out[:r, r] = border
-    out[r, r] = corner
     return out

@@ -50,6 +50,9 @@ _TRUNC_TOL = 1e-13
 # s^2 (cost independent of their number); the series ratio is then <= 0.25.
 _SERIES_RADIUS = 0.5
 _SERIES_TERMS = 30
+# A series split computed for one evaluation serves later ones whose own split is at most this
+# many runs earlier (those runs are then summed exactly).
+_REUSE = 256
 # Binned convolution: a kernel this short is convolved directly, longer ones through the FFT.
 _DIRECT_CONVOLUTION = 64
 # Chernoff parameters lambda * b_max tried when bounding how far the distribution extends.
@@ -68,14 +71,127 @@ class TailMethod(Protocol):
         ...
 
 
-def _positive_scales(scales: npt.ArrayLike) -> FloatArray:
-    b = np.abs(np.asarray(scales, dtype=np.float64).ravel())
-    if not np.all(np.isfinite(b)):
-        raise ValueError("scales must be finite")
-    return np.sort(b[b > 0])[::-1]
+class _Runs:
+    """Positive scales sorted in decreasing order, as runs of equal values with their counts.
+
+    Built once per tail or quantile and shared by every evaluation of ``phi`` it needs:
+    equal neighbouring scales (rows of one vector bought at one budget) are taken once with
+    their count, and the power sums of the small terms (:func:`_sum_log1p`) are kept per split.
+    """
+
+    __slots__ = ("values", "counts", "size", "_power_sums", "_offset", "_chernoff", "_moments")
+
+    def __init__(
+        self,
+        values: FloatArray,
+        counts: FloatArray,
+        power_sums: dict[int, FloatArray] | None = None,
+        offset: int = 0,
+    ) -> None:
+        self.values = values
+        self.counts = counts
+        self.size = int(counts.sum())
+        # power sums by split, the split counted from ``offset`` runs before these: shared
+        # with the runs this one was cut from
+        self._power_sums: dict[int, FloatArray] = {} if power_sums is None else power_sums
+        self._offset = offset
+        self._chernoff: tuple[FloatArray, FloatArray] | None = None
+        self._moments: tuple[FloatArray, FloatArray] | None = None
+
+    @classmethod
+    def of(cls, scales: npt.ArrayLike) -> _Runs:
+        b = np.abs(np.asarray(scales, dtype=np.float64).ravel())
+        if not np.all(np.isfinite(b)):
+            raise ValueError("scales must be finite")
+        b = np.sort(b[b > 0])[::-1]
+        if b.size == 0:
+            return cls(b, np.zeros(0))
+        starts = np.concatenate([[0], np.flatnonzero(b[1:] != b[:-1]) + 1])
+        return cls(b[starts], np.diff(np.append(starts, b.size)).astype(np.float64))
+
+    def expanded(self) -> FloatArray:
+        """Every scale, in decreasing order."""
+        return np.repeat(self.values, self.counts.astype(np.int64))
+
+    def largest(self, k: int) -> FloatArray:
+        """The ``k`` largest scales (with repeats)."""
+        top = min(k, self.values.size)
+        return np.repeat(self.values[:top], self.counts[:top].astype(np.int64))[:k]
+
+    def rest(self) -> _Runs:
+        """The scales without one copy of the largest."""
+        if self.counts[0] > 1:
+            counts = self.counts.copy()
+            counts[0] -= 1
+            return _Runs(self.values, counts)
+        return _Runs(self.values[1:], self.counts[1:], self._power_sums, self._offset + 1)
+
+    def series(self, split: int) -> tuple[int, FloatArray]:
+        """A split at or after ``split`` (at most ``_REUSE`` runs later) and its power sums.
+
+        The terms before the split are summed exactly, those after it as a series
+        (:func:`_sum_log1p`); any split past the least one that converges will do, so one
+        computed for a larger ``s`` serves the evaluations at smaller ones.
+        """
+        known = [
+            at - self._offset
+            for at in self._power_sums
+            if 0 <= at - self._offset - split <= _REUSE and at - self._offset < self.values.size
+        ]
+        if known:
+            split = min(known)
+            return split, self._power_sums[split + self._offset]
+        sums = self._power_sums[split + self._offset] = self._compute_power_sums(split)
+        return split, sums
+
+    def _compute_power_sums(self, split: int) -> FloatArray:
+        """``P_r = sum_{k >= split} c_k (b_k / b_split)^{2r}``, ``r = 1 .. _SERIES_TERMS``.
+
+        The series scales ``P_r`` by ``(b_split s)^{2r} <= 4^-r``, so a term counts at order
+        ``r`` only while ``c_max (b_k / b_split)^{2r} 4^-r >= 1e-20`` (all it would add past
+        that is below 1.4e-20): as ``b`` decreases, each order sums a prefix of the terms, and
+        the last few are taken at every remaining order at once.
+        """
+        z = np.square(self.values[split:] / self.values[split])
+        counts = self.counts[split:]
+        powers = z * counts
+        sums = np.zeros(_SERIES_TERMS)
+        sums[0] = powers.sum()
+        orders = np.arange(2, _SERIES_TERMS + 1)
+        least = 4.0 * (1e-20 / float(counts.max())) ** (1.0 / orders)  # the z that still count
+        counting = np.searchsorted(-z, -least, "right")
+        for r in range(1, _SERIES_TERMS):
+            n = int(counting[r - 1])  # the terms that count at order r + 1
+            if n <= 64:
+                higher = powers[:n, None] * np.power.outer(z[:n], orders[: _SERIES_TERMS - r] - 1)
+                sums[r:] = higher.sum(axis=0)
+                break
+            powers[:n] *= z[:n]
+            sums[r] = powers[:n].sum()
+        return sums
+
+    def moments(self) -> tuple[FloatArray, FloatArray]:
+        """``sum_{k >= i} c_k b_k^2`` and ``sum_{k >= i} c_k b_k^4`` for every ``i``."""
+        if self._moments is None:
+            squares = np.square(self.values)
+            second = np.cumsum((self.counts * squares)[::-1])[::-1]  # small terms first
+            fourth = np.cumsum((self.counts * np.square(squares))[::-1])[::-1]
+            self._moments = (np.append(second, 0.0), np.append(fourth, 0.0))
+        return self._moments
+
+    def chernoff(self) -> tuple[FloatArray, FloatArray]:
+        """``lambda`` over the Chernoff grid and ``log E exp(lambda X)`` at each."""
+        if self._chernoff is None:
+            lam = _CHERNOFF_GRID / self.values[0]
+            self._chernoff = (lam, -_sum_log1p(self, lam, -1.0))
+        return self._chernoff
 
 
-def tail_extent(scales: npt.ArrayLike, tol: float) -> float:
+def _positive_scales(scales: npt.ArrayLike | _Runs) -> _Runs:
+    return scales if isinstance(scales, _Runs) else _Runs.of(scales)
+
+
+def tail_extent(scales: npt.ArrayLike | _Runs, tol: float) -> float:
     """A distance ``a`` with ``P(|X| > a) <= tol``, from the Chernoff bound.
 
     ``P(|X| >= a) <= 2 exp(-lambda a) prod_k 1/(1 - b_k^2 lambda^2)`` for
@@ -88,17 +204,21 @@ def tail_extent(scales: npt.ArrayLike, tol: float) -> float:
     b = _positive_scales(scales)
     if b.size == 0:
         return 0.0
-    lam = _CHERNOFF_GRID / b[0]
-    log_mgf = -_sum_log1p(b, lam, -1.0)
+    lam, log_mgf = b.chernoff()
     return float(np.min((math.log(2.0 / tol) + log_mgf) / lam))
 
 
-def _log_mgf(b: FloatArray, s: float) -> float:
+def _log_mgf(b: _Runs, s: float) -> float:
     """``log E exp(s R) = -sum_k log(1 - b_k^2 s^2)`` for ``R = sum_k b_k L_k``, ``s b_k < 1``."""
     return float(-_sum_log1p(b, np.array([s]), -1.0)[0])
 
 
-def _may_dominate(b: FloatArray, x: float, tol: float) -> bool:
+def _second(b: _Runs) -> float:
+    """The second largest scale (the largest again if it repeats)."""
+    return float(b.values[0] if b.counts[0] > 1 else b.values[1])
+
+
+def _may_dominate(b: _Runs, x: float, tol: float) -> bool:
     """A cheap necessary condition for :func:`_dominant_error` at ``x`` to be at most ``tol``.
 
     The bound is ``exp(-s x) E exp(s R)`` for some ``s < 1/b_2``; since ``-log(1 - z) >= z``
@@ -106,34 +226,38 @@ def _may_dominate(b: FloatArray, x: float, tol: float) -> bool:
     ``exp(-x^2 / (4 sum_{k>1} b_k^2))``: both must be below ``tol``.
     """
     need = math.log(1.0 / tol)
-    return x >= need * b[1] and x * x >= 4.0 * need * float(np.square(b[1:]).sum())
+    rest = b.rest()
+    return x >= need * _second(b) and x * x >= 4.0 * need * float(
+        np.square(rest.values) @ rest.counts
+    )
 
 
-def _dominant_error(b: FloatArray, x: float) -> float:
+def _dominant_error(b: _Runs, x: float) -> float:
     """A bound on how far :func:`dominant_tail`'s closed form exceeds the tail at ``x``.
 
     The excess is ``2 E[(cosh(z) - 1) 1{z < 0}]`` with ``z = (x - R) / b_1``, at most
     ``E[exp((R - x) / b_1) 1{R > x}] <= exp(-s x) E exp(s R)`` for every ``s`` in
     ``[1/b_1, 1/b_2)`` (a Chernoff bound); the best ``s`` of a grid is taken.
     """
-    rest = b[1:]
-    low = float(rest[0] / b[0])
+    rest = b.rest()
+    second = float(rest.values[0])
+    low = second / float(b.values[0])
     if low >= _CHERNOFF_GRID[-1]:
         return math.inf
-    s = np.geomspace(low, _CHERNOFF_GRID[-1], 24) / rest[0]
+    s = np.geomspace(low, _CHERNOFF_GRID[-1], 24) / second
     log_bound = -s * x - _sum_log1p(rest, s, -1.0)
     return float(np.exp(np.min(log_bound)))
 
 
-def _separated(b: FloatArray) -> bool:
+def _separated(b: _Runs) -> bool:
     """Whether the largest scale stands clear of the next, as the closed form needs.
 
     Scales equal up to rounding would put ``log(1 - (b_2/b_1)^2)`` at ``-inf``.
     """
-    return bool(b[1] < b[0] * (1.0 - 1e-9))
+    return bool(_second(b) < b.values[0] * (1.0 - 1e-9))
 
 
-def dominant_tail(scales: npt.ArrayLike, x: float) -> tuple[float, float]:
+def dominant_tail(scales: npt.ArrayLike | _Runs, x: float) -> tuple[float, float]:
     """``P(|b_1 L_1 + R| > x)`` as a closed form in the largest scale, and that form's error.
 
     With ``G`` the tail of ``b_1 L_1`` and ``x > 0``, ``2 P(b_1 L_1 + R > x) = 2 E G(x - R)``
@@ -150,7 +274,8 @@ def dominant_tail(scales: npt.ArrayLike, x: float) -> tuple[float, float]:
     b = _positive_scales(scales)
     if b.size < 2 or not x > 0:
         raise ValueError("a dominant term needs another term and a positive threshold")
-    value = math.exp(-x / b[0] + _log_mgf(b[1:], 1.0 / b[0])) if _separated(b) else math.inf
+    top = float(b.values[0])
+    value = math.exp(-x / top + _log_mgf(b.rest(), 1.0 / top)) if _separated(b) else math.inf
     return min(1.0, value), _dominant_error(b, x)
 
 
@@ -174,55 +299,51 @@ def _two_term_tail(b1: float, b2: float, x: float) -> float:
     return e1 + b2 * b2 * difference / (b1 + b2)
 
 
-def _sum_log1p(b: FloatArray, s: FloatArray, sign: float) -> FloatArray:
+def _sum_log1p(runs: _Runs, s: FloatArray, sign: float) -> FloatArray:
     """``sum_k log(1 + sign (b_k s)^2)`` at each ``s`` (ascending; ``b_k s < 1`` if ``sign < 0``).
 
-    Equal neighbouring scales (rows of one vector bought at one budget, once ``b`` is sorted)
-    are taken once with their count. Terms with ``b_k max(s) <= 1/2`` are summed as the power
-    series ``-sum_r (-sign)^r p_r (s / max s)^{2r} / r`` with ``p_r = sum_k (b_k max s)^{2r}``,
+    Terms with ``b_k max(s) <= 1/2`` are summed as the power series
+    ``-sum_r (-sign)^r p_r (s / max s)^{2r} / r`` with ``p_r = sum_k (b_k max s)^{2r}``,
     whose truncation error is below ``count * 0.25^31``: the cost then no longer grows with the
     number of small terms, which is most of them for a BLUE spread over a large history.
     """
-    b, counts = _runs(b)
+    b, counts = runs.values, runs.counts
     s_max = float(s[-1])
-    small = b * s_max <= _SERIES_RADIUS
+    split = int(np.count_nonzero(b * s_max > _SERIES_RADIUS))  # b decreases: small ones last
     out = np.zeros_like(s)
-    big, big_counts = b[~small], counts[~small]
-    for start in range(0, big.size, 64):  # bounded memory: 64 terms x nodes at a time
-        chunk = slice(start, start + 64)
-        out += np.log1p(sign * np.square(np.outer(s, big[chunk]))) @ big_counts[chunk]
-    if np.any(small):
-        z = np.square(b[small] * s_max)
-        weights = counts[small].astype(np.float64)
-        # Terms below 1e-18 enter only through p_1: their z^2 (< 1e-36 each) is negligible, and
-        # powering them would crawl through subnormal numbers.
-        power_sums = np.zeros(_SERIES_TERMS)
-        power_sums[0] = z @ weights
-        keep = z > 1e-18
-        z, weights = z[keep], weights[keep]
-        powers = z.copy()
-        for r in range(1, _SERIES_TERMS):
-            powers *= z
-            power_sums[r] = powers @ weights
+    if split < b.size:
+        split, sums = runs.series(split)
         orders = np.arange(1, _SERIES_TERMS + 1)
+        ratio = float(b[split]) * s_max
+        power_sums = sums * (ratio * ratio) ** orders
         coefficients = -((-sign) ** orders) * power_sums / orders
-        u = np.square(s / s_max)
-        series = np.zeros_like(s)
-        for c in coefficients[::-1]:  # Horner in u, then one more factor u
-            series = (series + c) * u
-        out += series
+        out += np.power.outer(np.square(s / s_max), orders) @ coefficients  # u^r, u <= 1
+    for start in range(0, split, 64):  # bounded memory: 64 terms x nodes at a time
+        chunk = slice(start, min(start + 64, split))
+        out += np.log1p(sign * np.square(np.outer(s, b[chunk]))) @ counts[chunk]
     return out
 
 
-def _runs(b: FloatArray) -> tuple[FloatArray, npt.NDArray[np.int64]]:
-    """The runs of equal neighbours in ``b``: one value and a count each."""
-    if b.size == 0:
-        return b, np.zeros(0, dtype=np.int64)
-    starts = np.concatenate([[0], np.flatnonzero(b[1:] != b[:-1]) + 1])
-    return b[starts], np.diff(np.append(starts, b.size))
+def _log_phi_above(b: _Runs, s: FloatArray) -> FloatArray:
+    """An upper bound on ``log phi(s)`` at each ``s`` (ascending), close where it matters.
+
+    The small terms (``b_k max(s) <= 1/2``) enter through ``log(1 + x) >= x - x^2 / 2``, two
+    suffix sums instead of a series; the others exactly. Used only to place the last node,
+    which an upper bound on ``phi`` can only move later (more nodes, never fewer).
+    """
+    values, counts = b.values, b.counts
+    s_max = float(s[-1])
+    split = int(np.count_nonzero(values * s_max > _SERIES_RADIUS))
+    second, fourth = b.moments()
+    square = np.square(s)
+    out: FloatArray = square * second[split] - 0.5 * np.square(square) * fourth[split]
+    for start in range(0, split, 64):  # bounded memory: 64 terms x nodes at a time
+        chunk = slice(start, min(start + 64, split))
+        out += np.log1p(np.square(np.outer(s, values[chunk]))) @ counts[chunk]
+    return -out
 
 
-def _log_phi(b: FloatArray, s: FloatArray) -> FloatArray:
+def _log_phi(b: _Runs, s: FloatArray) -> FloatArray:
     """``log phi(s) = -sum_k log(1 + b_k^2 s^2)`` at each node ``s`` (ascending)."""
     return -_sum_log1p(b, s, 1.0)
 
@@ -262,15 +383,17 @@ class ExactTail:
 
     def tail(self, scales: FloatArray, x: float) -> float:
         """``P(|sum_k b_k L_k| > x)`` for independent standard Laplace ``L_k``."""
-        b = _positive_scales(scales)
+        return self._tail(_positive_scales(scales), x)
+
+    def _tail(self, b: _Runs, x: float) -> float:
         if x < 0 or (b.size > 0 and x == 0):
             return 1.0
         if b.size == 0:
             return 0.0
         if b.size == 1:
-            return math.exp(-x / b[0])
+            return math.exp(-x / b.values[0])
         if b.size == 2:
-            return min(1.0, _two_term_tail(float(b[0]), float(b[1]), x))
+            return min(1.0, _two_term_tail(float(b.values[0]), _second(b), x))
         if _may_dominate(b, x, self.trunc_tol):
             value, error = dominant_tail(b, x)
             if error <= self.trunc_tol:
@@ -281,13 +404,13 @@ class ExactTail:
         """The least ``w`` with ``P(|X| > w) <= delta`` (see :func:`quantile`)."""
         b = _positive_scales(scales)
         if b.size <= 2 or not 0 < delta < 1:
-            return _root_quantile(lambda w: self.tail(b, w), b, delta)
+            return _root_quantile(lambda w: self._tail(b, w), b, delta)
         dominant = self._dominant_quantile(b, delta)
         if dominant is not None:
             return dominant
         # tail(x) >= P(|b_1 L_1| > x) / 2 by symmetry, which brackets the quantile from below.
-        low = b[0] * math.log(0.5 / delta) if delta < 0.25 else tail_extent(b, delta) / 64
         high = tail_extent(b, delta)
+        low = b.values[0] * math.log(0.5 / delta) if delta < 0.25 else high / 64
         for _ in range(64):  # the bracket is right at once unless rounding straddles an end
             nodes = self._nodes(b, low, high)
             if nodes.tail(low) <= delta:
@@ -298,7 +421,7 @@ class ExactTail:
                 return _root_quantile(nodes.tail, b, delta, low, high)
         raise ArithmeticError(f"no bracket for the {delta} quantile of {b.size} terms")
 
-    def _dominant_quantile(self, b: FloatArray, delta: float) -> float | None:
+    def _dominant_quantile(self, b: _Runs, delta: float) -> float | None:
         """The quantile from :func:`dominant_tail`'s closed form, if its error is negligible there.
 
         The form is ``delta`` at ``w = b_1 (ln(1/delta) + ln E exp(R / b_1))``; rounded up to
@@ -306,24 +429,26 @@ class ExactTail:
         """
         if not _separated(b):
             return None
-        w = float(b[0] * (math.log(1.0 / delta) + _log_mgf(b[1:], 1.0 / b[0])))
+        top = float(b.values[0])
+        w = float(top * (math.log(1.0 / delta) + _log_mgf(b.rest(), 1.0 / top)))
         if not (_may_dominate(b, w, self.trunc_tol) and _dominant_error(b, w) <= self.trunc_tol):
             return None
-        while self.tail(b, w) > delta:
+        while self._tail(b, w) > delta:
             w = math.nextafter(w * (1 + 1e-15), math.inf)
         return w
 
-    def _nodes(self, b: FloatArray, x_lo: float, x_hi: float) -> _Nodes:
+    def _nodes(self, b: _Runs, x_lo: float, x_hi: float) -> _Nodes:
         a = tail_extent(b, self.alias_tol)
         h = math.pi / max(x_hi, a)
         sin_half = math.sin(h * x_lo / 2.0)
         # phi(s) <= prod_{k <= r} (b_k s)^-2 for any r puts the stopping node below s_cap.
         scale = (2.0 / math.pi) * h / (sin_half * self.trunc_tol)
-        top = np.arange(1, min(b.size, 16) + 1)
-        log_products = np.cumsum(2.0 * np.log(b[: top.size]))
+        largest = b.largest(16)
+        top = np.arange(1, largest.size + 1)
+        log_products = np.cumsum(2.0 * np.log(largest))
         s_cap = max(h, float(np.exp(np.min((math.log(scale) - log_products) / (2 * top + 1)))))
         grid = np.geomspace(h, s_cap, 64)
-        log_bound = math.log(scale) + _log_phi(b, grid) - np.log(grid)
+        log_bound = math.log(scale) + _log_phi_above(b, grid) - np.log(grid)
         s_stop = grid[int(np.argmax(log_bound <= 0.0))] if s_cap > h else h
         j_half = np.arange(int(math.ceil(s_stop / h)) + 1, dtype=np.float64) + 0.5
         s = j_half * h
@@ -346,7 +471,7 @@ def laplace_sum_tail(scales: npt.ArrayLike, x: float) -> float:
 
 def _root_quantile(
     tail: Callable[[float], float],
-    b: FloatArray,
+    b: _Runs,
     delta: float,
     low: float = 0.0,
     high: float | None = None,
@@ -406,14 +531,15 @@ class MonteCarloTail:
     def tail(self, scales: FloatArray, x: float) -> float:
         """Fraction of simulated sums whose absolute value exceeds ``x``."""
         total = np.zeros(self.samples)
-        for b in _positive_scales(scales):
+        for b in _positive_scales(scales).expanded():
             total += self.generator.laplace(0.0, b, self.samples)
         return float(np.count_nonzero(np.abs(total) > x)) / self.samples
 
     def quantile(self, scales: FloatArray, delta: float) -> float:
         """Root of the simulated tail (one simulation per evaluation, as the paper's method)."""
-        b = _positive_scales(scales)
-        return _root_quantile(lambda w: self.tail(b, w), b, delta)
+        runs = _positive_scales(scales)
+        b = runs.expanded()
+        return _root_quantile(lambda w: self.tail(b, w), runs, delta)
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,7 +570,7 @@ class ConvolutionTail:
         >>> ConvolutionTail().pmf(np.array([1.0])).size  # ceil(ln(1 / 0.01)) = 5 bins a side
         11
         """
-        b = _positive_scales(scales)
+        b = _positive_scales(scales).expanded()
         kernels = [self._binned(scale, b.size) for scale in b[::-1]]
         pmf = np.ones(1)
         for kernel in kernels:  # short kernels directly, the long ones at once through the FFT
@@ -462,8 +588,9 @@ class ConvolutionTail:
 
     def quantile(self, scales: FloatArray, delta: float) -> float:
         """Root of the binned tail."""
-        b = _positive_scales(scales)
-        return _root_quantile(lambda w: self.tail(b, w), b, delta)
+        runs = _positive_scales(scales)
+        b = runs.expanded()
+        return _root_quantile(lambda w: self.tail(b, w), runs, delta)
 
     def _binned(self, scale: float, m: int) -> FloatArray:
         half = math.ceil(scale * math.log(m / self.gamma) / self.step)

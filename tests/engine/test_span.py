@@ -77,3 +77,42 @@ def test_copies_are_independent() -> None:
     (outside,), _ = solver.solve_many([(np.array([2]), np.ones(1))])
     (inside,), _ = other.solve_many([(np.array([2]), np.ones(1))])
     assert outside is None and inside is not None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_restart_places_blocks_as_one_by_one_placement_would(seed: int) -> None:
+    """Vectors placed in blocks (a restart) give the rank and solutions of placing each at once.
+
+    Blocks hold new directions, vectors dependent on earlier ones of the same block and
+    repeats, so the block's own Gram-Schmidt decides as the grown basis would.
+    """
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(30, 90))
+    vectors: list[np.ndarray] = []
+    for _ in range(int(rng.integers(100, 220))):
+        if len(vectors) > 3 and rng.random() < 0.35:
+            picks = rng.choice(len(vectors), 2, replace=False)
+            h = vectors[picks[0]] + float(rng.choice([1.0, -2.0])) * vectors[picks[1]]
+        else:
+            h = np.where(rng.random(n) < 0.2, rng.choice([1.0, 2.0, -1.0]), 0.0)
+        if np.any(h):
+            vectors.append(h)
+    weights2 = rng.choice([0.01, 1.0, 30.0], len(vectors))
+    restart, one_by_one = SpanSolver(n, residual=1e-6), SpanSolver(n, residual=1e-6)
+    probe = (np.arange(n, dtype=np.int64), np.ones(n))
+    for h, w in zip(vectors, weights2):
+        (cells,) = np.nonzero(h)
+        for solver in (restart, one_by_one):
+            solver.weigh(solver.add(cells.astype(np.int64), h[cells]), float(w))
+        one_by_one.solve_many([probe])  # places the vector now
+    stacked = np.array(vectors)
+    assert restart.rank == one_by_one.rank == np.linalg.matrix_rank(stacked)
+    queries = [rng.standard_normal(len(vectors)) @ stacked for _ in range(4)]
+    as_pairs = [(np.flatnonzero(q).astype(np.int64), q[q != 0]) for q in queries]
+    found, distances = restart.solve_many(as_pairs)
+    expected, expected_distances = one_by_one.solve_many(as_pairs)
+    assert distances == pytest.approx(expected_distances, abs=1e-9)
+    for g, e in zip(found, expected):
+        assert g is not None and e is not None
+        u, u_expected = g * np.sqrt(weights2), e * np.sqrt(weights2)
+        assert np.allclose(u, u_expected, rtol=1e-8, atol=1e-9 * np.abs(u_expected).max())
