@@ -415,7 +415,7 @@ class _Query:
                 columns.append(OutputColumn(name, body.sql("postgres"), interval))
             elif _has_aggregate(body):
                 weights, offset = self._linear(body)
-                weights = np.broadcast_to(weights * rows_mask, self.cube.shape)
+                weights = weights * rows_mask  # broadcasts to the cube: never made dense
                 largest = max(largest, self.limits.check_weights(weights, body))
                 aggregates.append((weights, as_float(offset, body)))
                 aggregate_bodies.append(body)
@@ -621,9 +621,8 @@ class _Query:
             mask = np.ones((1,) * len(shape), dtype=bool)
             for key, group in zip(group_keys, combo):
                 mask = mask & (key.cells == group)
-            mask = np.broadcast_to(mask, shape)
             queries = tuple(
-                LinearQuery.from_dense(np.where(mask, weights, 0.0), offset)
+                LinearQuery.from_tensor(shape, np.where(mask, weights, 0.0), offset)
                 for weights, offset in aggregates
             )
             keys = tuple(k.labels[g] for k, g in zip(group_keys, combo))

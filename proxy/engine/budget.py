@@ -12,7 +12,9 @@ exactly, and a charge fits only if no cell would go past the DBA's total.
 
 Cells that every charged vector weighs alike have spent the same, so the budget keeps one
 number per atom (:class:`~proxy.engine.atoms.Partition`): a commit costs the atoms it touches,
-a check the cells of the batch, both as array operations.
+a check the cells of the batch, both as array operations. Given the cube's shape, it keeps
+every cell's spend in one array instead and charges factored vectors as tensors broadcast over
+it (a wide cube's range count covers a million cells, which a partition would have to list).
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class Charges:
         merged: dict[bytes, tuple[LinearQuery, Fraction]] = {}
         for entry in entries:
             query = entry.query
-            key = query.cells.tobytes() + query.weights.tobytes()
+            key = query.key
             known = merged.get(key)
             merged[key] = (query, entry.budget if known is None else known[1] + entry.budget)
         return cls(tuple(merged.values()))
@@ -182,8 +184,12 @@ class CellBudget:
         total: Fraction,
         carried: Fraction = Fraction(0),
         user: str | None = None,
+        shape: tuple[int, ...] | None = None,
     ) -> None:
-        """``user``: this budget is one analyst's share of the table (a per-user cap)."""
+        """``user``: this budget is one analyst's share of the table (a per-user cap).
+
+        ``shape``: the cube's; the spend is then kept per cell, charged tensor by tensor.
+        """
         if not isinstance(total, Fraction) or total <= 0:
             raise ValueError("total budget must be a positive Fraction")
         if carried < 0:
@@ -198,6 +204,7 @@ class CellBudget:
         self._denominator = 1
         self._spent: Numerators = np.zeros(1, dtype=np.int64)
         self._max = 0  # the largest numerator of any atom
+        self._shape = None if shape is None else tuple(int(s) for s in shape)
 
     @property
     def spent(self) -> Fraction:
@@ -211,6 +218,9 @@ class CellBudget:
 
     def spent_on(self, cell: int) -> Fraction:
         """``B_j``."""
+        if self._shape is not None:
+            spent = self._spent[cell] if self._spent.size == math.prod(self._shape) else 0
+            return self.carried + Fraction(int(spent), self._denominator)
         if self._partition is None:
             return self.carried
         return self.carried + Fraction(
@@ -219,9 +229,12 @@ class CellBudget:
 
     def per_cell(self) -> dict[int, Fraction]:
         """A copy of every ``B_j`` charged since the cube was last defined (without ``carried``)."""
-        if self._partition is None:
+        if self._shape is not None:
+            per_cell = self._spent_over(self._denominator)
+        elif self._partition is None:
             return {}
-        per_cell = self._spent[self._partition.atom_of]
+        else:
+            per_cell = self._spent[self._partition.atom_of]
         (cells,) = np.nonzero(per_cell)
         return {
             c: Fraction(int(n), self._denominator)
@@ -235,6 +248,9 @@ class CellBudget:
             charges: cost of everything about to be measured (one batch).
             request: what was asked, for the error message.
         """
+        if self._shape is not None:
+            self._check_tensors(charges, request)
+            return
         cells, nums, denominator = charges.numerators(self._denominator)
         if cells.size == 0:
             return
@@ -247,8 +263,9 @@ class CellBudget:
         worst = int(np.argmax(after))  # the first of equals, in the order cells were touched
         if self.carried + Fraction(int(after[worst]), denominator) <= self.total:
             return
-        worst_cell = int(cells[worst])
-        need = Fraction(int(nums[worst]), denominator)
+        self._refuse(int(cells[worst]), Fraction(int(nums[worst]), denominator), request)
+
+    def _refuse(self, worst_cell: int, need: Fraction, request: str) -> None:
         left = self.total - self.spent_on(worst_cell)
         holder = "table" if self.user is None else "user"
         whose = "table" if self.user is None else f'user "{self.user}" on table'
@@ -267,6 +284,9 @@ class CellBudget:
 
     def commit(self, charges: Charges) -> None:
         """Add ``charges`` to the cells (call :meth:`check` first)."""
+        if self._shape is not None:
+            self._commit_tensors(charges)
+            return
         for query, budget in charges:
             if self._partition is None:
                 self._partition = Partition(query.n_cells)
@@ -295,6 +315,103 @@ class CellBudget:
                 self._spent = self._spent.astype(object)
             self._spent[atoms] += adds[inverse].astype(self._spent.dtype)
             self._max = max(self._max, int(self._spent[atoms].max()))
+
+    # -- the spend per cell, charged by tensors (with the cube's shape) ---------------------
+
+    def _tensors(self, charges: Charges) -> tuple[list[tuple[tuple[int, ...], Numerators]], int]:
+        """Per charge, in order: its axes and numerators per cell of them; their denominator.
+
+        The denominator is common to all and a multiple of the budget's.
+        """
+        assert self._shape is not None
+        parts = []
+        denominator = self._denominator
+        for query, budget in charges:
+            if query.core is None:
+                query = LinearQuery.from_tensor(self._shape, query.to_dense().reshape(self._shape))
+            assert query.core is not None
+            inverse, distinct = _distinct_charges(query.core.ravel(), query.sensitivity, budget)
+            for charge in distinct:
+                denominator = math.lcm(denominator, charge.denominator)
+            parts.append((query.axes, query.core.shape, inverse, distinct))
+        terms = []
+        for axes, core_shape, inverse, distinct in parts:
+            values = np.array(
+                [c.numerator * (denominator // c.denominator) for c in distinct], dtype=object
+            )[inverse]
+            terms.append((axes, _narrowed(values).reshape(core_shape)))
+        return terms, denominator
+
+    def _broadcast(self, axes: tuple[int, ...], tensor: Numerators) -> Numerators:
+        assert self._shape is not None
+        return tensor.reshape([n if d in axes else 1 for d, n in enumerate(self._shape)])
+
+    def _spent_over(self, denominator: int) -> Numerators:
+        """Every cell's spend as numerators over ``denominator`` (a multiple of the budget's)."""
+        assert self._shape is not None
+        if self._spent.size != math.prod(self._shape):
+            self._spent = np.zeros(math.prod(self._shape), dtype=np.int64)
+        if denominator == self._denominator:
+            return self._spent
+        return _narrowed(self._spent.astype(object) * (denominator // self._denominator))
+
+    def _check_tensors(self, charges: Charges, request: str) -> None:
+        terms, denominator = self._tensors(charges)
+        if not terms:
+            return
+        assert self._shape is not None
+        after = self._spent_over(denominator).reshape(self._shape)
+        merged: dict[tuple[int, ...], Numerators] = {}
+        for axes, tensor in terms:  # charges over the same dimensions add up before the cells
+            merged[axes] = merged[axes] + tensor if axes in merged else tensor
+        if any(t.dtype == object for t in merged.values()) or after.dtype == object:
+            after = after.astype(object)
+        else:
+            largest = sum(int(t.max()) for t in merged.values())
+            if int(after.max()) + largest >= _INT64_ROOM // 4:
+                after = after.astype(object)
+        after = after.copy() if after.dtype == np.int64 else after
+        support = np.zeros(self._shape, dtype=bool)
+        for axes, tensor in merged.items():
+            after += self._broadcast(axes, tensor)
+            support |= self._broadcast(axes, tensor != 0)
+        worst = int(after[support].max())
+        if self.carried + Fraction(worst, denominator) <= self.total:
+            return
+        # the first of equals in the order cells were touched (charge by charge, cells
+        # increasing), as the partition's check reports it
+        at_worst = support & (after == worst)
+        for axes, tensor in terms:
+            (hit,) = np.nonzero((at_worst & self._broadcast(axes, tensor != 0)).ravel())
+            if hit.size:
+                cell = int(hit[0])
+                break
+        spent = int(self._spent_over(denominator)[cell])
+        self._refuse(cell, Fraction(int(after.ravel()[cell]) - spent, denominator), request)
+
+    def _commit_tensors(self, charges: Charges) -> None:
+        terms, denominator = self._tensors(charges)
+        if not terms:
+            return
+        assert self._shape is not None
+        spent = self._spent_over(denominator)
+        if denominator != self._denominator:
+            self._max *= denominator // self._denominator
+            self._denominator = denominator
+        merged: dict[tuple[int, ...], Numerators] = {}
+        for axes, tensor in terms:
+            merged[axes] = merged[axes] + tensor if axes in merged else tensor
+        largest = sum(int(t.max()) for t in merged.values())
+        if spent.dtype == np.int64 and (
+            self._max + largest >= _INT64_ROOM // 4
+            or any(t.dtype == object for t in merged.values())
+        ):
+            spent = spent.astype(object)
+        view = spent.reshape(self._shape)
+        for axes, tensor in merged.items():
+            view += self._broadcast(axes, tensor.astype(spent.dtype))
+        self._spent = spent
+        self._max = int(spent.max())
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,6 +154,9 @@ class PrivacyEngine:
             reply only; it never influences what is spent).
         tail: how error tails are computed (the exact method; others are for benchmarks).
         carried: budget spent on every cell before the table's cube was last redefined.
+        shape: the cube's shape: vectors are then worked on factored (the history's span in
+            :mod:`proxy.engine.factored`'s coordinates, the budget as a tensor), so that a
+            decision never enumerates the cells a query covers (a wide cube's millions).
     """
 
     def __init__(
@@ -167,6 +170,7 @@ class PrivacyEngine:
         nonnegative: bool = False,
         tail: TailMethod = EXACT,
         carried: Fraction = Fraction(0),
+        shape: tuple[int, ...] | None = None,
     ) -> None:
         self.table = table
         self.n_cells = n_cells
@@ -174,8 +178,8 @@ class PrivacyEngine:
         self._rng: RandomSource = rng if rng is not None else SystemRandomSource()
         self._nonnegative = nonnegative
         self._tail = tail
-        self._index = HistoryIndex(n_cells)
-        self._budget = CellBudget(table, total=total_budget, carried=carried)
+        self._index = HistoryIndex(n_cells, shape=shape)
+        self._budget = CellBudget(table, total=total_budget, carried=carried, shape=shape)
         self._answers = np.zeros(16)
         entries = store.entries(table)
         for entry in entries:
@@ -259,7 +263,7 @@ class PrivacyEngine:
             raise InvalidParameterValue(
                 f"query is over {query.n_cells} cells but table {self.table} has {self.n_cells}"
             )
-        return LinearQuery(query.n_cells, query.cells, query.weights)
+        return query.without_offset()
 
     def execute(self, plan: Plan, true_answers: Sequence[TrueAnswer]) -> tuple[Reply, ...]:
         """Measure, record in the store, then reply: :meth:`measure` and :meth:`record`.
@@ -379,8 +383,9 @@ def _feasible(
     The true answer lies in that range, so the intersection contains it whenever the interval
     did: coverage is kept. An interval wholly outside collapses onto the nearest feasible end.
     """
-    floor = query.offset if np.all(query.weights >= 0) else -math.inf
-    ceiling = query.offset if np.all(query.weights <= 0) else math.inf
+    weights = query.nonzero_weights()
+    floor = query.offset if np.all(weights >= 0) else -math.inf
+    ceiling = query.offset if np.all(weights <= 0) else math.inf
     low, high = min(max(low, floor), ceiling), max(min(high, ceiling), floor)
     return min(max(estimate, low), high), low, high
 

@@ -127,6 +127,11 @@ class SpanSolver:
             setattr(other, name, getattr(self, name).copy(order="K"))
         return other
 
+    def resize(self, n_cells: int) -> None:
+        """Allow for ``n_cells`` cells (coordinates), more than before."""
+        self.n_cells = n_cells
+        self._index = None  # rebuilt with as many rows at its next use
+
     @property
     def rank(self) -> int:
         """The number of basis vectors: the dimension of the span."""

@@ -51,13 +51,23 @@ BLOCKS = 8
 
 
 class Cube:
-    """A random cube: 2-4 dimensions of 2-5 values."""
+    """A random cube: 2-4 dimensions of 2-5 values.
 
-    def __init__(self, rng: np.random.Generator) -> None:
+    ``factored``: its vectors are held factored (as sqlmap gives them), and the engine is told
+    the cube's shape.
+    """
+
+    def __init__(self, rng: np.random.Generator, factored: bool = False) -> None:
+        self.factored = factored
         self.shape = tuple(int(s) for s in rng.integers(2, 6, size=int(rng.integers(2, 5))))
         self.n = int(np.prod(self.shape))
         self.coords = np.array(list(itertools.product(*(range(s) for s in self.shape))))
         self.rng = rng
+
+    def vector(self, dense: np.ndarray) -> LinearQuery:
+        if self.factored:
+            return LinearQuery.from_tensor(self.shape, dense.reshape(self.shape))
+        return LinearQuery.from_dense(dense)
 
     def box(self, dims: list[int]) -> np.ndarray:
         """Cells whose value on each of ``dims`` lies in a random range (a WHERE clause)."""
@@ -92,18 +102,18 @@ class Cube:
         if len(earlier) > 1 and kind < 0.35:
             a, b = (earlier[int(i)] for i in self.rng.choice(len(earlier), 2, replace=False))
             dense = a.to_dense() - b.to_dense()
-            return [LinearQuery.from_dense(dense)] if np.any(dense) else []
+            return [self.vector(dense)] if np.any(dense) else []
         where = self.box(self.dims()) if self.rng.random() < 0.7 else np.ones(self.n, bool)
         w = self.weights()
         if kind < 0.65:
-            return [LinearQuery.from_dense(np.where(where, w, 0.0))]
+            return [self.vector(np.where(where, w, 0.0))]
         groups = self.dims()
         keys = self.coords[:, groups]
         batch = []
         for key in sorted({tuple(k) for k in keys.tolist()}):
             cells = where & np.all(keys == np.array(key), axis=1)
             if cells.any():
-                batch.append(LinearQuery.from_dense(np.where(cells, w, 0.0)))
+                batch.append(self.vector(np.where(cells, w, 0.0)))
         return batch
 
 
@@ -214,24 +224,27 @@ def _fits(engine: PrivacyEngine, entry: HistoryEntry) -> bool:
     return True
 
 
-def _run(seed: int) -> None:
+def _run(seed: int, factored: bool = False) -> None:
     rng = np.random.default_rng(seed)
-    cube = Cube(rng)
+    cube = Cube(rng, factored)
     x = rng.integers(0, 40, size=cube.n)
     total = Fraction(int(rng.choice([2, 10, 100])), 10)
-    engines = [
-        engine("t", cube.n, total_budget=total, store=InMemoryHistoryStore(), rng=source)
-        for engine, source in ((PrivacyEngine, SeededRandomSource(seed)), (CellEngine, None))
-    ]
-    new, ref = engines
-    assert isinstance(new, PrivacyEngine) and isinstance(ref, CellEngine)
+    new = PrivacyEngine(
+        "t",
+        cube.n,
+        total_budget=total,
+        store=InMemoryHistoryStore(),
+        rng=SeededRandomSource(seed),
+        shape=cube.shape if factored else None,
+    )
+    ref = CellEngine("t", cube.n, total_budget=total, store=InMemoryHistoryStore())
     asked: list[LinearQuery] = []
     history: list[LinearQuery] = []
     exact = True
     for _ in range(int(rng.integers(8, 30))):
         kind = rng.random()
         if kind < 0.08:  # another process measured something; both read it back
-            q = LinearQuery.from_dense(np.where(cube.box(cube.dims()), cube.weights(), 0.0))
+            q = cube.vector(np.where(cube.box(cube.dims()), cube.weights(), 0.0))
             entry = HistoryEntry(
                 "t",
                 q,
@@ -247,7 +260,7 @@ def _run(seed: int) -> None:
             history.append(q)
             continue
         if kind < 0.12:  # measured data that changed since: charged, never reused
-            q = LinearQuery.from_dense(np.where(cube.box(cube.dims()), 1.0, 0.0))
+            q = cube.vector(np.where(cube.box(cube.dims()), 1.0, 0.0))
             entry = HistoryEntry("t", q, Fraction(int(rng.integers(1, 50)), 1000), Fraction(1), 0.0)
             if not _fits(new, entry):
                 continue
@@ -275,6 +288,16 @@ def _run(seed: int) -> None:
 def test_atom_engine_agrees_with_the_cell_engine(block: int) -> None:
     for seed in range(block, WORKLOADS, BLOCKS):
         _run(seed)
+
+
+@pytest.mark.parametrize(
+    "block", [0, *(pytest.param(b, marks=pytest.mark.slow) for b in range(1, BLOCKS))]
+)
+def test_factored_vectors_agree_with_the_cell_engine(block: int) -> None:
+    """Vectors held factored, the engine told the cube's shape (ANOVA coordinates for the span,
+    the budget charged by tensors): the same decisions, replies and ledgers."""
+    for seed in range(block, WORKLOADS, BLOCKS):
+        _run(seed, factored=True)
 
 
 @pytest.mark.parametrize(
@@ -328,12 +351,14 @@ def test_paper_examples_agree(
         _same_ledger(new, ref, exact=False)
 
 
-def test_a_restarted_engine_agrees_with_the_one_that_wrote_the_history() -> None:
+@pytest.mark.parametrize("factored", [False, True])
+def test_a_restarted_engine_agrees_with_the_one_that_wrote_the_history(factored: bool) -> None:
     rng = np.random.default_rng(99)
-    cube = Cube(rng)
+    cube = Cube(rng, factored)
+    shape = cube.shape if factored else None
     store = InMemoryHistoryStore()
     writer = PrivacyEngine(
-        "t", cube.n, total_budget=Fraction(50), store=store, rng=SeededRandomSource(1)
+        "t", cube.n, total_budget=Fraction(50), store=store, rng=SeededRandomSource(1), shape=shape
     )
     x = rng.integers(0, 40, size=cube.n)
     asked: list[LinearQuery] = []
@@ -345,7 +370,7 @@ def test_a_restarted_engine_agrees_with_the_one_that_wrote_the_history() -> None
                 lambda ms: [m.evaluate(x) for m in ms],
             )
             asked.extend(batch)
-    restarted = PrivacyEngine("t", cube.n, total_budget=Fraction(50), store=store)
+    restarted = PrivacyEngine("t", cube.n, total_budget=Fraction(50), store=store, shape=shape)
     ref = CellEngine("t", cube.n, total_budget=Fraction(50), store=store)
     assert restarted.budget.per_cell() == writer.budget.per_cell() == ref.budget.per_cell()
     assert restarted.budget.spent == ref.budget.spent
