@@ -235,9 +235,9 @@ class SpanSolver:
         if _REWEIGH * len(pending) > r:
             coords = z[:r, : self.size]
             self._k = (coords * self._weight2[: self.size]) @ coords.T
-        else:
-            for j, weight2 in pending:
-                self._k += weight2 * np.outer(z[:r, j], z[:r, j])
+        else:  # one rank-k product (BLAS 3), not k outer products
+            columns = z[:r, [j for j, _ in pending]]
+            self._k += (columns * np.array([w for _, w in pending])) @ columns.T
         if self._k_base is not None and len(self._k_updates) + len(pending) <= _MAX_UPDATES:
             for j, weight2 in pending:
                 if not self._update(z[:r, j], weight2):
