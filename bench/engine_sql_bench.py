@@ -184,11 +184,19 @@ def _history(
         vectors.extend((q.without_offset(), spec.accuracy) for q in spec.queries)
     entries = []
     costs: dict[int, tuple[Fraction, Fraction, float]] = {}
+    marginals: dict[tuple[int, ...], np.ndarray] = {}  # the counts summed over other dimensions
     for i in rng.integers(0, len(vectors), size=m).tolist():
         query, accuracy = vectors[i]
         if i not in costs:
             step = noise_step(query, accuracy.eps)
-            costs[i] = (fresh_budget(query.sensitivity, step, accuracy), step, query.evaluate(x))
+            if query.core is not None and query.shape is not None:
+                others = tuple(d for d in range(len(query.shape)) if d not in query.axes)
+                if query.axes not in marginals:
+                    marginals[query.axes] = x.reshape(query.shape).sum(axis=others)
+                truth = float((marginals[query.axes] * query.core).sum())
+            else:
+                truth = query.evaluate(x)
+            costs[i] = (fresh_budget(query.sensitivity, step, accuracy), step, truth)
         budget, step, truth = costs[i]
         noisy = truth + float(rng.laplace(0, query.sensitivity / float(budget)))
         entries.append(HistoryEntry("adult", query, budget, step, noisy))
