@@ -35,7 +35,6 @@ from bench.evaluation.workload import MultinomialQueries  # noqa: E402
 from proxy.engine import (  # noqa: E402
     AccuracyRequest,
     HistoryEntry,
-    InMemoryHistoryStore,
     PrivacyEngine,
     QueryRequest,
     SeededRandomSource,
@@ -67,25 +66,22 @@ def decision_latency(m: int, n: int, zipf: float, stream: int, seed: int = 1) ->
     """One table row: build a history of ``m`` rows, then decide ``stream`` new queries."""
     workload = Workload(n, zipf, seed)
     rng = np.random.default_rng(seed + 1)
-    store = InMemoryHistoryStore()
-    store.append(
-        [
-            HistoryEntry(
-                "t",
-                workload.query(),
-                Fraction(int(rng.integers(10, 500)), 1000),
-                Fraction(1, 1024),
-                0.0,
-            )
-            for _ in range(m)
-        ]
-    )
+    history = [
+        HistoryEntry(
+            "t",
+            workload.query(),
+            Fraction(int(rng.integers(10, 500)), 1000),
+            Fraction(1, 1024),
+            0.0,
+        )
+        for _ in range(m)
+    ]
     start = time.perf_counter()
     engine = PrivacyEngine(
-        "t", n, total_budget=Fraction(10**9), store=store, rng=SeededRandomSource(seed)
+        "t", n, total_budget=Fraction(10**9), history=history, rng=SeededRandomSource(seed)
     )
     load_s = time.perf_counter() - start
-    probe = QueryRequest(store.entries("t")[0].query, AccuracyRequest(50.0, 0.95))
+    probe = QueryRequest(history[0].query, AccuracyRequest(50.0, 0.95))
     start = time.perf_counter()
     engine.plan([probe])  # the first solve factorizes the whole history
     factor_s = time.perf_counter() - start

@@ -9,7 +9,7 @@ Adult's values: ten dimensions, 4,354,560 cells): range counts and sums over 1-3
 (``WHERE age BETWEEN 25 AND 44 AND education IN (...)``) and GROUP BYs over 1-3 dimensions
 with an optional range. A pool of statements is translated once; a history of ``m`` answers is
 drawn from it (a dashboard asks its statements again and again), with the budgets a fresh answer
-at its accuracy would spend, and stored; the engine is loaded from the store (the restart).
+at its accuracy would spend; the engine is loaded from those entries (the restart).
 Then a stream of statements, half new and half from the pool, at accuracies from 20 to 500, is
 planned and, when it measures, executed (noise drawn, history grown): CPU time per statement
 (``time.process_time``) by the source of its answers, and separately ``SELECT race, sex,
@@ -34,7 +34,6 @@ from proxy.config import load_config
 from proxy.engine import (
     AccuracyRequest,
     HistoryEntry,
-    InMemoryHistoryStore,
     PrivacyEngine,
     QueryRequest,
     SeededRandomSource,
@@ -174,7 +173,7 @@ def _cpu_ms(action: Callable[[], object]) -> tuple[float, object]:
 
 def _history(
     translator: Translator, pool: list[str], m: int, x: np.ndarray, seed: int
-) -> InMemoryHistoryStore:
+) -> list[HistoryEntry]:
     """``m`` answers drawn from the pool's statements, budgets as a fresh answer would spend."""
     rng = np.random.default_rng(seed)
     vectors: list[tuple[LinearQuery, AccuracyRequest]] = []
@@ -200,9 +199,7 @@ def _history(
         budget, step, truth = costs[i]
         noisy = truth + float(rng.laplace(0, query.sensitivity / float(budget)))
         entries.append(HistoryEntry("adult", query, budget, step, noisy))
-    store = InMemoryHistoryStore()
-    store.append(entries)
-    return store
+    return entries
 
 
 def run(
@@ -219,7 +216,7 @@ def run(
     statements = Statements(cube, seed)
     pool = [statements.sql() for _ in range(pool_size)]
     x = np.random.default_rng(seed).integers(0, 5, size=cube.n_cells).astype(np.float64)
-    store = _history(translator, pool, m, x, seed + 1)
+    history = _history(translator, pool, m, x, seed + 1)
     rss_before = _rss_mb()
     start = time.perf_counter()
     load_cpu, engine = _cpu_ms(
@@ -227,7 +224,7 @@ def run(
             "adult",
             cube.n_cells,
             total_budget=Fraction(10**9),
-            store=store,
+            history=history,
             rng=SeededRandomSource(seed),
             shape=cube.shape if factored else None,
         )

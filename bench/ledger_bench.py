@@ -33,7 +33,6 @@ import yaml
 
 from proxy.config import load_config
 from proxy.dp.answering import DpService
-from proxy.engine.history import InMemoryHistoryStore
 from proxy.storage.postgres_ledger import PostgresLedgerStore
 from sqlmap.cube import Cube
 from sqlmap.vector import LinearQuery
@@ -89,7 +88,7 @@ async def run(dsn: str, n: int) -> None:
     ledger = await PostgresLedgerStore.open(dsn, cubes, schema)
     try:
         durable = await DpService.open_durable(cubes, source, ledger)
-        memory = DpService(cubes, InMemoryHistoryStore(), source)
+        memory = DpService(cubes, source)
         times: dict[str, list[float]] = {"memory": [], "durable": []}
         for i, sql in enumerate(queries(n)):
             spec = translator.translate(sql)

@@ -13,7 +13,6 @@ import pytest
 from proxy.config import load_config
 from proxy.dp.answering import DpService, WrappedAnswer, described
 from proxy.dp.routing import Router
-from proxy.engine.history import InMemoryHistoryStore
 from proxy.errors import BudgetExhausted, DpproxyError
 from proxy.storage.provision import BackendRoles, provision_roles
 from proxy.storage.reader import Reader
@@ -33,7 +32,7 @@ def service(
     roles = provision_roles(adult_dsn, CONFIG.cubes)
     loop = asyncio.new_event_loop()
     reader = loop.run_until_complete(Reader.connect(roles.reader_dsn))
-    yield loop, DpService(CONFIG.cubes, InMemoryHistoryStore(), reader), roles
+    yield loop, DpService(CONFIG.cubes, reader), roles
     loop.run_until_complete(reader.close())
     loop.close()
 
@@ -132,7 +131,7 @@ def test_cores_on_two_protected_tables_are_refused_before_anything_runs(
     loop, _, _ = service
     other = Cube("public", "other", (CategoricalDimension("k", ("a", "b")),))
     translator = Translator([*CONFIG.cubes, other])
-    dp = DpService([*CONFIG.cubes, other], InMemoryHistoryStore(), Unreachable())
+    dp = DpService([*CONFIG.cubes, other], Unreachable())
     specs = [
         translator.translate("SELECT COUNT(*) FROM adult WITH ACCURACY 100"),
         translator.translate("SELECT COUNT(*) FROM other WITH ACCURACY 100"),

@@ -7,12 +7,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
+import psycopg
 import pytest
 
 from proxy.config import load_config
 from proxy.dp.answering import ColumnType, DpResult, DpService
-from proxy.engine.history import InMemoryHistoryStore
 from proxy.errors import BudgetExhausted, DpproxyError, QueryCanceled
+from proxy.storage.postgres_ledger import PostgresLedgerStore
 from proxy.storage.provision import provision_roles
 from proxy.storage.reader import Reader
 from sqlmap.cube import Cube
@@ -38,7 +40,7 @@ def run(adult_dsn: str) -> Iterator[tuple[asyncio.AbstractEventLoop, DpService]]
     loop = asyncio.new_event_loop()
     reader = loop.run_until_complete(CountingReader.connect(roles.reader_dsn))
     CountingReader.reads = 0
-    yield loop, DpService(CONFIG.cubes, InMemoryHistoryStore(), reader)
+    yield loop, DpService(CONFIG.cubes, reader)
     loop.run_until_complete(reader.close())
     loop.close()
 
@@ -84,7 +86,7 @@ def test_budget_refusal_spends_nothing(run: tuple[asyncio.AbstractEventLoop, DpS
 def test_no_accuracy_is_an_error() -> None:
     translator = type(TRANSLATOR)(CONFIG.cubes)  # no config defaults
     spec = translator.translate("SELECT COUNT(*) FROM adult")
-    service = DpService(CONFIG.cubes, InMemoryHistoryStore(), Reader.__new__(Reader))
+    service = DpService(CONFIG.cubes, Reader.__new__(Reader))
     with pytest.raises(DpproxyError, match="no accuracy requested"):
         asyncio.run(service.answer(spec))
 
@@ -146,9 +148,7 @@ def test_planning_past_its_time_limit_is_57014_and_the_table_still_answers(
     async def scenario() -> tuple[str, float]:
         reader = await Reader.connect(roles.reader_dsn)
         try:
-            impatient = DpService(
-                CONFIG.cubes, InMemoryHistoryStore(), reader, planning_timeout=1e-4
-            )
+            impatient = DpService(CONFIG.cubes, reader, planning_timeout=1e-4)
             spec = TRANSLATOR.translate(
                 "SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race WITH ACCURACY 200"
             )
@@ -162,3 +162,45 @@ def test_planning_past_its_time_limit_is_57014_and_the_table_still_answers(
 
     sqlstate, estimate = asyncio.run(scenario())
     assert sqlstate == "57014" and estimate > 0
+
+
+def test_a_failed_ledger_write_releases_and_charges_nothing(
+    adult_dsn: str, ledger_schema: str
+) -> None:
+    """Record before release: the engine is charged only once the ledger store has committed."""
+    roles = provision_roles(adult_dsn, CONFIG.cubes)
+    schema = f'"{ledger_schema}"'
+    spec = TRANSLATOR.translate("SELECT COUNT(*) FROM adult WITH ACCURACY 50")
+
+    async def scenario() -> None:
+        reader = await Reader.connect(roles.reader_dsn)
+        ledger = await PostgresLedgerStore.open(adult_dsn, CONFIG.cubes, ledger_schema)
+        try:
+            service = await DpService.open_durable(CONFIG.cubes, reader, ledger)
+            engine = service.engine(CONFIG.cubes[0])
+            with psycopg.connect(adult_dsn, autocommit=True) as admin:
+                admin.execute(
+                    f"CREATE FUNCTION {schema}.disk_full() RETURNS trigger LANGUAGE plpgsql "
+                    "AS $$BEGIN RAISE EXCEPTION 'could not extend file' USING ERRCODE = '53100'; "
+                    "END$$"
+                )
+                admin.execute(
+                    f"CREATE TRIGGER disk_full BEFORE INSERT ON {schema}.measurements "
+                    f"FOR EACH ROW EXECUTE FUNCTION {schema}.disk_full()"
+                )
+            with pytest.raises(asyncpg.DiskFullError, match="could not extend file"):
+                await service.answer(spec)
+            assert engine.budget.spent == 0 and engine.history_size == 0
+            with psycopg.connect(adult_dsn, autocommit=True) as admin:
+                admin.execute(f"DROP TRIGGER disk_full ON {schema}.measurements")
+            (reply,) = (await service.answer(spec)).replies
+            assert reply.source == "fresh" and engine.budget.spent == reply.budget_charged
+            assert engine.history_size == 1
+            assert [s.entry.budget for s in await ledger.load(CONFIG.cubes[0])] == [
+                reply.budget_charged
+            ]
+        finally:
+            await ledger.close()
+            await reader.close()
+
+    asyncio.run(scenario())

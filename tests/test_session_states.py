@@ -19,7 +19,6 @@ from proxy.config import load_config
 from proxy.dp.answering import DpService
 from proxy.dp.memo import DpMemo
 from proxy.dp.routing import Router
-from proxy.engine.history import InMemoryHistoryStore
 from proxy.server.address import UpstreamAddress
 from proxy.server.connection import Connection
 from proxy.server.context import SessionContext
@@ -120,7 +119,7 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 def context(upstream: UpstreamAddress = NOWHERE) -> SessionContext:
     router = Router(CONFIG.translator(), CONFIG.cubes)
     # no DP query is answered here: the service's reader is never asked
-    service = DpService(CONFIG.cubes, InMemoryHistoryStore(), Reader.__new__(Reader))
+    service = DpService(CONFIG.cubes, Reader.__new__(Reader))
     return SessionContext(
         router=router,
         translator=CONFIG.translator(),

@@ -39,7 +39,6 @@ from bench.evaluation.ledger import CellLedger
 from bench.evaluation.linear import DenseHistory
 from proxy.engine import (
     HistoryEntry,
-    InMemoryHistoryStore,
     PrivacyEngine,
     QueryRequest,
     SeededRandomSource,
@@ -300,13 +299,11 @@ class Dpproxy:
     name = "dpproxy"
 
     def __init__(self, n: int, total: float | None, seed: int, history: Sequence[HistoryEntry]):
-        store = InMemoryHistoryStore()
-        store.append([_retable(e) for e in history])
         self.engine = PrivacyEngine(
             "t",
             n,
             total_budget=_UNBOUNDED if total is None else Fraction(str(total)),
-            store=store,
+            history=[_retable(e) for e in history],
             rng=SeededRandomSource(seed),
             nonnegative=False,
         )

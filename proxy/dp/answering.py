@@ -12,14 +12,14 @@ import asyncio
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol, TypeVar
 
 from proxy.engine.budget import CellBudget, Charges, UserCaps, cell_charges, format_budget
 from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply, describe_batch
-from proxy.engine.history import HistoryEntry, HistoryStore, InMemoryHistoryStore
+from proxy.engine.history import HistoryEntry
 from proxy.engine.noise import RandomSource
 from proxy.errors import (
     BudgetExhausted,
@@ -177,11 +177,12 @@ class DpService:
 
     Args:
         cubes: the protected tables.
-        store: the starting history (an in-memory store; see :meth:`open_durable`).
         source: computes true answers, only after the engine decided to measure.
         rng: the noise source; the OS CSPRNG unless a test passes a seeded one.
         ledger: where measurements and answers are recorded (this process's memory only, by
-            default); ``last_ids`` says what was loaded from it.
+            default).
+        history: per table, the measurements loaded from ``ledger`` (see :meth:`open_durable`);
+            ``last_ids`` says up to which of its ids.
         carried: per table, budget spent before its cube was redefined (from the ledger).
         caps: per-user budgets on top of the tables' totals.
         workers: the threads engine work runs in (a pool of its own if None).
@@ -191,10 +192,11 @@ class DpService:
     def __init__(
         self,
         cubes: Iterable[Cube],
-        store: HistoryStore,
         source: MeasurementSource,
         rng: RandomSource | None = None,
         ledger: LedgerStore | None = None,
+        *,
+        history: Mapping[str, Sequence[HistoryEntry]] | None = None,
         last_ids: dict[str, int] | None = None,
         carried: dict[str, Fraction] | None = None,
         caps: UserCaps | None = None,
@@ -214,7 +216,7 @@ class DpService:
                 c.qualified_name,
                 c.n_cells,
                 total_budget=Fraction(c.total_budget),
-                store=store,
+                history=(history or {}).get(c.qualified_name, ()),
                 rng=rng,
                 nonnegative=False,
                 carried=(carried or {}).get(c.qualified_name, Fraction(0)),
@@ -237,20 +239,18 @@ class DpService:
     ) -> DpService:
         """A service whose engines start from, and spend through, the durable ledger."""
         cubes = list(cubes)
-        store = InMemoryHistoryStore()
         last_ids = {}
         stored = {}
         for cube in cubes:
             stored[cube.qualified_name] = entries = await ledger.load(cube)
-            store.append([s.entry for s in entries])
             last_ids[cube.qualified_name] = entries[-1].id if entries else 0
         service = cls(
             cubes,
-            store,
             source,
             rng,
             ledger,
-            last_ids,
+            history={name: [s.entry for s in entries] for name, entries in stored.items()},
+            last_ids=last_ids,
             carried={c.qualified_name: ledger.carried(c) for c in cubes},
             caps=caps,
             workers=workers,

@@ -6,7 +6,7 @@ concern each and are importable on their own for tests and benchmarks.
 
 from proxy.engine.decision import Decision, Source
 from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply, StalePlanError
-from proxy.engine.history import HistoryEntry, HistoryStore, InMemoryHistoryStore
+from proxy.engine.history import HistoryEntry
 from proxy.engine.noise import RandomSource, SeededRandomSource, SystemRandomSource
 from sqlmap.accuracy import AccuracyRequest
 
@@ -14,8 +14,6 @@ __all__ = [
     "AccuracyRequest",
     "Decision",
     "HistoryEntry",
-    "HistoryStore",
-    "InMemoryHistoryStore",
     "Plan",
     "PrivacyEngine",
     "QueryRequest",

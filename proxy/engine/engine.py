@@ -7,8 +7,14 @@ Answering is two steps so that cost stays apart from data:
    (:class:`~proxy.errors.BudgetExhausted`) if any cell would overspend; nothing is charged then.
 2. The caller computes the true answers of exactly ``plan.measurements`` (offset-free vectors;
    ``m.evaluate(histogram)`` or the equivalent SQL) and passes them to
-   :meth:`PrivacyEngine.execute`, which draws the noise, appends the new history entries to the
-   store *before* anything is released, charges the per-cell budget and builds the replies.
+   :meth:`PrivacyEngine.measure`, which draws the noise: the new history entries. The caller makes
+   them durable (the service writes them to its ledger store) *before* anything is released, then
+   passes them to :meth:`PrivacyEngine.record`, which charges the per-cell budget and builds the
+   replies. :meth:`PrivacyEngine.execute` does both at once, for callers that keep no record
+   (benchmarks, the evaluation, tests of the math).
+
+The engine keeps no store of its own: it starts from the entries it is given (a restart passes
+what the ledger store loaded) and grows only through :meth:`record` and :meth:`absorb`.
 
 Queries of one batch are planned in order, each seeing the measurements planned before it, so a
 GROUP BY whose groups together with the history determine one another pays only for what is new.
@@ -29,7 +35,7 @@ import numpy as np
 from proxy.engine.budget import CellBudget, Charges
 from proxy.engine.decision import Decision, Source, decide
 from proxy.engine.estimator import FloatArray, HistoryIndex
-from proxy.engine.history import HistoryEntry, HistoryStore
+from proxy.engine.history import HistoryEntry
 from proxy.engine.noise import (
     RandomSource,
     SystemRandomSource,
@@ -145,10 +151,10 @@ class PrivacyEngine:
     """Answers linear queries on one protected table within the DBA's total budget.
 
     Args:
-        table: the protected table's name (the store's key).
+        table: the protected table's name.
         n_cells: the number of cells of its cube.
         total_budget: the DBA's total privacy budget for the table.
-        store: where history entries are kept; read once here, appended to by ``execute``.
+        history: the measurements released before this engine started (a ledger store's load).
         rng: noise source; the OS CSPRNG unless a test passes a seeded one.
         nonnegative: intersect intervals with the range counts allow (a post-processing of the
             reply only; it never influences what is spent).
@@ -165,7 +171,7 @@ class PrivacyEngine:
         n_cells: int,
         *,
         total_budget: Fraction,
-        store: HistoryStore,
+        history: Sequence[HistoryEntry] = (),
         rng: RandomSource | None = None,
         nonnegative: bool = False,
         tail: TailMethod = EXACT,
@@ -174,17 +180,17 @@ class PrivacyEngine:
     ) -> None:
         self.table = table
         self.n_cells = n_cells
-        self._store = store
         self._rng: RandomSource = rng if rng is not None else SystemRandomSource()
         self._nonnegative = nonnegative
         self._tail = tail
         self._index = HistoryIndex(n_cells, shape=shape)
         self._budget = CellBudget(table, total=total_budget, carried=carried, shape=shape)
         self._answers = np.zeros(16)
-        entries = store.entries(table)
-        for entry in entries:
+        for entry in history:
+            if entry.table != table:
+                raise ValueError(f"history entry of table {entry.table!r}, engine of {table!r}")
             self._append(entry)
-        self._budget.commit(Charges.of(entries))  # one charge per distinct vector
+        self._budget.commit(Charges.of(history))  # one charge per distinct vector
         self._index.prepare()  # the first decision then costs what later ones do
 
     @property
@@ -266,7 +272,7 @@ class PrivacyEngine:
         return query.without_offset()
 
     def execute(self, plan: Plan, true_answers: Sequence[TrueAnswer]) -> tuple[Reply, ...]:
-        """Measure, record in the store, then reply: :meth:`measure` and :meth:`record`.
+        """Measure and record at once (nothing durable in between): :meth:`measure`, :meth:`record`.
 
         Args:
             plan: from :meth:`plan`, with no other batch executed since.
@@ -275,15 +281,13 @@ class PrivacyEngine:
         Raises:
             StalePlanError: the history changed since the plan was made.
         """
-        entries = self.measure(plan, true_answers)
-        self._store.append(entries)  # durable before anything is released
-        return self.record(plan, entries)
+        return self.record(plan, self.measure(plan, true_answers))
 
     def measure(self, plan: Plan, true_answers: Sequence[TrueAnswer]) -> tuple[HistoryEntry, ...]:
-        """Draw the noise of every measurement of ``plan``: the entries to store.
+        """Draw the noise of every measurement of ``plan``: the entries to make durable.
 
-        Nothing changes in the engine: a caller with a store of its own (the durable ledger)
-        writes the entries, and only once they are durable passes them to :meth:`record`.
+        Nothing changes in the engine: the caller writes the entries (the service, to its ledger
+        store), and only once they are durable passes them to :meth:`record`.
 
         Raises:
             StalePlanError: the history changed since the plan was made.

@@ -1,22 +1,20 @@
-"""The query history: released noisy measurements, and the store that keeps them.
+"""The query history's entries: released noisy measurements.
 
 Each entry is one row of the papers' system ``y = H x + N``: the query vector ``H_i``, the budget
 ``alpha_i`` it spent, the lattice step of its noise and the released value ``y_i``. Every later
-estimate and every privacy charge is derived from these entries alone, so a store that keeps them
-durably (a later issue) is all the engine needs to survive a restart.
+estimate and every privacy charge is derived from these entries alone, so the ledger store that
+keeps them durably (:mod:`proxy.storage.ledger_store`) is all an engine needs to survive a restart.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Protocol
 
 from sqlmap.vector import LinearQuery
 
-__all__ = ["HistoryEntry", "HistoryStore", "InMemoryHistoryStore"]
+__all__ = ["HistoryEntry"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,38 +60,3 @@ class HistoryEntry:
             f"sensitivity={self.query.sensitivity}, budget={self.budget}, step={self.step}, "
             f"noisy_answer={self.noisy_answer})"
         )
-
-
-class HistoryStore(Protocol):
-    """Where released measurements live; the engine reads it once and then only appends."""
-
-    def append(self, entries: Sequence[HistoryEntry]) -> None:
-        """Record all of ``entries`` or none of them, before any of them is released."""
-        ...
-
-    def entries(self, table: str) -> Sequence[HistoryEntry]:
-        """Every entry of ``table``, in the order appended."""
-        ...
-
-
-class InMemoryHistoryStore:
-    """A :class:`HistoryStore` in a dict; for tests and for running without a database.
-
-    >>> store = InMemoryHistoryStore()
-    >>> query = LinearQuery.from_dense([2.0])
-    >>> store.append([HistoryEntry("t", query, Fraction(1), Fraction(1), 3.0)])
-    >>> len(store.entries("t")), len(store.entries("other"))
-    (1, 0)
-    """
-
-    def __init__(self) -> None:
-        self._entries: dict[str, list[HistoryEntry]] = {}
-
-    def append(self, entries: Sequence[HistoryEntry]) -> None:
-        """Record ``entries`` (a list append cannot fail half-way)."""
-        for entry in entries:
-            self._entries.setdefault(entry.table, []).append(entry)
-
-    def entries(self, table: str) -> Sequence[HistoryEntry]:
-        """A snapshot of ``table``'s entries."""
-        return tuple(self._entries.get(table, ()))

@@ -33,7 +33,6 @@ from proxy.config import DEMO_USERS, BackendConfig, Config
 from proxy.dp.answering import DpService
 from proxy.dp.memo import DpMemo
 from proxy.dp.routing import Router
-from proxy.engine.history import InMemoryHistoryStore
 from proxy.errors import ConfigError, ConnectionFailure
 from proxy.logs import event
 from proxy.server.address import UpstreamAddress
@@ -321,7 +320,6 @@ async def open_server(
         if backend.ledger_dsn is None:
             service = DpService(
                 config.cubes,
-                InMemoryHistoryStore(),
                 reader,
                 caps=config.caps(),
                 workers=workers,

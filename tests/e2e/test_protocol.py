@@ -17,7 +17,6 @@ import pytest
 from proxy.config import BackendConfig, Config
 from proxy.dp.answering import DpService
 from proxy.dp.memo import DpMemo
-from proxy.engine.history import InMemoryHistoryStore
 from proxy.storage.reader import Reader
 from proxy.wire import (
     Bind,
@@ -308,7 +307,7 @@ class SlowReader(Reader):
 
 
 def test_cancel_a_dp_answer(proxy: Proxy) -> None:
-    service = DpService(CONFIG.cubes, InMemoryHistoryStore(), SlowReader(proxy.server.reader._pool))
+    service = DpService(CONFIG.cubes, SlowReader(proxy.server.reader._pool))
     proxy.server.ctx.service = service
     proxy.server.ctx.memo = DpMemo(proxy.server.ctx.router, service)
     client = RawClient.connect(proxy.port)

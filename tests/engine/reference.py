@@ -32,7 +32,7 @@ from proxy.engine.estimator import (
     IntArray,
     Solution,
 )
-from proxy.engine.history import HistoryEntry, HistoryStore
+from proxy.engine.history import HistoryEntry
 from proxy.engine.noise import (
     RandomSource,
     SystemRandomSource,
@@ -266,10 +266,10 @@ class CellEngine:
     """Answers linear queries on one protected table within the DBA's total budget.
 
     Args:
-        table: the protected table's name (the store's key).
+        table: the protected table's name.
         n_cells: the number of cells of its cube.
         total_budget: the DBA's total privacy budget for the table.
-        store: where history entries are kept; read once here, appended to by ``execute``.
+        history: the measurements released before this engine started.
         rng: noise source; the OS CSPRNG unless a test passes a seeded one.
         nonnegative: intersect intervals with the range counts allow (a post-processing of the
             reply only; it never influences what is spent).
@@ -283,7 +283,7 @@ class CellEngine:
         n_cells: int,
         *,
         total_budget: Fraction,
-        store: HistoryStore,
+        history: Sequence[HistoryEntry] = (),
         rng: RandomSource | None = None,
         nonnegative: bool = False,
         tail: TailMethod = EXACT,
@@ -291,14 +291,13 @@ class CellEngine:
     ) -> None:
         self.table = table
         self.n_cells = n_cells
-        self._store = store
         self._rng: RandomSource = rng if rng is not None else SystemRandomSource()
         self._nonnegative = nonnegative
         self._tail = tail
         self._index = CellIndex(n_cells)
         self._budget = CellLedger(table, total=total_budget, carried=carried)
         self._answers = np.zeros(16)
-        for entry in store.entries(table):
+        for entry in history:
             self._record(entry)
 
     @property
@@ -368,7 +367,7 @@ class CellEngine:
         return LinearQuery(query.n_cells, query.cells, query.weights)
 
     def execute(self, plan: Plan, true_answers: Sequence[TrueAnswer]) -> tuple[Reply, ...]:
-        """Measure, record in the store, then reply: :meth:`measure` and :meth:`record`.
+        """Measure and record at once: :meth:`measure`, then :meth:`record`.
 
         Args:
             plan: from :meth:`plan`, with no other batch executed since.
@@ -377,15 +376,10 @@ class CellEngine:
         Raises:
             StalePlanError: the history changed since the plan was made.
         """
-        entries = self.measure(plan, true_answers)
-        self._store.append(entries)  # durable before anything is released
-        return self.record(plan, entries)
+        return self.record(plan, self.measure(plan, true_answers))
 
     def measure(self, plan: Plan, true_answers: Sequence[TrueAnswer]) -> tuple[HistoryEntry, ...]:
-        """Draw the noise of every measurement of ``plan``: the entries to store.
-
-        Nothing changes in the engine: a caller with a store of its own (the durable ledger)
-        writes the entries, and only once they are durable passes them to :meth:`record`.
+        """Draw the noise of every measurement of ``plan``: the entries to record.
 
         Raises:
             StalePlanError: the history changed since the plan was made.

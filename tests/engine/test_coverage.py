@@ -29,7 +29,7 @@ import pytest
 
 from proxy.engine import (
     AccuracyRequest,
-    InMemoryHistoryStore,
+    HistoryEntry,
     PrivacyEngine,
     QueryRequest,
     SeededRandomSource,
@@ -38,6 +38,7 @@ from proxy.engine.estimator import HistoryIndex, combine
 from proxy.engine.selection import interval
 from proxy.errors import BudgetExhausted
 from sqlmap.vector import LinearQuery
+from tests.engine.recording import Recorder
 
 N_CELLS = 6
 Outcomes = list[tuple[str, bool]]
@@ -58,9 +59,9 @@ def _combination(rng: np.random.Generator, queries: Sequence[LinearQuery]) -> Li
     return LinearQuery.from_dense(dense)
 
 
-def _recomputed_ledger(store: InMemoryHistoryStore) -> dict[int, Fraction]:
+def _recomputed_ledger(entries: list[HistoryEntry]) -> dict[int, Fraction]:
     spent: dict[int, Fraction] = defaultdict(Fraction)
-    for entry in store.entries("t"):
+    for entry in entries:
         s = max(abs(Fraction(repr(w))) for w in entry.query.weights.tolist())
         for cell, w in zip(entry.query.cells.tolist(), entry.query.weights.tolist()):
             spent[cell] += entry.budget * abs(Fraction(repr(w))) / s
@@ -70,11 +71,9 @@ def _recomputed_ledger(store: InMemoryHistoryStore) -> dict[int, Fraction]:
 def _trial(seed: int, delta: float) -> list[tuple[str, bool]]:
     rng = np.random.default_rng(seed)
     x = rng.integers(0, 60, N_CELLS)
-    store = InMemoryHistoryStore()
+    kept = Recorder()
     total = Fraction(int(rng.integers(5, 40)), 10)
-    engine = PrivacyEngine(
-        "t", N_CELLS, total_budget=total, store=store, rng=SeededRandomSource(seed)
-    )
+    engine = PrivacyEngine("t", N_CELLS, total_budget=total, rng=SeededRandomSource(seed))
     outcomes = []
 
     def ask(query: LinearQuery, eps: float) -> None:
@@ -83,7 +82,7 @@ def _trial(seed: int, delta: float) -> list[tuple[str, bool]]:
             plan = engine.plan([request])
         except BudgetExhausted:
             return
-        (reply,) = engine.execute(plan, [m.evaluate(x) for m in plan.measurements])
+        (reply,) = kept.execute(engine, plan, [m.evaluate(x) for m in plan.measurements])
         (decision,) = plan.decisions
         kind = (
             reply.source if decision.basis in (None, "blue") else f"{reply.source}+{decision.basis}"
@@ -100,7 +99,7 @@ def _trial(seed: int, delta: float) -> list[tuple[str, bool]]:
     for query, eps in zip(base, widths):  # repeats, after overlapping measurements
         ask(query, float(eps))
 
-    assert engine.budget.per_cell() == _recomputed_ledger(store)
+    assert engine.budget.per_cell() == _recomputed_ledger(kept.entries)
     assert engine.budget.spent <= total
     return outcomes
 
@@ -108,15 +107,13 @@ def _trial(seed: int, delta: float) -> list[tuple[str, bool]]:
 def _mixture_trial(seed: int, delta: float) -> list[tuple[str, bool]]:
     rng = np.random.default_rng(seed)
     x = rng.integers(0, 60, 3)
-    store = InMemoryHistoryStore()
-    engine = PrivacyEngine(
-        "t", 3, total_budget=Fraction(100), store=store, rng=SeededRandomSource(seed)
-    )
+    kept = Recorder()
+    engine = PrivacyEngine("t", 3, total_budget=Fraction(100), rng=SeededRandomSource(seed))
 
     def ask(dense: list[float], eps: float) -> tuple[str, bool]:
         query = LinearQuery.from_dense(dense, offset=float(rng.integers(-5, 6)))
         plan = engine.plan([QueryRequest(query, AccuracyRequest(eps, 1 - delta))])
-        (reply,) = engine.execute(plan, [m.evaluate(x) for m in plan.measurements])
+        (reply,) = kept.execute(engine, plan, [m.evaluate(x) for m in plan.measurements])
         (decision,) = plan.decisions
         kind = (
             reply.source if decision.basis in (None, "blue") else f"{reply.source}+{decision.basis}"
@@ -127,8 +124,8 @@ def _mixture_trial(seed: int, delta: float) -> list[tuple[str, bool]]:
     ask([1.0, 1.0, 0.0], eps)
     ask([1.0, 0.0, 0.0], eps * float(rng.uniform(1.0, 1.5)))
     ask([0.0, 1.0, 0.0], eps * float(rng.uniform(1.0, 1.5)))
-    index = HistoryIndex(3)  # the engine's view, rebuilt from what the store holds
-    for entry in store.entries("t"):
+    index = HistoryIndex(3)  # the engine's view, rebuilt from what it released
+    for entry in kept.entries:
         index.append(entry.query, alpha=float(entry.budget), step=float(entry.step))
     target = LinearQuery.from_dense([1.0, 1.0, 0.0])
     blue, (repeat,) = index.solve(target), index.repeats(target)

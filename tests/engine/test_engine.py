@@ -1,4 +1,4 @@
-"""The engine facade: plan from public inputs, measure, record before release, reply."""
+"""The engine facade: plan from public inputs, measure, record, reply."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 from proxy.engine import (
     AccuracyRequest,
     HistoryEntry,
-    InMemoryHistoryStore,
     PrivacyEngine,
     QueryRequest,
     SeededRandomSource,
@@ -20,18 +19,19 @@ from proxy.engine import (
 from proxy.engine.budget import cell_charges
 from proxy.errors import BudgetExhausted, InvalidParameterValue
 from sqlmap.vector import LinearQuery
+from tests.engine.recording import Recorder
 
 X = np.array([10, 21, 37, 20, 50, 40, 53, 0, 0])
 
 
 def _engine(
-    total: str = "10", store: InMemoryHistoryStore | None = None, seed: int = 1, **kwargs: bool
+    total: str = "10", history: Sequence[HistoryEntry] = (), seed: int = 1, **kwargs: bool
 ) -> PrivacyEngine:
     return PrivacyEngine(
         "t",
         9,
         total_budget=Fraction(total),
-        store=store or InMemoryHistoryStore(),
+        history=history,
         rng=SeededRandomSource(seed),
         **kwargs,
     )
@@ -42,10 +42,15 @@ def _measure(queries: Sequence[LinearQuery]) -> list[float]:
 
 
 def _ask(
-    engine: PrivacyEngine, dense: list[float], eps: float, conf: float = 0.9, offset: float = 0.0
+    engine: PrivacyEngine,
+    dense: list[float],
+    eps: float,
+    conf: float = 0.9,
+    offset: float = 0.0,
+    recorder: Recorder | None = None,
 ):  # type: ignore[no-untyped-def]
     request = QueryRequest(LinearQuery.from_dense(dense, offset=offset), AccuracyRequest(eps, conf))
-    (reply,) = engine.answer([request], _measure)
+    (reply,) = (recorder or Recorder()).answer(engine, [request], _measure)
     return reply
 
 
@@ -75,13 +80,13 @@ def test_a_fresh_answer_stays_free_after_overlapping_measurements(
 ) -> None:
     # Regression: the repeat was decided from the BLUE alone, whose exact interval over the
     # grown history is wider than the query's own earlier measurement; it was charged again.
-    store = InMemoryHistoryStore()
-    engine = _engine(store=store)
+    kept = Recorder()
+    engine = _engine()
     query = [1, 1, 0, 0, 0, 0, 0, 0, 0]
-    first = _ask(engine, query, eps=10.0, conf=confidence, offset=3.0)
+    first = _ask(engine, query, eps=10.0, conf=confidence, offset=3.0, recorder=kept)
     assert first.source == "fresh"
-    _ask(engine, [1, 0, 0, 0, 0, 0, 0, 0, 0], eps=others_eps, conf=confidence)
-    _ask(engine, [0, 1, 0, 0, 0, 0, 0, 0, 0], eps=others_eps, conf=confidence)
+    _ask(engine, [1, 0, 0, 0, 0, 0, 0, 0, 0], eps=others_eps, conf=confidence, recorder=kept)
+    _ask(engine, [0, 1, 0, 0, 0, 0, 0, 0, 0], eps=others_eps, conf=confidence, recorder=kept)
     spent = engine.budget.spent
     again = _ask(engine, query, eps=10.0, conf=confidence, offset=3.0)
     assert again.source == "history" and again.budget_charged == 0
@@ -90,11 +95,11 @@ def test_a_fresh_answer_stays_free_after_overlapping_measurements(
     assert again.confidence >= confidence
     if confidence > 0.9:  # nothing narrower than the earlier measurement: its very answer
         assert (again.estimate, again.low, again.high) == (first.estimate, first.low, first.high)
-    # the choice is a function of the stored history: a restarted engine decides alike
+    # the choice is a function of the released history: a restarted engine decides alike
     request = QueryRequest(
         LinearQuery.from_dense(query, offset=3.0), AccuracyRequest(10.0, confidence)
     )
-    (decision,) = _engine(store=store).plan([request]).decisions
+    (decision,) = _engine(history=kept.entries).plan([request]).decisions
     (same,) = engine.plan([request]).decisions
     assert decision.source == same.source == "history"
     assert decision.basis == same.basis != "blue"
@@ -170,8 +175,7 @@ def test_a_batch_leans_on_its_own_planned_measurements() -> None:
 
 
 def test_a_batch_over_budget_is_refused_whole_and_charges_nothing() -> None:
-    store = InMemoryHistoryStore()
-    engine = _engine(total="0.5", store=store)
+    engine = _engine(total="0.5")
     accuracy = AccuracyRequest(5.0, 0.9)
     batch = [
         QueryRequest(LinearQuery.from_dense(g), accuracy)
@@ -180,7 +184,7 @@ def test_a_batch_over_budget_is_refused_whole_and_charges_nothing() -> None:
     with pytest.raises(BudgetExhausted, match="exhausted") as refused:
         engine.plan(batch)
     assert "batch of 2 queries to ±5 at 0.9 confidence" in (refused.value.detail or "")
-    assert engine.budget.spent == 0 and engine.history_size == 0 and not store.entries("t")
+    assert engine.budget.spent == 0 and engine.history_size == 0
     # each alone fits
     assert engine.plan(batch[:1]).measurements
 
@@ -196,28 +200,35 @@ def test_a_stale_plan_is_refused() -> None:
         engine.execute(early, _measure(early.measurements))
 
 
-class _FailingStore(InMemoryHistoryStore):
-    def append(self, entries: Sequence[HistoryEntry]) -> None:
-        raise OSError("disk full")
+def test_measuring_changes_nothing_until_recorded() -> None:
+    engine = _engine()
+    request = [
+        QueryRequest(LinearQuery.from_dense([1, 1, 0, 0, 0, 0, 0, 0, 0]), AccuracyRequest(5.0, 0.9))
+    ]
+    plan = engine.plan(request)
+    (entry,) = engine.measure(plan, _measure(plan.measurements))
+    assert engine.budget.spent == 0 and engine.history_size == 0  # a failed write loses nothing
+    (reply,) = engine.record(plan, [entry])
+    assert reply.source == "fresh" and engine.budget.spent == entry.budget
+    assert engine.history_size == 1
 
 
-def test_nothing_is_released_or_charged_unless_recorded() -> None:
-    engine = _engine(store=_FailingStore())
-    with pytest.raises(OSError):
-        _ask(engine, [1, 1, 0, 0, 0, 0, 0, 0, 0], eps=5.0)
-    assert engine.budget.spent == 0 and engine.history_size == 0
+def test_an_engine_of_one_table_refuses_another_tables_history() -> None:
+    other = HistoryEntry("u", LinearQuery.from_dense([1.0] * 9), Fraction(1), Fraction(1), 3.0)
+    with pytest.raises(ValueError, match="table 'u'"):
+        _engine(history=[other])
 
 
-def test_an_engine_rebuilt_from_its_store_agrees() -> None:
-    store = InMemoryHistoryStore()
-    engine = _engine(store=store)
+def test_an_engine_rebuilt_from_its_history_agrees() -> None:
+    kept = Recorder()
+    engine = _engine()
     for dense in (
         [1, 1, 0, 0, 0, 0, 0, 0, 0],
         [0, 1, 1, 0, 0, 0, 0, 0, 0],
         [1, 0, 1, 0, 0, 0, 0, 0, 0],
     ):
-        _ask(engine, dense, eps=4.0)
-    rebuilt = _engine(store=store)
+        _ask(engine, dense, eps=4.0, recorder=kept)
+    rebuilt = _engine(history=kept.entries)
     assert rebuilt.budget.per_cell() == engine.budget.per_cell()
     query = [1, 2, 1, 0, 0, 0, 0, 0, 0]
     again, before = _ask(rebuilt, query, eps=50.0), _ask(engine, query, eps=50.0)
@@ -225,7 +236,7 @@ def test_an_engine_rebuilt_from_its_store_agrees() -> None:
     assert (again.estimate, again.high) == pytest.approx((before.estimate, before.high), rel=1e-12)
     # and it equals a recomputation from the entries
     expected: dict[int, Fraction] = {}
-    for entry in store.entries("t"):
+    for entry in kept.entries:
         for cell, charge in cell_charges(entry.query, entry.budget).per_cell().items():
             expected[cell] = expected.get(cell, Fraction(0)) + charge
     assert rebuilt.budget.per_cell() == expected
@@ -233,21 +244,15 @@ def test_an_engine_rebuilt_from_its_store_agrees() -> None:
 
 def test_decisions_never_see_released_values() -> None:
     # Two histories alike in everything public, unlike in every noisy answer, plan alike.
-    stores = []
-    for shift in (0.0, 1e6):
-        store = InMemoryHistoryStore()
-        store.append(
-            [
-                HistoryEntry(
-                    "t", LinearQuery.from_dense(row), Fraction(1, 10), Fraction(1, 1024), y + shift
-                )
-                for row, y in (
-                    ([1, 1, 0, 0, 0, 0, 0, 0, 0], 30.0),
-                    ([0, 1, 1, 0, 0, 0, 0, 0, 0], 55.0),
-                )
-            ]
-        )
-        stores.append(store)
+    histories = [
+        [
+            HistoryEntry(
+                "t", LinearQuery.from_dense(row), Fraction(1, 10), Fraction(1, 1024), y + shift
+            )
+            for row, y in (([1, 1, 0, 0, 0, 0, 0, 0, 0], 30.0), ([0, 1, 1, 0, 0, 0, 0, 0, 0], 55.0))
+        ]
+        for shift in (0.0, 1e6)
+    ]
     requests = [
         QueryRequest(LinearQuery.from_dense(q), AccuracyRequest(eps, 0.9))
         for q, eps in (
@@ -257,7 +262,7 @@ def test_decisions_never_see_released_values() -> None:
             ([2, 2, 0, 0, 0, 0, 0, 0, 0], 42.0),  # ... and one combined with a new measurement
         )
     ]
-    plans = [_engine(store=s).plan(requests) for s in stores]
+    plans = [_engine(history=h).plan(requests) for h in histories]
     assert [(d.source, d.budget, d.half_width, d.basis) for d in plans[0].decisions] == [
         (d.source, d.budget, d.half_width, d.basis) for d in plans[1].decisions
     ]

@@ -21,7 +21,6 @@ import pytest
 from proxy.engine import (
     AccuracyRequest,
     HistoryEntry,
-    InMemoryHistoryStore,
     PrivacyEngine,
     QueryRequest,
     SeededRandomSource,
@@ -31,6 +30,7 @@ from proxy.engine.decision import Decision
 from proxy.engine.engine import Plan, Reply
 from proxy.errors import BudgetExhausted
 from sqlmap.vector import LinearQuery
+from tests.engine.recording import Recorder
 from tests.engine.reference import CellEngine
 from tests.paper_examples import (
     EIGHT_BY_FOUR_ALPHA,
@@ -233,11 +233,10 @@ def _run(seed: int, factored: bool = False) -> None:
         "t",
         cube.n,
         total_budget=total,
-        store=InMemoryHistoryStore(),
         rng=SeededRandomSource(seed),
         shape=cube.shape if factored else None,
     )
-    ref = CellEngine("t", cube.n, total_budget=total, store=InMemoryHistoryStore())
+    ref = CellEngine("t", cube.n, total_budget=total)
     asked: list[LinearQuery] = []
     history: list[LinearQuery] = []
     exact = True
@@ -323,22 +322,21 @@ def test_paper_examples_agree(
     answers: tuple[float, ...] | None,
     queries: list[list[int]],
 ) -> None:
-    store = InMemoryHistoryStore()
-    store.append(
-        [
-            HistoryEntry(
-                "t",
-                LinearQuery.from_dense([float(v) for v in row]),
-                Fraction(alpha),
-                Fraction(1, 1024),
-                answers[i] if answers else 10.0 * (i + 1),
-            )
-            for i, (row, alpha) in enumerate(zip(rows, alphas))
-        ]
-    )
+    history = [
+        HistoryEntry(
+            "t",
+            LinearQuery.from_dense([float(v) for v in row]),
+            Fraction(alpha),
+            Fraction(1, 1024),
+            answers[i] if answers else 10.0 * (i + 1),
+        )
+        for i, (row, alpha) in enumerate(zip(rows, alphas))
+    ]
     n = len(rows[0])
-    new = PrivacyEngine("t", n, total_budget=Fraction(2), store=store, rng=SeededRandomSource(0))
-    ref = CellEngine("t", n, total_budget=Fraction(2), store=store)
+    new = PrivacyEngine(
+        "t", n, total_budget=Fraction(2), history=history, rng=SeededRandomSource(0)
+    )
+    ref = CellEngine("t", n, total_budget=Fraction(2), history=history)
     x = np.arange(10, 10 + n)
     for eps, confidence in itertools.product((5.0, 15.0, 40.0), (0.8, 0.95)):
         requests = [
@@ -356,22 +354,25 @@ def test_a_restarted_engine_agrees_with_the_one_that_wrote_the_history(factored:
     rng = np.random.default_rng(99)
     cube = Cube(rng, factored)
     shape = cube.shape if factored else None
-    store = InMemoryHistoryStore()
+    kept = Recorder()
     writer = PrivacyEngine(
-        "t", cube.n, total_budget=Fraction(50), store=store, rng=SeededRandomSource(1), shape=shape
+        "t", cube.n, total_budget=Fraction(50), rng=SeededRandomSource(1), shape=shape
     )
     x = rng.integers(0, 40, size=cube.n)
     asked: list[LinearQuery] = []
     for _ in range(40):
         batch = cube.batch(asked)
         if batch:
-            writer.answer(
+            kept.answer(
+                writer,
                 [QueryRequest(q, AccuracyRequest(20.0, 0.9)) for q in batch],
                 lambda ms: [m.evaluate(x) for m in ms],
             )
             asked.extend(batch)
-    restarted = PrivacyEngine("t", cube.n, total_budget=Fraction(50), store=store, shape=shape)
-    ref = CellEngine("t", cube.n, total_budget=Fraction(50), store=store)
+    restarted = PrivacyEngine(
+        "t", cube.n, total_budget=Fraction(50), history=kept.entries, shape=shape
+    )
+    ref = CellEngine("t", cube.n, total_budget=Fraction(50), history=kept.entries)
     assert restarted.budget.per_cell() == writer.budget.per_cell() == ref.budget.per_cell()
     assert restarted.budget.spent == ref.budget.spent
     for q in asked[:30]:

@@ -17,7 +17,6 @@ import pytest
 
 from proxy.engine import (
     AccuracyRequest,
-    InMemoryHistoryStore,
     PrivacyEngine,
     QueryRequest,
     Reply,
@@ -33,7 +32,6 @@ def _engine(seed: int, n_cells: int) -> PrivacyEngine:
         "t",
         n_cells,
         total_budget=Fraction(10**6),
-        store=InMemoryHistoryStore(),
         rng=SeededRandomSource(seed),
     )
 
