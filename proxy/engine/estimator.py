@@ -49,7 +49,9 @@ _REPEAT_SINGLES = 4
 _SPAN_MAX_RANK = 1500
 _CACHE_SIZE = 128  # a solution may hold a weight for every row,
 _CACHE_TERMS = 2_000_000  # so the cache is also bounded in terms (about 40 bytes each)
-_COORDINATES_MEMO = 8192  # factored vectors' coordinates kept (a dashboard repeats its own)
+# factored vectors' coordinates kept (a dashboard repeats its own), at most this many in all:
+# a GROUP BY over three of a wide cube's dimensions has thousands per group
+_COORDINATES_MEMO = 2_000_000
 # Stamps are unique across copies, so a cache shared by copies never confuses two histories.
 _STAMPS = itertools.count()
 
@@ -182,6 +184,7 @@ class HistoryIndex:
         # proxy.engine.factored, numbered as they are met (``_space`` of them allowed for)
         self._coordinates: AnovaCoordinates | None = None
         self._memo: dict[bytes, tuple[IntArray, FloatArray]] = {}
+        self._memo_size = [0]  # coordinates in the memo (shared with copies, like the memo)
         self._space = n_cells
         if shape is not None:
             if int(np.prod(shape)) != n_cells:
@@ -236,6 +239,7 @@ class HistoryIndex:
         other.n_cells = self.n_cells
         other._coordinates = self._coordinates  # numbering only grows: shared
         other._memo = self._memo
+        other._memo_size = self._memo_size
         other._space = self._space
         other._covered = self._covered.copy()
         other._size = self._size
@@ -374,9 +378,12 @@ class HistoryIndex:
         key = query.key
         vector = self._memo.get(key)
         if vector is None:
-            if len(self._memo) >= _COORDINATES_MEMO:
+            vector = self._coordinates.of(query)
+            if self._memo_size[0] + vector[0].size > _COORDINATES_MEMO:
                 self._memo.clear()
-            vector = self._memo[key] = self._coordinates.of(query)
+                self._memo_size[0] = 0
+            self._memo[key] = vector
+            self._memo_size[0] += vector[0].size
         space = self._coordinates.size
         if space > self._space:  # new coordinates: room for them, doubling
             self._space = max(space, 2 * self._space)
