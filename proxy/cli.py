@@ -292,6 +292,7 @@ def describe(spec: AnswerSpec) -> str:
             f"accuracy: +-{spec.accuracy.eps:g} at confidence {spec.accuracy.confidence:g}"
         )
     aggregates = [c for c in spec.columns if c.kind is OutputKind.AGGREGATE]
+    ratios = [c for c in spec.columns if c.kind is OutputKind.RATIO]
     lines.append(
         f"rows: {len(spec.rows)}"
         + (f" (GROUP BY {', '.join(spec.group_dims)})" if spec.group_dims else "")
@@ -303,6 +304,12 @@ def describe(spec: AnswerSpec) -> str:
             lines.append(
                 f"{prefix}{column.name} = {column.sql}: {q.cells.size} cells, "
                 f"sensitivity {q.sensitivity:g}, offset {q.offset:g}"
+            )
+        for column, (n, d) in zip(ratios, row.ratios):
+            lines.append(
+                f"{prefix}{column.name} = {column.sql}: ratio of {n.cells.size} cells "
+                f"(sensitivity {n.sensitivity:g}) over {d.cells.size} cells "
+                f"(sensitivity {d.sensitivity:g}), answered in rounds"
             )
     return "\n".join(lines)
 

@@ -12,11 +12,13 @@ evaluating a predicate costs in proportion to its dimensions' bins, not the whol
 
 from __future__ import annotations
 
+import decimal
 import difflib
 import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -25,7 +27,12 @@ import numpy.typing as npt
 from sqlglot import exp
 
 from sqlmap.cube import Bin, BinKind, CategoricalDimension, Cube, Dimension, NumericDimension
-from sqlmap.errors import DatatypeMismatch, NumericValueOutOfRange, UnsupportedQuery
+from sqlmap.errors import (
+    DatatypeMismatch,
+    InvalidParameterValue,
+    NumericValueOutOfRange,
+    UnsupportedQuery,
+)
 
 __all__ = [
     "Truth",
@@ -35,6 +42,7 @@ __all__ = [
     "constant",
     "refuse_division",
     "as_float",
+    "width_bucket_case",
 ]
 
 Bools = npt.NDArray[np.bool_]
@@ -166,6 +174,79 @@ def constant(node: exp.Expr) -> Number | str | None:
     raise UnsupportedQuery(
         f"expected a constant, got {node.sql('postgres')}", position=position_of(node)
     )
+
+
+#: width_bucket's bucket count at most: each bucket is a branch decided on every bin.
+MAX_BUCKETS = 1000
+
+
+def width_bucket_case(node: exp.WidthBucket) -> exp.Case:
+    """``width_bucket(x, low, high, count)`` as the CASE over ``x`` it equals, bucket by bucket.
+
+    As PostgreSQL: bucket ``i`` holds ``[low + (i - 1) w, low + i w)`` with ``w = (high - low) /
+    count``, 0 what is below ``low``, ``count + 1`` what is at or above ``high``, NULL NULL (and
+    mirrored when ``low > high``). As a group key it is then decided per cell, as any CASE.
+
+    >>> from sqlglot import parse_one
+    >>> print(width_bucket_case(parse_one("width_bucket(age, 25, 65, 2)")).sql(pretty=True))
+    CASE
+      WHEN age IS NULL
+      THEN NULL
+      WHEN age < 25
+      THEN 0
+      WHEN age < 45
+      THEN 1
+      WHEN age < 65
+      THEN 2
+      ELSE 3
+    END
+    """
+    subject = node.this
+    bounds = [node.args.get(k) for k in ("min_value", "max_value", "num_buckets")]
+    if any(b is None for b in bounds):
+        raise UnsupportedQuery("width_bucket takes (operand, low, high, count)")
+    values = [constant(b) for b in bounds if b is not None]
+    if any(isinstance(v, str) for v in values):
+        raise DatatypeMismatch("width_bucket's bounds and count are numbers")
+    numbers = [v for v in values if isinstance(v, Fraction)]
+    if len(numbers) < 3:
+        return exp.Case(ifs=[], default=exp.Null())  # NULL everywhere, as PostgreSQL
+    low, high, count = numbers
+    if count.denominator != 1 or count <= 0:
+        raise InvalidParameterValue("count must be greater than zero", position=position_of(node))
+    if low == high:
+        raise InvalidParameterValue(
+            "lower bound cannot equal upper bound", position=position_of(node)
+        )
+    if count > MAX_BUCKETS:
+        raise UnsupportedQuery(
+            f"width_bucket with {count} buckets: at most {MAX_BUCKETS} can be grouped",
+            position=position_of(node),
+        )
+    n = int(count)
+    below, op = (exp.LT, exp.LT) if low < high else (exp.GT, exp.GT)
+    ifs = [exp.If(this=exp.Is(this=subject.copy(), expression=exp.Null()), true=exp.Null())]
+    ifs.append(exp.If(this=below(this=subject.copy(), expression=_number(low)), true=_number(0)))
+    for i in range(1, n + 1):
+        edge = low + (high - low) * i / n
+        ifs.append(exp.If(this=op(this=subject.copy(), expression=_number(edge)), true=_number(i)))
+    return exp.Case(ifs=ifs, default=_number(n + 1))
+
+
+def _number(value: Number | int) -> exp.Expr:
+    """An exact literal when the number has one in decimal, else the nearest double."""
+    value = Fraction(value)
+    rest = value.denominator
+    for factor in (2, 5):
+        while rest % factor == 0:
+            rest //= factor
+    if rest != 1:
+        text = repr(float(abs(value)))
+    else:
+        with decimal.localcontext(prec=200):
+            text = format(Decimal(abs(value.numerator)) / Decimal(value.denominator), "f")
+    literal = exp.Literal.number(text)
+    return exp.Neg(this=literal) if value < 0 else literal
 
 
 _FLIP: dict[type[exp.Expr], type[exp.Expr]] = {

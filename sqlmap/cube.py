@@ -201,6 +201,9 @@ class Cube:
     table: str
     dimensions: tuple[Dimension, ...]
     total_budget: float = 1.0
+    #: at most this many rows, when the DBA declares it public (``public_rows``): counts then
+    #: lie in ``[0, public_rows]``; None when the row count is not public
+    public_rows: int | None = None
 
     def __post_init__(self) -> None:
         if not self.dimensions:
@@ -211,6 +214,8 @@ class Cube:
             raise ValueError(f"duplicate dimension {sorted(dupes)[0]!r}")
         if not (math.isfinite(self.total_budget) and self.total_budget > 0):
             raise ValueError("total_budget must be a positive number")
+        if self.public_rows is not None and self.public_rows < 0:
+            raise ValueError("public_rows cannot be negative")
 
     @property
     def fingerprint(self) -> str:
@@ -296,11 +301,11 @@ def cube_from_config(qualified_name: str, spec: object, where: str, default_budg
     """Build a cube for the table named ``[schema.]table`` from its config mapping."""
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{where}: expected a mapping with 'dimensions'")
-    unknown = set(spec) - {"dimensions", "total_budget"}
+    unknown = set(spec) - {"dimensions", "total_budget", "public_rows"}
     if unknown:
         raise ConfigError(
             f"{where}: unknown key {sorted(map(str, unknown))[0]!r}",
-            hint="allowed keys: dimensions, total_budget",
+            hint="allowed keys: dimensions, public_rows, total_budget",
         )
     schema, _, table = qualified_name.rpartition(".")
     if not table or "." in schema:
@@ -317,7 +322,14 @@ def cube_from_config(qualified_name: str, spec: object, where: str, default_budg
     budget = spec.get("total_budget", default_budget)
     if not _is_number(budget) or not (math.isfinite(budget) and budget > 0):
         raise ConfigError(f"{where}.total_budget: must be a positive number, got {budget!r}")
-    return Cube(schema or "public", table, dims, float(budget))
+    rows = spec.get("public_rows")
+    if rows is not None and (not isinstance(rows, int) or isinstance(rows, bool) or rows < 0):
+        raise ConfigError(
+            f"{where}.public_rows: must be a whole number of rows (0 or more), got {rows!r}",
+            hint="declare it only if the table's row count is public; counts then stay in "
+            "[0, public_rows]",
+        )
+    return Cube(schema or "public", table, dims, float(budget), rows)
 
 
 def _sequence(value: object, where: str) -> Sequence[Any]:

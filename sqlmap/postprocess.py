@@ -11,14 +11,16 @@ only ever see released values and the analyst's own SQL.
 Which rows a core releases depends only on the query and the cube (every bin of a GROUP BY):
 whatever the wrapper does with them is post-processing and costs nothing.
 
-A ratio of two aggregates is computed by the wrapper from the two noisy values, without an
-interval of its own (:func:`_rewrite` is where an interval for ratios would plug in).
+A ratio of two aggregates (``AVG(x)``, ``COUNT(...) / COUNT(...)``, times a constant) is a
+value of the core, answered with an interval of its own (:mod:`proxy.engine.ratio`), wherever
+it appears: in the select list, HAVING, ORDER BY or a CASE.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from sqlmap.accuracy import CLAUSE_KEY, HINT_KEY
 from sqlmap.cellwise import position_of
 from sqlmap.cube import CategoricalDimension, Cube, Scalar
 from sqlmap.errors import UnsupportedQuery
+from sqlmap.probability import PROBABILITY_FUNCTION, probability_call
 
 if TYPE_CHECKING:
     from sqlmap.translate import Translator
@@ -39,6 +42,7 @@ __all__ = [
     "Wrapped",
     "WrapperColumnType",
     "needs_wrapper",
+    "original_position",
     "split",
     "values_relation",
 ]
@@ -46,7 +50,7 @@ __all__ = [
 #: Clauses that make a SELECT over a protected table more than a core.
 _WRAPPER_CLAUSES = ("order", "limit", "offset", "having", "distinct", "windows", "qualify")
 
-_INTERVALS = ("DP_INTERVAL_LOW", "DP_INTERVAL_HIGH")
+_INTERVALS = ("DP_INTERVAL_LOW", "DP_INTERVAL_HIGH", PROBABILITY_FUNCTION)
 
 # Unguessable within a process: the placeholder of a core in the wrapper's text cannot collide
 # with anything the analyst wrote.
@@ -132,6 +136,37 @@ def values_relation(rows: Sequence[Sequence[str | float | None]], types: Sequenc
     return "(VALUES " + ", ".join(lines) + ")"
 
 
+_WORD = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|[^\W\d]\w*|\d+(?:\.\d+)?""")
+
+
+def original_position(rendered: str, position: int, original: str) -> int | None:
+    """Where an error PostgreSQL reports in a rendered wrapper points in the analyst's SQL.
+
+    ``position`` is PostgreSQL's (1-based, in characters of ``rendered``). The word there (a
+    name, a quoted name, a string or a number) is looked for in ``original``: found exactly
+    once (unquoted names compare case-insensitively), that is the position in ``original``;
+    otherwise, or if the word is dpproxy's own (a core's relation), None: better no caret
+    than a wrong one.
+
+    >>> sql = 'SELECT sex, COUNT(*) FROM adult GROUP BY sex ORDER BY Nope'
+    >>> rendered = 'SELECT _dpproxy_1._k1 AS sex FROM (VALUES (1)) AS _dpproxy_1 ORDER BY nope'
+    >>> original_position(rendered, rendered.index('nope') + 1, sql) == sql.index('Nope') + 1
+    True
+    >>> original_position(rendered, rendered.index('_dpproxy_1') + 1, sql) is None
+    True
+    """
+    match = _WORD.match(rendered, max(position - 1, 0))
+    if match is None:
+        return None
+    word = match.group()
+    if word[0] in "'\"":
+        found = [m.start() for m in re.finditer(re.escape(word), original)]
+    else:
+        pattern = r"(?<![\w\"])" + re.escape(word) + r"(?![\w\"])"
+        found = [m.start() for m in re.finditer(pattern, original, re.IGNORECASE)]
+    return found[0] + 1 if len(found) == 1 else None
+
+
 def needs_wrapper(statement: exp.Expr) -> bool:
     """False for a statement the translator answers whole, as before post-processing existed.
 
@@ -149,7 +184,12 @@ def needs_wrapper(statement: exp.Expr) -> bool:
         return True
     for item in statement.expressions:
         body = item.unalias() if isinstance(item, exp.Alias) else item
-        if not (isinstance(body, exp.Column) or _interval_call(body) or _linear_aggregate(body)):
+        if not (
+            isinstance(body, exp.Column)
+            or _interval_call(body)
+            or _linear_aggregate(body)
+            or _ratio_aggregate(body)
+        ):
             return True
     return False
 
@@ -259,7 +299,7 @@ def _linear_aggregate(node: exp.Expr) -> bool:
     if isinstance(node, exp.Paren):
         return _linear_aggregate(node.this)
     if isinstance(node, (exp.AggFunc, exp.Filter)):
-        return not isinstance(node, exp.Avg)
+        return not _is_average(node)
     if isinstance(node, exp.Neg):
         return _linear_aggregate(node.this)
     if isinstance(node, (exp.Add, exp.Sub)):
@@ -279,7 +319,27 @@ def _bare_aggregate(node: exp.Expr) -> bool:
     """One aggregate call (with its FILTER): inside arithmetic, each is a value of its own."""
     if isinstance(node, exp.Paren):
         return _bare_aggregate(node.this)
-    return isinstance(node, (exp.AggFunc, exp.Filter)) and not isinstance(node, exp.Avg)
+    return isinstance(node, (exp.AggFunc, exp.Filter)) and not _is_average(node)
+
+
+def _is_average(node: exp.Expr) -> bool:
+    return isinstance(node.this if isinstance(node, exp.Filter) else node, exp.Avg)
+
+
+def _ratio_aggregate(node: exp.Expr) -> bool:
+    """A ratio answered as one value: AVG, or linear aggregates divided, times a constant."""
+    if isinstance(node, exp.Paren):
+        return _ratio_aggregate(node.this)
+    if isinstance(node, (exp.Avg, exp.Filter)):
+        return _is_average(node)
+    if isinstance(node, exp.Div):
+        return _linear_aggregate(node.this) and _linear_aggregate(node.expression)
+    if isinstance(node, exp.Mul):
+        left, right = node.this, node.expression
+        return (_ratio_aggregate(left) and _constant(right)) or (
+            _constant(left) and _ratio_aggregate(right)
+        )
+    return False
 
 
 def _ident(node: exp.Expr) -> str:
@@ -308,7 +368,7 @@ class _CoreBuilder:
         self.key_sql = [k.sql("postgres") for k in self.keys]
         self.aggregates: list[exp.Expr] = []
         self.aggregate_names: list[str] = []
-        self.intervals: list[tuple[str, int]] = []  # (function, aggregate index)
+        self.intervals: list[exp.Anonymous] = []  # the core's calls, over its aggregates
         self.output_names = {
             _ident(i.args["alias"]) for i in select.expressions if isinstance(i, exp.Alias)
         }
@@ -358,15 +418,18 @@ class _CoreBuilder:
         return exp.column(f"_a{len(self.aggregates)}", self.alias)
 
     def interval_column(self, call: exp.Anonymous) -> exp.Column:
+        function = call.name.upper()
         args = call.expressions
-        if len(args) != 1 or not _linear_aggregate(args[0]):
+        if function == PROBABILITY_FUNCTION:
+            args = [probability_call(call)[0]]
+        if len(args) != 1 or not (_linear_aggregate(args[0]) or _ratio_aggregate(args[0])):
             raise UnsupportedQuery(
-                f"{call.name.upper()} takes one aggregate expression",
+                f"{function} takes one aggregate expression",
                 position=position_of(call),
             )
         self.aggregate_column(args[0])
-        index = next(i for i, a in enumerate(self.aggregates) if a == args[0])
-        entry = (call.name.upper(), index)
+        # the core reports on the aggregate it computes (the comparison names it, verbatim)
+        entry = exp.Anonymous(this=function, expressions=[a.copy() for a in call.expressions])
         if entry not in self.intervals:
             self.intervals.append(entry)
         return exp.column(f"_i{self.intervals.index(entry) + 1}", self.alias)
@@ -385,10 +448,12 @@ class _CoreBuilder:
             return self.interval_column(node)  # type: ignore[arg-type]
         if isinstance(node, exp.Window):
             return self._window(node)
-        if any(node == a for a in self.aggregates) or _bare_aggregate(node):
+        if (
+            any(node == a for a in self.aggregates)
+            or _bare_aggregate(node)
+            or _ratio_aggregate(node)
+        ):
             return self.aggregate_column(node)
-        if isinstance(node, exp.Avg):
-            return self._average(node)
         if isinstance(node, exp.Column) and not _has_aggregate(node):
             if order_by and node.args.get("table") is None and _ident(node) in self.output_names:
                 return node  # ORDER BY an output column's name
@@ -421,13 +486,6 @@ class _CoreBuilder:
             elif isinstance(value, exp.Expr):
                 window.set(name, self.replace(value))
         return window
-
-    def _average(self, node: exp.Avg) -> exp.Expr:
-        """AVG(x) as SUM(x) / COUNT(x) of the two noisy values (NULL where COUNT is 0)."""
-        total = self.aggregate_column(exp.Sum(this=node.this.copy()))
-        count = self.aggregate_column(exp.Count(this=node.this.copy()))
-        nonzero = exp.func("NULLIF", count, exp.Literal.number(0))
-        return exp.Div(this=total, expression=nonzero, typed=True)
 
     def domain(self) -> tuple[tuple[tuple[Scalar | None, ...], ...], tuple[str, ...]]:
         """Rows and types of a core without aggregates: its keys' declared values.
@@ -473,13 +531,7 @@ class _CoreBuilder:
             exp.alias_(a.copy(), name, quoted=True)
             for a, name in zip(self.aggregates, self.aggregate_names)
         ]
-        items += [
-            exp.alias_(
-                exp.Anonymous(this=function, expressions=[self.aggregates[index].copy()]),
-                f"_i{i + 1}",
-            )
-            for i, (function, index) in enumerate(self.intervals)
-        ]
+        items += [exp.alias_(call.copy(), f"_i{i + 1}") for i, call in enumerate(self.intervals)]
         core = exp.Select(expressions=items)
         core.set("from_", self.select.args["from_"].copy())
         where = self.select.args.get("where")
@@ -536,9 +588,10 @@ def _rewrite(
             raise UnsupportedQuery(
                 "SELECT * would return rows of the protected table", position=position_of(item)
             )
-        if _linear_aggregate(body) and not isinstance(item, exp.Alias):
+        core_value = _linear_aggregate(body) or _ratio_aggregate(body)
+        if core_value and not isinstance(item, exp.Alias):
             builder.aggregate_column(body, _figure_name(item))
-        elif _linear_aggregate(body):
+        elif core_value:
             builder.aggregate_column(body, item.alias)
         new = builder.replace(body)
         name = item.alias if isinstance(item, exp.Alias) else _figure_name(item)

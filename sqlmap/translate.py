@@ -21,7 +21,14 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from sqlmap.accuracy import AccuracyDefaults, AccuracyRequest, DPPostgres
-from sqlmap.cellwise import CellEvaluator, as_float, constant, position_of, refuse_division
+from sqlmap.cellwise import (
+    CellEvaluator,
+    as_float,
+    constant,
+    position_of,
+    refuse_division,
+    width_bucket_case,
+)
 from sqlmap.cube import Bin, BinKind, CategoricalDimension, Cube, Dimension, Scalar
 from sqlmap.errors import (
     DatatypeMismatch,
@@ -33,6 +40,7 @@ from sqlmap.errors import (
     UndefinedTable,
     UnsupportedQuery,
 )
+from sqlmap.probability import PROBABILITY_FUNCTION, Comparison, probability_call
 from sqlmap.vector import LinearQuery
 
 __all__ = [
@@ -77,7 +85,8 @@ _REFUSED_CLAUSES = {
 
 SUPPORTED_FORMS = (
     "dpproxy answers SELECT <aggregates> FROM <protected table> [WHERE ...] [GROUP BY dims] "
-    "with COUNT(*), COUNT(dim), SUM(...) and FILTER (WHERE ...), combined linearly"
+    "with COUNT(*), COUNT(dim), SUM(...) and FILTER (WHERE ...), combined linearly, "
+    "and their ratios (AVG(x), COUNT(...) / COUNT(...))"
 )
 
 
@@ -194,12 +203,15 @@ class OutputKind(Enum):
     AGGREGATE = "aggregate"
     INTERVAL_LOW = "interval low"  # DP_INTERVAL_LOW(<aggregate>)
     INTERVAL_HIGH = "interval high"  # DP_INTERVAL_HIGH(<aggregate>)
+    PROBABILITY = "probability"  # DP_PROBABILITY(<aggregate> > c)
+    RATIO = "ratio"  # AVG(x), COUNT(...) / COUNT(...): two linear queries, one interval
 
 
-#: The pseudo-functions that select an aggregate's interval, by their upper-case names.
+#: The pseudo-functions that report on an aggregate's answer, by their upper-case names.
 _INTERVAL_FUNCTIONS = {
     "DP_INTERVAL_LOW": OutputKind.INTERVAL_LOW,
     "DP_INTERVAL_HIGH": OutputKind.INTERVAL_HIGH,
+    PROBABILITY_FUNCTION: OutputKind.PROBABILITY,
 }
 
 
@@ -208,9 +220,11 @@ class OutputColumn:
     """A result column.
 
     ``dimension`` names a GROUP BY key (its dimension, or the SQL of a grouped expression such
-    as a CASE over dimensions); ``aggregate`` is, for an interval column,
+    as a CASE over dimensions); ``aggregate`` is, for an interval or probability column,
     the index (among the aggregate columns, i.e. into :attr:`AnswerRow.queries`) of the
-    aggregate whose interval it reports.
+    aggregate whose interval it reports; ``comparison`` is what a probability column tests.
+    ``ratio`` is, for a ratio column and an interval of one, the index into
+    :attr:`AnswerRow.ratios`.
     """
 
     name: str
@@ -219,17 +233,21 @@ class OutputColumn:
     dimension: str | None = None
     aggregate: int | None = None
     text: bool = False  # a group key of type text
+    comparison: Comparison | None = None
+    ratio: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class AnswerRow:
     """One output row: its GROUP BY keys and one query per aggregate column.
 
-    Keys follow GROUP BY order (one per grouped dimension); queries follow column order.
+    Keys follow GROUP BY order (one per grouped dimension); queries follow column order, and so
+    do ratios: (numerator, denominator) per ratio column.
     """
 
     keys: tuple[GroupValue, ...]
     queries: tuple[LinearQuery, ...]
+    ratios: tuple[tuple[LinearQuery, LinearQuery], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,12 +425,28 @@ class _Query:
         columns: list[OutputColumn] = []
         aggregates: list[tuple[Floats, float]] = []
         aggregate_bodies: list[exp.Expr] = []
+        ratios: list[tuple[tuple[Floats, float], tuple[Floats, float]]] = []
+        ratio_bodies: list[exp.Expr] = []
         largest = 0.0  # the largest absolute weight of any aggregate
         for item in self.statement.expressions:
             name, body = _output_name(item), item.unalias() if isinstance(item, exp.Alias) else item
             interval = _interval_kind(body)
+            parts = self._ratio(body) if interval is None else None
             if interval is not None:
                 columns.append(OutputColumn(name, body.sql("postgres"), interval))
+            elif parts is not None:
+                masked = []
+                for weights, offset in parts:
+                    weights = np.broadcast_to(weights * rows_mask, self.cube.shape)
+                    self.limits.check_weights(weights, body)
+                    masked.append((weights, as_float(offset, body)))
+                ratios.append((masked[0], masked[1]))
+                columns.append(
+                    OutputColumn(
+                        name, body.sql("postgres"), OutputKind.RATIO, ratio=len(ratio_bodies)
+                    )
+                )
+                ratio_bodies.append(body)
             elif _has_aggregate(body):
                 weights, offset = self._linear(body)
                 weights = weights * rows_mask  # broadcasts to the cube: never made dense
@@ -423,10 +457,10 @@ class _Query:
             else:
                 columns.append(self._non_aggregate(item, name, body, group_keys))
         columns = [
-            self._link_interval(c, item, aggregate_bodies)
+            self._link_interval(c, item, aggregate_bodies, ratio_bodies)
             for c, item in zip(columns, self.statement.expressions)
         ]
-        if not aggregates:
+        if not aggregates and not ratios:
             raise UnsupportedQuery(
                 "a DP query must compute at least one aggregate",
                 detail="without an aggregate the query would return rows of the protected table",
@@ -436,8 +470,8 @@ class _Query:
         if accuracy is not None:
             self.limits.check_accuracy(accuracy, largest)
         groups = math.prod(len(k.labels) for k in group_keys)
-        self.limits.check_batch(groups, len(aggregates), self.statement)
-        rows = self._rows(group_keys, aggregates)
+        self.limits.check_batch(groups, len(aggregates) + 2 * len(ratios), self.statement)
+        rows = self._rows(group_keys, aggregates, ratios)
         return AnswerSpec(
             self.cube,
             accuracy,
@@ -449,25 +483,46 @@ class _Query:
 
     @staticmethod
     def _link_interval(
-        column: OutputColumn, item: exp.Expr, aggregate_bodies: list[exp.Expr]
+        column: OutputColumn,
+        item: exp.Expr,
+        aggregate_bodies: list[exp.Expr],
+        ratio_bodies: list[exp.Expr],
     ) -> OutputColumn:
-        """Point an interval column at the aggregate column it reports on."""
-        if column.kind not in (OutputKind.INTERVAL_LOW, OutputKind.INTERVAL_HIGH):
+        """Point an interval or probability column at the aggregate column it reports on."""
+        if column.kind not in (
+            OutputKind.INTERVAL_LOW,
+            OutputKind.INTERVAL_HIGH,
+            OutputKind.PROBABILITY,
+        ):
             return column
         call = item.unalias() if isinstance(item, exp.Alias) else item
         args = call.expressions
         words = call.name.upper()
+        comparison = None
+        if column.kind is OutputKind.PROBABILITY:
+            aggregate, comparison = probability_call(call)  # type: ignore[arg-type]
+            args = [aggregate]
         if len(args) != 1:
             raise UnsupportedQuery(
                 f"{words} takes one aggregate expression", position=position_of(call)
             )
         for index, body in enumerate(aggregate_bodies):
             if body == args[0]:
-                return OutputColumn(column.name, column.sql, column.kind, aggregate=index)
+                return OutputColumn(
+                    column.name, column.sql, column.kind, aggregate=index, comparison=comparison
+                )
+        for index, body in enumerate(ratio_bodies):
+            if body == args[0] and column.kind is OutputKind.PROBABILITY:
+                raise UnsupportedQuery(
+                    f"{words} of a ratio is not supported",
+                    hint="ask for the ratio's interval: DP_INTERVAL_LOW/HIGH(<ratio>)",
+                    position=position_of(call),
+                )
+            if body == args[0]:
+                return OutputColumn(column.name, column.sql, column.kind, ratio=index)
         raise UnsupportedQuery(
-            f"{words}({args[0].sql('postgres')}) needs that aggregate in the select list too",
-            hint=f"e.g. SELECT {args[0].sql('postgres')}, "
-            f"{words}({args[0].sql('postgres')}) FROM ...",
+            f"{call.sql('postgres')} needs its aggregate in the select list too",
+            hint=f"e.g. SELECT {args[0].sql('postgres')}, {call.sql('postgres')} FROM ...",
             position=position_of(call),
         )
 
@@ -544,10 +599,12 @@ class _Query:
             raise UnsupportedQuery(f"GROUP BY {words} is not supported", position=position_of(key))
         if isinstance(key, exp.Case):
             return self._case_key(key)
+        if isinstance(key, exp.WidthBucket):
+            return self._case_key(width_bucket_case(key), key)
         if not isinstance(key, exp.Column):
             raise UnsupportedQuery(
-                f"GROUP BY {key.sql('postgres')}: only dimension columns and CASE over "
-                "dimensions can be grouped",
+                f"GROUP BY {key.sql('postgres')}: only dimension columns, and CASE and "
+                "width_bucket over dimensions, can be grouped",
                 position=position_of(key),
             )
         dim = self.resolve(key)
@@ -564,11 +621,12 @@ class _Query:
         labels = tuple(GroupValue.of(b) for b in dim.bins)
         return _GroupKey(dim.name, labels, cells, not dim.numeric)
 
-    def _case_key(self, node: exp.Case) -> _GroupKey:
+    def _case_key(self, node: exp.Case, written: exp.Expr | None = None) -> _GroupKey:
         """A CASE over dimensions as a group key: its value in every cell, decided per cell.
 
         Its groups are the values some cell of the cube can take, in the order the CASE lists
-        them: known from the cube alone.
+        them: known from the cube alone. ``written`` is the key as the query wrote it, if the
+        CASE stands for it (width_bucket).
         """
         ndim = len(self.cube.shape)
         subject = node.this
@@ -603,16 +661,20 @@ class _Query:
         used = [i for i in range(len(labels)) if np.any(cells == i)]
         renumber = np.zeros(len(labels), dtype=np.intp)
         renumber[used] = np.arange(len(used))
+        written = node if written is None else written
         return _GroupKey(
-            node.sql("postgres"),
+            written.sql("postgres"),
             tuple(labels[i] for i in used),
             renumber[cells],
             kinds == {True},
-            node,
+            written,
         )
 
     def _rows(
-        self, group_keys: list[_GroupKey], aggregates: list[tuple[Floats, float]]
+        self,
+        group_keys: list[_GroupKey],
+        aggregates: list[tuple[Floats, float]],
+        ratios: list[tuple[tuple[Floats, float], tuple[Floats, float]]],
     ) -> tuple[AnswerRow, ...]:
         """One row per combination of the keys' groups, empty or not."""
         shape = self.cube.shape
@@ -625,9 +687,58 @@ class _Query:
                 LinearQuery.from_tensor(shape, np.where(mask, weights, 0.0), offset)
                 for weights, offset in aggregates
             )
+            parts = tuple(
+                (
+                    LinearQuery.from_dense(np.where(mask, numerator[0], 0.0), numerator[1]),
+                    LinearQuery.from_dense(np.where(mask, denominator[0], 0.0), denominator[1]),
+                )
+                for numerator, denominator in ratios
+            )
             keys = tuple(k.labels[g] for k, g in zip(group_keys, combo))
-            rows.append(AnswerRow(keys, queries))
+            rows.append(AnswerRow(keys, queries, parts))
         return tuple(rows)
+
+    def _ratio(
+        self, node: exp.Expr
+    ) -> tuple[tuple[Floats, Fraction], tuple[Floats, Fraction]] | None:
+        """The (numerator, denominator) of a ratio select item; None if it is not one.
+
+        A ratio is ``AVG(x)`` (``SUM(x) / COUNT(x)``), or ``A / B`` of linear aggregates, either
+        possibly times a constant.
+        """
+        if isinstance(node, exp.Paren):
+            return self._ratio(node.this)
+        average = node.this if isinstance(node, exp.Filter) else node
+        if isinstance(average, exp.Avg):
+            if isinstance(average.this, exp.Distinct):
+                raise UnsupportedQuery(
+                    "AVG(DISTINCT ...) is not supported", position=position_of(average)
+                )
+            parts: list[exp.Expr] = [
+                exp.Sum(this=average.this.copy()),
+                exp.Count(this=average.this.copy()),
+            ]
+            if isinstance(node, exp.Filter):
+                parts = [exp.Filter(this=p, expression=node.expression.copy()) for p in parts]
+            return (self._aggregate(parts[0]), Fraction(0)), (
+                self._aggregate(parts[1]),
+                Fraction(0),
+            )
+        if (
+            isinstance(node, exp.Div)
+            and _has_aggregate(node.this)
+            and _has_aggregate(node.expression)
+        ):
+            return self._linear(node.this), self._linear(node.expression)
+        if isinstance(node, exp.Mul):
+            for inner, factor_node in ((node.this, node.expression), (node.expression, node.this)):
+                factor = None if _has_aggregate(factor_node) else constant(factor_node)
+                ratio = self._ratio(inner) if isinstance(factor, Fraction) else None
+                if ratio is not None and isinstance(factor, Fraction):
+                    (weights, offset), denominator = ratio
+                    scaled = weights * as_float(factor, factor_node), offset * factor
+                    return scaled, denominator
+        return None
 
     def _linear(self, node: exp.Expr) -> tuple[Floats, Fraction]:
         """An output expression as (per-cell weights, constant offset)."""
@@ -666,6 +777,13 @@ class _Query:
                 )
             weights, offset = self._linear(agg_node)
             return weights * as_float(factor, factor_node), offset * factor
+        if isinstance(node, exp.Div) and _has_aggregate(node.expression):
+            raise UnsupportedQuery(
+                f"a ratio of aggregates inside another expression: {node.sql('postgres')}",
+                hint="ask for the ratio as a select item of its own (COUNT(...) / COUNT(...), "
+                "AVG(x), 100.0 * COUNT(...) / COUNT(...)): it gets its own interval",
+                position=position_of(node),
+            )
         refuse_division(node)
         raise UnsupportedQuery(
             f"unsupported expression around an aggregate: {node.sql('postgres')}",
@@ -707,7 +825,8 @@ class _Query:
         else:
             name = node.sql_name() if isinstance(node, exp.Func) else type(node).__name__
             hint = (
-                "compute SUM(...) and COUNT(...) and divide them"
+                "ask for AVG(x) as a select item of its own: it is answered as a ratio "
+                "with its own interval"
                 if isinstance(node, exp.Avg)
                 else "only COUNT and SUM are linear in the cell counts"
             )

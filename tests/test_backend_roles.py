@@ -92,13 +92,14 @@ def test_analysts_see_an_empty_table_of_the_same_shape(adult_dsn: str, roles: Ba
 @pytest.mark.parametrize(
     "sql",
     [
-        "SELECT * FROM pg_stat_database",
-        "SELECT * FROM pg_stat_user_tables",
-        "SELECT * FROM pg_statio_user_tables",
-        "SELECT * FROM pg_stat_io",
-        "SELECT * FROM pg_stat_bgwriter",
-        "SELECT * FROM pg_stat_wal",
-        "SELECT * FROM pg_stat_activity",
+        "SELECT * FROM pg_catalog.pg_stat_database",
+        "SELECT * FROM pg_catalog.pg_stat_user_tables",
+        "SELECT * FROM pg_catalog.pg_statio_user_tables",
+        "SELECT * FROM pg_catalog.pg_stat_io",
+        "SELECT * FROM pg_catalog.pg_stat_bgwriter",
+        "SELECT * FROM pg_catalog.pg_stat_wal",
+        "SELECT * FROM pg_catalog.pg_stat_activity",
+        "SET search_path = public; SELECT * FROM pg_stats",
         "SELECT pg_stat_get_db_tuples_returned(1)",
         "SELECT pg_database_size('postgres')",
         "SELECT pg_tablespace_size('pg_default')",
@@ -109,6 +110,25 @@ def test_analysts_cannot_read_cluster_statistics(roles: BackendRoles, sql: str) 
     with psycopg.connect(roles.analyst_dsn(), autocommit=True) as conn:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(sql)
+
+
+@pytest.mark.parametrize(
+    "view", ["pg_stat_database", "pg_stat_user_tables", "pg_stat_all_tables", "pg_stats"]
+)
+def test_statistics_views_on_the_search_path_are_shadows_without_rows(
+    roles: BackendRoles, view: str
+) -> None:
+    with psycopg.connect(roles.analyst_dsn(), autocommit=True) as conn:
+        cur = conn.execute(f"SELECT * FROM {view}")
+        assert cur.fetchall() == []
+        (real,) = conn.execute(
+            "SELECT array_agg(attname ORDER BY attnum) FROM pg_attribute "
+            "WHERE attrelid = %s::regclass AND attnum > 0",
+            (f"pg_catalog.{view}",),
+        ).fetchone() or (None,)
+        assert [c.name for c in cur.description or []] == real
+        (schema,) = conn.execute("SELECT current_schema()").fetchone() or (None,)
+        assert schema == "public"  # tools' default schema is still public
 
 
 def test_analysts_cannot_signal_each_other(roles: BackendRoles) -> None:
@@ -186,7 +206,14 @@ def admin(adult_dsn: str, roles: BackendRoles) -> Iterator[dict[str, psycopg.Con
             "analyst",
             "GRANT SELECT ON pg_stat_database TO dpproxy_passthrough",
             "REVOKE SELECT ON pg_stat_database FROM dpproxy_passthrough",
-            "may read pg_stat_database",
+            "may read pg_catalog.pg_stat_database",
+        ),
+        (
+            "analyst",
+            "CREATE VIEW dpproxy_catalog.pg_stat_leak AS SELECT 32561 AS n_live_tup; "
+            "GRANT SELECT ON dpproxy_catalog.pg_stat_leak TO dpproxy_passthrough",
+            "DROP VIEW dpproxy_catalog.pg_stat_leak",
+            "dpproxy_catalog.pg_stat_leak shows rows",
         ),
         (
             "analyst",

@@ -42,3 +42,18 @@ def test_startup_options_keep_other_arguments() -> None:
     )
     assert settings == DpSettings(3.0, 0.8)
     assert rest == ["-c", "search_path=x"]
+
+
+def test_estimate_setting() -> None:
+    s = DpSettings()
+    assert s.show("dp.estimate", CONFIG) == "range" and not s.unbiased
+    s = s.set("dp.estimate", "'UNBIASED'")
+    assert s.show("dp.estimate", CONFIG) == "unbiased" and s.unbiased
+    assert not s.set("dp.estimate", None).unbiased  # RESET: back to the session's start
+    start, _ = DpSettings.from_options(["-c", "dp.estimate=unbiased"])
+    assert start.unbiased and DpSettings().set("dp.estimate", None, start).unbiased
+    with pytest.raises(DpproxyError) as raised:
+        s.set("dp.estimate", "mean")
+    assert raised.value.sqlstate == "22023" and "dp.estimate is range or unbiased" in str(
+        raised.value
+    )

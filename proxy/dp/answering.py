@@ -21,6 +21,8 @@ from proxy.engine.budget import CellBudget, Charges, UserCaps, cell_charges, for
 from proxy.engine.engine import Plan, PrivacyEngine, QueryRequest, Reply, describe_batch
 from proxy.engine.history import HistoryEntry
 from proxy.engine.noise import RandomSource
+from proxy.engine.posterior import comparison, feasible_range
+from proxy.engine.ratio import Ratio, RatioRounds
 from proxy.errors import (
     BudgetExhausted,
     DomainViolation,
@@ -272,19 +274,30 @@ class DpService:
         return self._engines[cube.qualified_name]
 
     async def answer(
-        self, spec: AnswerSpec, user: str | None = None, sql: str | None = None
+        self,
+        spec: AnswerSpec,
+        user: str | None = None,
+        sql: str | None = None,
+        unbiased: bool = False,
     ) -> DpResult:
         """Answer every value of ``spec`` as one atomic batch.
+
+        Estimates and intervals lie in the values each answer can take (``Reply.within``),
+        unless ``unbiased`` (``SET dp.estimate = unbiased``) asks for the raw ones.
 
         Raises:
             InvalidParameterValue: the query states no accuracy and no default applies.
             BudgetExhausted: the fresh measurements would overspend some cell (nothing is spent).
         """
-        (result,) = await self.answer_batch((spec,), user, sql)
+        (result,) = await self.answer_batch((spec,), user, sql, unbiased)
         return result
 
     async def answer_batch(
-        self, specs: Sequence[AnswerSpec], user: str | None = None, sql: str | None = None
+        self,
+        specs: Sequence[AnswerSpec],
+        user: str | None = None,
+        sql: str | None = None,
+        unbiased: bool = False,
     ) -> tuple[DpResult, ...]:
         """Answer the cores of one statement (`sqlmap.postprocess`) as one atomic batch.
 
@@ -292,6 +305,58 @@ class DpService:
         """
         cube, requests = _batch(specs)
         engine = self.engine(cube)
+        ratios = [
+            Ratio(numerator, denominator, spec.accuracy)
+            for spec in specs
+            if spec.accuracy is not None
+            for row in spec.rows
+            for numerator, denominator in row.ratios
+        ]
+        try:
+            if ratios:
+                replies, ratio_replies = await self._answer_rounds(
+                    cube, engine, requests, ratios, user, sql
+                )
+            else:
+                replies = await self._answer(cube, engine, requests, user, sql)
+                ratio_replies = []
+        except BudgetExhausted:
+            await self._log(cube, specs[0], None, user, sql)
+            raise
+        except DomainViolation as e:  # the count is for the DBA: the analyst's error has none
+            event("domain_violation", logging.WARNING, table=e.table, rows=e.rows, user=user)
+            raise
+        if not unbiased:  # post-processing of released values, from the public row count
+            replies = tuple(
+                reply.within(feasible_range(request.query, cube.public_rows))
+                for reply, request in zip(replies, requests)
+            )
+        parts, ratio_parts, start, ratio_start = [], [], 0, 0
+        for spec in specs:
+            parts.append(replies[start : start + len(spec.queries)])
+            start += len(spec.queries)
+            asked = sum(len(row.ratios) for row in spec.rows)
+            ratio_parts.append(tuple(ratio_replies[ratio_start : ratio_start + asked]))
+            ratio_start += asked
+        results = await self.workers.run(
+            lambda: tuple(
+                _result(spec, part, ratio_part)
+                for spec, part, ratio_part in zip(specs, parts, ratio_parts)
+            )
+        )
+        for spec, result in zip(specs, results):
+            await self._log(cube, spec, result.replies, user, sql)
+        return results
+
+    async def _answer(
+        self,
+        cube: Cube,
+        engine: PrivacyEngine,
+        requests: list[QueryRequest],
+        user: str | None,
+        sql: str | None,
+    ) -> tuple[Reply, ...]:
+        """One atomic batch: from history if it can, else planned, measured, recorded."""
 
         def answer_free() -> tuple[Reply, ...] | None:
             """The replies if history answers the batch; None if it needs a measurement."""
@@ -304,26 +369,49 @@ class DpService:
                 return None
             return None if plan.measurements else engine.execute(plan, ())
 
-        try:
-            replies = await self._in_gate(cube, answer_free, self._planning_timeout)
-            if replies is None:
-                async with self._locks[cube.qualified_name]:
-                    replies = await self._spend(cube, engine, requests, user, sql)
-        except BudgetExhausted:
-            await self._log(cube, specs[0], None, user, sql)
-            raise
-        except DomainViolation as e:  # the count is for the DBA: the analyst's error has none
-            event("domain_violation", logging.WARNING, table=e.table, rows=e.rows, user=user)
-            raise
-        parts, start = [], 0
-        for spec in specs:
-            parts.append(replies[start : start + len(spec.queries)])
-            start += len(spec.queries)
-        for spec, part in zip(specs, parts):
-            await self._log(cube, spec, part, user, sql)
-        return await self.workers.run(
-            lambda: tuple(_result(spec, part) for spec, part in zip(specs, parts))
-        )
+        replies = await self._in_gate(cube, answer_free, self._planning_timeout)
+        if replies is None:
+            async with self._locks[cube.qualified_name]:
+                replies = await self._spend(cube, engine, requests, user, sql)
+        return replies
+
+    async def _answer_rounds(
+        self,
+        cube: Cube,
+        engine: PrivacyEngine,
+        requests: list[QueryRequest],
+        ratios: list[Ratio],
+        user: str | None,
+        sql: str | None,
+    ) -> tuple[tuple[Reply, ...], list[tuple[Reply | None, str]]]:
+        """A statement with ratios: batches in rounds, each decided from released answers.
+
+        The statement's other values go with the first round. Each round is an atomic batch
+        (recorded before release); a refusal in a later round leaves earlier rounds spent.
+        """
+        budget = engine.budget
+        rounds = RatioRounds(ratios, float(budget.total))
+        linear: tuple[Reply, ...] = ()
+        first = True
+
+        def left(query: LinearQuery) -> float:
+            spent = max((charged.get(int(c), Fraction(0)) for c in query.cells), default=0)
+            return float(budget.total - spent)
+
+        while True:
+            charged = budget.per_cell()
+            asked = rounds.requests(left)
+            if not asked:
+                break
+            batch = [*requests, *asked] if first else asked
+            replies = await self._answer(cube, engine, batch, user, sql)
+            if first:
+                linear, replies = replies[: len(requests)], replies[len(requests) :]
+                first = False
+            rounds.observe(replies)
+        if first and requests:  # every ratio was settled without asking: the rest still is
+            linear = await self._answer(cube, engine, requests, user, sql)
+        return linear, list(zip(rounds.answers(), rounds.reasons()))
 
     async def preview(self, specs: Sequence[AnswerSpec]) -> DpResult:
         """``EXPLAIN`` of a DP statement: how it would be answered and what it would cost.
@@ -354,6 +442,12 @@ class DpService:
                     f"  {label}: {decision.source} ({cost}), "
                     f"±{decision.half_width:.6g} at confidence {decision.confidence:.6g}"
                 )
+            # what a ratio costs depends on answers released in its rounds: not known ahead
+            lines.extend(
+                f"  {label}: a ratio, answered in rounds (denominator first); not in the charge"
+                for spec in specs
+                for label in _value_labels(spec, OutputKind.RATIO)
+            )
             _, numerators, denominator = plan.charges.numerators()
             charged = Fraction(int(numerators.max()), denominator) if numerators.size else 0
             lines.append(
@@ -371,13 +465,14 @@ class DpService:
         specs: Sequence[AnswerSpec],
         user: str | None = None,
         sql: str | None = None,
+        unbiased: bool = False,
     ) -> WrappedAnswer:
         """Answer a statement's cores and fill its wrapper in.
 
         ``specs`` are the translations of the cores that ask the engine, in order; the others
         list declared values and cost nothing.
         """
-        results = await self.answer_batch(specs, user, sql) if specs else ()
+        results = await self.answer_batch(specs, user, sql, unbiased) if specs else ()
         answered = iter(results)
         relations = [
             relation(next(answered))
@@ -613,9 +708,9 @@ def _plan_result(lines: list[str]) -> DpResult:
     )
 
 
-def _value_labels(spec: AnswerSpec) -> list[str]:
-    """What each of a spec's values is called in notices: the column and its group."""
-    aggregates = [c for c in spec.columns if c.kind is OutputKind.AGGREGATE]
+def _value_labels(spec: AnswerSpec, kind: OutputKind = OutputKind.AGGREGATE) -> list[str]:
+    """What each of a spec's values (or ratios) is called in notices: the column and its group."""
+    aggregates = [c for c in spec.columns if c.kind is kind]
     labels: list[str] = []
     for row in spec.rows:
         keys = ", ".join(f"{d}={k.label}" for d, k in zip(spec.group_dims, row.keys))
@@ -623,13 +718,19 @@ def _value_labels(spec: AnswerSpec) -> list[str]:
     return labels
 
 
-def _result(spec: AnswerSpec, replies: tuple[Reply, ...]) -> DpResult:
+def _result(
+    spec: AnswerSpec,
+    replies: tuple[Reply, ...],
+    ratios: tuple[tuple[Reply | None, str], ...] = (),
+) -> DpResult:
     columns = result_columns(spec)
     per_row = len(spec.rows[0].queries)
+    per_row_ratios = len(spec.rows[0].ratios)
     rows: list[tuple[str | float | None, ...]] = []
     for r, row in enumerate(spec.rows):
         keys = dict(zip(spec.group_dims, row.keys))
         row_replies = replies[r * per_row : (r + 1) * per_row]
+        row_ratios = [reply for reply, _ in ratios[r * per_row_ratios : (r + 1) * per_row_ratios]]
         values: list[str | float | None] = []
         answers = iter(row_replies)
         for column in spec.columns:
@@ -638,18 +739,41 @@ def _result(spec: AnswerSpec, replies: tuple[Reply, ...]) -> DpResult:
                 values.append(None if key is None else key if isinstance(key, str) else float(key))
             elif column.kind is OutputKind.AGGREGATE:
                 values.append(next(answers).estimate)
+            elif column.ratio is not None:  # a ratio, or its interval; NULL without one
+                ratio = row_ratios[column.ratio]
+                values.append(
+                    None
+                    if ratio is None
+                    else ratio.estimate
+                    if column.kind is OutputKind.RATIO
+                    else ratio.low
+                    if column.kind is OutputKind.INTERVAL_LOW
+                    else ratio.high
+                )
+            elif column.kind is OutputKind.PROBABILITY and column.comparison is not None:
+                index = column.aggregate or 0
+                feasible = feasible_range(row.queries[index], spec.cube.public_rows)
+                event = comparison(*column.comparison.arguments())
+                values.append(row_replies[index].probability(event, feasible))
             else:
                 reply = row_replies[column.aggregate or 0]
                 values.append(reply.low if column.kind is OutputKind.INTERVAL_LOW else reply.high)
         rows.append(tuple(values))
     notices = [notice_text(label, reply) for label, reply in zip(_value_labels(spec), replies)]
+    warnings = [f"dp: warning: {w}" for w in spec.warnings]
+    for label, (ratio, reason) in zip(_value_labels(spec, OutputKind.RATIO), ratios):
+        if ratio is None:
+            warnings.append(f"dp: warning: {label} is NULL: {reason}")
+        else:
+            notices.append(notice_text(label, ratio))
+    released = (*replies, *(r for r, _ in ratios if r is not None))
     return DpResult(
         columns,
         tuple(rows),
         tuple(notices),
-        replies,
-        summary_text(spec.cube.qualified_name, replies),
-        tuple(f"dp: warning: {w}" for w in spec.warnings),
+        released,
+        summary_text(spec.cube.qualified_name, released),
+        tuple(warnings),
     )
 
 
@@ -686,6 +810,8 @@ def summary_text(table: str, replies: Sequence[Reply]) -> str:
 def notice_text(what: str, reply: Reply) -> str:
     """The NoticeResponse that accompanies every DP value.
 
+    An estimate moved into its feasible range (:meth:`Reply.within`) also shows the unbiased one.
+
     >>> from fractions import Fraction
     >>> reply = Reply(10.0, 5.0, 15.0, 0.95, "fresh", Fraction(1, 3), Fraction(2, 3))
     >>> print(notice_text("count", reply))
@@ -694,8 +820,13 @@ def notice_text(what: str, reply: Reply) -> str:
     """
     charged = format_budget(reply.budget_charged, up=True)  # rounded against the analyst
     remaining = format_budget(reply.budget_remaining, up=False)
+    moved = (
+        f"; unbiased estimate {reply.unbiased:.6g} (SET dp.estimate = unbiased)"
+        if reply.unbiased is not None and reply.unbiased != reply.estimate
+        else ""
+    )
     return (
         f"dp: {what} = {reply.estimate:.6g} in [{reply.low:.6g}, {reply.high:.6g}] "
         f"with confidence {reply.confidence:.6g}; source {reply.source}; "
-        f"budget charged {charged}, remaining {remaining}"
+        f"budget charged {charged}, remaining {remaining}{moved}"
     )

@@ -5,16 +5,18 @@ Every statement is one of:
 * a DP query on a protected table: answered by the engine; only SQL generated from the cube ever
   reaches the backend, under the privileged role;
 * a ``SET`` / ``RESET`` / ``SHOW`` of a ``dp.*`` setting: handled by the proxy;
-* anything else that mentions a protected table, or reads table statistics that PostgreSQL shows
-  to every role (``pg_class.reltuples``, ``pg_stat_*``, relation sizes): refused with 42501;
-* everything else: relayed to PostgreSQL under the pass-through role, which has no rights on
-  protected tables, so PostgreSQL itself refuses what this inspector might miss.
+* anything else that mentions a protected table: refused with 42501;
+* everything else: relayed to PostgreSQL under the pass-through role, in the analyst database,
+  which has no rights on protected tables, so PostgreSQL itself refuses what this inspector
+  might miss. Statistics pass through too: there the protected tables are empty stand-ins
+  (``pg_class.reltuples`` -1), the statistics views are revoked or shadowed by views of no rows,
+  and the statistics functions revoked (`proxy.storage.provision`).
 
 The inspector errs on the side of refusing: a statement that names a protected table as an
-identifier anywhere (subqueries, CTEs, EXPLAIN, COPY, PREPARE, ...) is not passed through, nor is
-one that names a statistics relation, column or function anywhere, strings included. Code that
-would run under the pass-through role out of the inspector's sight (``DO``, ``CREATE FUNCTION``)
-is refused outright.
+identifier anywhere (subqueries, CTEs, EXPLAIN, COPY, PREPARE, ...) is not passed through, and
+the post-processing of a DP query may not name a statistics relation, column or function. Code
+that would run under the pass-through role out of the inspector's sight (``DO``,
+``CREATE FUNCTION``) is refused outright.
 """
 
 from __future__ import annotations
@@ -68,10 +70,13 @@ class Statement:
     wrapped: Wrapped | None = None
     #: ``EXPLAIN <DP query>``: say how it would be answered and what it would cost, spend nothing
     explain: bool = False
+    #: ``RESET ALL`` / ``DISCARD ALL`` (poolers and tools reset sessions so): passed through, and
+    #: once PostgreSQL has run it the session's dp.* settings are their startup values again
+    resets_settings: bool = False
 
 
 #: Catalog relations, columns and functions that reveal how many rows a table has (or their
-#: values) to every role, whatever its privileges on the table.
+#: values): a DP query's post-processing may not name them.
 STATISTICS_NAMES = frozenset(
     {
         "reltuples",
@@ -220,20 +225,18 @@ class Router:
         # (a superset of what route() looks for): see plainly_passthrough.
         self._suspicious = re.compile(  # matched against the lower-cased text
             _any_of(
-                [t.lower() for t in self.tables]
-                + list(STATISTICS_NAMES)
-                + list(_STATISTICS_PREFIXES)
-                + ["u&", "dp", "create"],
-                whole_words=["do", "role", "user", "authorization"],
+                [t.lower() for t in self.tables] + ["u&", "dp", "create"],
+                whole_words=["do", "role", "user", "authorization", "reset", "discard"],
             )
         )
 
     def plainly_passthrough(self, sql: str) -> bool:
         """True when every statement of ``sql`` certainly routes to PASSTHROUGH.
 
-        A fast check for the common case, without tokenizing: the text names no protected table
-        or statistics relation, even as a substring, has no ``U&`` identifier, no ``dp``
-        setting, no ``DO``/``CREATE`` and no role change. False means only "ask :meth:`route`".
+        A fast check for the common case, without tokenizing: the text names no protected
+        table, even as a substring, has no ``U&`` identifier, no ``dp`` setting, no
+        ``DO``/``CREATE``, no role change and no ``RESET``/``DISCARD``. False means only
+        "ask :meth:`route`".
 
         >>> from sqlmap.cube import cube_from_config
         >>> cube = cube_from_config("adult", {"dimensions": {"age": {"bins": [0, 1]}}}, "t", 1.0)
@@ -264,34 +267,30 @@ class Router:
                 position=offset + len(text) - len(text.lstrip()),
             )
         table = self._protected_name(text, tokens)
+        if table is None:
+            # statistics too: PostgreSQL shows the analyst database's, where protected tables
+            # are empty stand-ins and the statistics views are revoked or shadowed (provision)
+            resets = bool(tokens) and _resets_all(tokens or [])
+            return Statement(text, offset, Route.PASSTHROUGH, resets_settings=resets)
         statistics = _statistics_name(text)
-        if table is None and statistics is None:
-            return Statement(text, offset, Route.PASSTHROUGH)
-        if table is not None and tokens and tokens[0].text.upper() == "EXPLAIN":
+        if tokens and tokens[0].text.upper() == "EXPLAIN":
             preview = self._explained(text, offset, tokens)
             if preview is not None:
                 return preview
-        if table is not None and tokens is not None:
+        if tokens is not None:
             parsed = self._dp_query(text, offset)
             if parsed is not None and not needs_wrapper(parsed):
                 return Statement(text, offset, Route.DP, parsed=parsed)
-            # the wrapper runs as the pass-through role: it may not read statistics either
+            # a DP query's post-processing has no business with statistics: keep them apart
             wrapped = self._wrapped(text, tokens, parsed) if statistics is None else None
             if wrapped is not None:
                 return Statement(text, offset, Route.DP, parsed=wrapped[0], wrapped=wrapped[1])
-        if table is not None and tokens:
+        if tokens:
             _refuse_unknown_command(tokens, offset)
-        if table is not None:
-            raise InsufficientPrivilege(
-                f"permission denied: {table} is a protected table, "
-                "readable only through DP aggregates",
-                hint=SUPPORTED_FORMS,
-                position=offset + (self._first_mention(text) or 0),
-            )
         raise InsufficientPrivilege(
-            f"permission denied: {statistics} reveals table statistics",
-            detail="row counts and sizes of protected tables must not be read directly",
-            position=offset,
+            f"permission denied: {table} is a protected table, readable only through DP aggregates",
+            hint=SUPPORTED_FORMS,
+            position=offset + (self._first_mention(text) or 0),
         )
 
     def _protected_name(self, text: str, tokens: list[Token] | None) -> str | None:
@@ -505,6 +504,12 @@ def _statistics_name(text: str) -> str | None:
         return None
     rest = _WORD_REST.match(lower, match.end())
     return match.group(0) + (rest.group(0) if rest else "")
+
+
+def _resets_all(tokens: list[Token]) -> bool:
+    """``RESET ALL`` or ``DISCARD ALL``, which reset every setting, dp.* ones included."""
+    words = [t.text.upper() for t in tokens if t.token_type != TokenType.SEMICOLON]
+    return words in (["RESET", "ALL"], ["DISCARD", "ALL"])
 
 
 def _server_side_code(tokens: list[Token]) -> str | None:

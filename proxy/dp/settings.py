@@ -1,7 +1,8 @@
 """The session's ``dp.*`` settings: accuracy defaults, and how much the notices say.
 
 Accuracy defaults serve tools that cannot add a clause. ``SET dp.accuracy = 10``,
-``SET dp.confidence TO 0.9``, ``SET dp.notices = rows``, ``RESET dp.accuracy``,
+``SET dp.confidence TO 0.9``, ``SET dp.notices = rows``, ``SET dp.estimate = unbiased``,
+``RESET dp.accuracy``,
 ``SHOW dp.accuracy`` and the startup option ``-c dp.accuracy=10`` are handled by the proxy,
 never by PostgreSQL.
 """
@@ -15,13 +16,24 @@ from enum import Enum
 from proxy.errors import InvalidParameterValue, UnknownSetting
 from sqlmap.accuracy import AccuracyDefaults
 
-__all__ = ["DpSettings", "NOTICE_LEVELS", "SETTING_NAMES", "SettingCommand", "Verb"]
+__all__ = [
+    "DpSettings",
+    "ESTIMATES",
+    "NOTICE_LEVELS",
+    "SETTING_NAMES",
+    "SettingCommand",
+    "Verb",
+]
 
 #: The settings a session may change.
-SETTING_NAMES = ("dp.accuracy", "dp.confidence", "dp.notices")
+SETTING_NAMES = ("dp.accuracy", "dp.confidence", "dp.notices", "dp.estimate")
 
 #: What ``dp.notices`` may say: one NOTICE per statement, or one per answered value.
 NOTICE_LEVELS = ("summary", "rows")
+
+#: What ``dp.estimate`` returns: the estimate in the values the true answer can take (the
+#: posterior mode, with the interval cut to that range), or the raw unbiased estimate.
+ESTIMATES = ("range", "unbiased")
 
 
 class Verb(Enum):
@@ -56,11 +68,17 @@ class DpSettings:
     accuracy: float | None = None
     confidence: float | None = None
     notices: str | None = None
+    estimate: str | None = None
 
     @property
     def notices_per_row(self) -> bool:
         """``SET dp.notices = rows``: a NOTICE per answered value instead of one per statement."""
         return self.notices == "rows"
+
+    @property
+    def unbiased(self) -> bool:
+        """``SET dp.estimate = unbiased``: raw unbiased estimates, symmetric intervals."""
+        return self.estimate == "unbiased"
 
     def set(self, name: str, value: str | None, start: DpSettings | None = None) -> DpSettings:
         """A copy with ``name`` set to ``value``.
@@ -76,14 +94,19 @@ class DpSettings:
         if value is None:
             return replace(self, **{field: getattr(start, field) if start else None})
         text = value.strip().strip("'\"")
-        if field == "notices":
-            level = text.lower()
-            if level not in NOTICE_LEVELS:
+        choices = {"notices": NOTICE_LEVELS, "estimate": ESTIMATES}.get(field)
+        if choices is not None:
+            choice = text.lower()
+            if choice not in choices:
                 raise InvalidParameterValue(
                     f'invalid value for parameter "{name}": "{value}"',
-                    hint=f"dp.notices is {' or '.join(NOTICE_LEVELS)}",
+                    hint=f"{name} is {' or '.join(choices)}",
                 )
-            return replace(self, notices=level)
+            return (
+                replace(self, notices=choice)
+                if field == "notices"
+                else replace(self, estimate=choice)
+            )
         try:
             number = float(text)
         except ValueError:
@@ -109,6 +132,8 @@ class DpSettings:
         field = _field(name)
         if field == "notices":
             return self.notices or NOTICE_LEVELS[0]
+        if field == "estimate":
+            return self.estimate or ESTIMATES[0]
         effective = self.defaults(defaults)
         value = effective.accuracy if field == "accuracy" else effective.confidence
         return "" if value is None else f"{value:g}"
@@ -127,7 +152,7 @@ class DpSettings:
         Returns the settings and the arguments left for PostgreSQL.
 
         >>> DpSettings.from_options(["-c", "dp.accuracy=5", "-cgeqo=off"])
-        (DpSettings(accuracy=5.0, confidence=None, notices=None), ['-cgeqo=off'])
+        (DpSettings(accuracy=5.0, confidence=None, notices=None, estimate=None), ['-cgeqo=off'])
         """
         settings, rest, i = cls(), [], 0
         while i < len(args):

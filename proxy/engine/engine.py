@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
@@ -42,6 +42,13 @@ from proxy.engine.noise import (
     granularity,
     noisy_value,
     public_fraction,
+)
+from proxy.engine.posterior import (
+    Interval,
+    cut_to_range,
+    feasible_range,
+    posterior_mode,
+    probability,
 )
 from proxy.engine.tails import EXACT, TailMethod
 from proxy.errors import InvalidParameterValue
@@ -90,6 +97,12 @@ class Reply:
         source: ``history`` (free), ``fresh`` or ``combined``.
         budget_charged: ``alpha`` of the fresh measurement made for this query (0 if none).
         budget_remaining: the table's total minus its spent budget, after this batch.
+        scales: the answer's exact error law: the unbiased estimate is the true answer plus
+            ``sum_k scales[k] L_k`` for independent standard Laplace ``L_k`` (empty: exact).
+            The noise lies on a lattice whose step is far below these scales
+            (:func:`~proxy.engine.noise.noise_step`); the law is that of its continuous twin.
+        unbiased: the unbiased estimate, once :meth:`within` moved ``estimate`` into the
+            values the true answer can take (None: ``estimate`` is the unbiased one).
     """
 
     estimate: float
@@ -99,6 +112,8 @@ class Reply:
     source: Source
     budget_charged: Fraction
     budget_remaining: Fraction
+    scales: tuple[float, ...] = ()
+    unbiased: float | None = None
 
     def __post_init__(self) -> None:
         if not all(math.isfinite(v) for v in (self.estimate, self.low, self.high)):
@@ -111,6 +126,43 @@ class Reply:
             raise ValueError(f"unknown source {self.source!r}")
         if self.budget_charged < 0 or self.budget_remaining < 0:
             raise ValueError("budgets cannot be negative")
+
+    @property
+    def center(self) -> float:
+        """The unbiased estimate: where the error law of :attr:`scales` is centred."""
+        return self.estimate if self.unbiased is None else self.unbiased
+
+    def within(self, feasible: Interval) -> Reply:
+        """This reply with its estimate and interval in the values the true answer can take.
+
+        The estimate becomes the posterior mode under a flat prior on ``feasible`` (the unbiased
+        estimate moved into the range: never farther from any feasible truth), the interval is
+        cut to the range (coverage kept, since the truth is in it). Post-processing of the
+        reply: what was spent and why is unchanged. docs/probabilistic.md says why these.
+
+        >>> from fractions import Fraction
+        >>> r = Reply(-4.0, -54.0, 46.0, 0.95, "fresh", Fraction(1, 8), Fraction(3, 4))
+        >>> r.within(Interval(0.0, math.inf))
+        Reply(0 in [0, 46] at 0.95, fresh, charged 0.125, remaining 0.75)
+        """
+        if self.unbiased is not None:
+            raise ValueError("the reply is already within its range")
+        low, high = cut_to_range(self.estimate, self.low, self.high, feasible)
+        return replace(
+            self,
+            estimate=posterior_mode(self.estimate, feasible),
+            low=low,
+            high=high,
+            unbiased=self.estimate,
+        )
+
+    def probability(self, event: Interval, feasible: Interval) -> float:
+        """The posterior probability that the true answer lies in ``event``.
+
+        Under a flat prior on ``feasible`` and the exact error law (:attr:`scales`); see
+        :func:`~proxy.engine.posterior.probability`.
+        """
+        return probability(self.scales, self.center, event, feasible)
 
     def __repr__(self) -> str:
         return (
@@ -156,8 +208,9 @@ class PrivacyEngine:
         total_budget: the DBA's total privacy budget for the table.
         history: the measurements released before this engine started (a ledger store's load).
         rng: noise source; the OS CSPRNG unless a test passes a seeded one.
-        nonnegative: intersect intervals with the range counts allow (a post-processing of the
-            reply only; it never influences what is spent).
+        nonnegative: move replies into the range counts allow without a public row count
+            (:meth:`Reply.within`; a post-processing of the reply only, it never influences
+            what is spent). The service does this itself, with the table's ``public_rows``.
         tail: how error tails are computed (the exact method; others are for benchmarks).
         carried: budget spent on every cell before the table's cube was last redefined.
         shape: the cube's shape: vectors are then worked on factored (the history's span in
@@ -365,33 +418,31 @@ class PrivacyEngine:
             estimate += (1.0 - decision.fresh_weight) * decision.history.estimate(answers)
         if fresh_row is not None:
             estimate += decision.fresh_weight * float(answers[fresh_row])
-        low, high = estimate - decision.half_width, estimate + decision.half_width
-        if self._nonnegative:
-            estimate, low, high = _feasible(request.query, estimate, low, high)
-        return Reply(
+        reply = Reply(
             estimate,
-            low,
-            high,
+            estimate - decision.half_width,
+            estimate + decision.half_width,
             decision.confidence,
             decision.source,
             decision.budget,
             self._budget.remaining,
+            _error_scales(request.query, decision),
         )
+        return reply.within(feasible_range(request.query)) if self._nonnegative else reply
 
 
-def _feasible(
-    query: LinearQuery, estimate: float, low: float, high: float
-) -> tuple[float, float, float]:
-    """Intersect the interval with the values ``q . x + offset`` can take for counts ``x >= 0``.
+def _error_scales(query: LinearQuery, decision: Decision) -> tuple[float, ...]:
+    """The Laplace scales of a reply's error: the history estimate's and the fresh answer's.
 
-    The true answer lies in that range, so the intersection contains it whenever the interval
-    did: coverage is kept. An interval wholly outside collapses onto the nearest feasible end.
+    The reply weighs them ``1 - fresh_weight`` and ``fresh_weight``; the fresh measurement's
+    noise has scale ``S / alpha``.
     """
-    weights = query.nonzero_weights()
-    floor = query.offset if np.all(weights >= 0) else -math.inf
-    ceiling = query.offset if np.all(weights <= 0) else math.inf
-    low, high = min(max(low, floor), ceiling), max(min(high, ceiling), floor)
-    return min(max(estimate, low), high), low, high
+    scales: list[float] = []
+    if decision.history is not None:
+        scales.extend((1.0 - decision.fresh_weight) * decision.history.scales)
+    if decision.budget > 0:
+        scales.append(decision.fresh_weight * query.sensitivity / float(decision.budget))
+    return tuple(float(b) for b in scales if b > 0)
 
 
 def describe_batch(requests: Sequence[QueryRequest]) -> str:

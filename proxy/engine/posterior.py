@@ -27,6 +27,7 @@ import numpy.typing as npt
 from scipy import integrate, special
 
 from proxy.engine.tails import EXACT
+from sqlmap.vector import LinearQuery
 
 __all__ = [
     "Interval",
@@ -38,6 +39,8 @@ __all__ = [
     "posterior_mean",
     "posterior_median",
     "range_interval",
+    "cut_to_range",
+    "feasible_range",
     "binomial_posterior_mean",
 ]
 
@@ -315,14 +318,52 @@ def range_interval(estimate: float, half_width: float, feasible: Interval) -> tu
     """
     if not half_width >= 0:
         raise ValueError("the half-width must be a non-negative number")
+    return cut_to_range(estimate, estimate - half_width, estimate + half_width, feasible)
+
+
+def cut_to_range(
+    estimate: float, low: float, high: float, feasible: Interval
+) -> tuple[float, float]:
+    """The interval ``[low, high]`` around ``estimate`` cut to the feasible range.
+
+    If they do not meet, the range's nearest end to ``estimate``: see :func:`range_interval`.
+
+    >>> cut_to_range(-70.0, -120.0, -20.0, Interval(0.0, math.inf))
+    (0.0, 0.0)
+    """
     if feasible.empty:
         raise ValueError("the feasible range is empty")
-    low = max(feasible.low, estimate - half_width)
-    high = min(feasible.high, estimate + half_width)
+    low, high = max(feasible.low, low), min(feasible.high, high)
     if low > high:
         end = _nearest_end(estimate, feasible)
         return end, end
     return low, high
+
+
+def feasible_range(query: LinearQuery, rows: int | None = None) -> Interval:
+    """The values ``q . x + offset`` can take for a table of at most ``rows`` rows.
+
+    Each row adds its cell's weight, so with ``x >= 0`` and ``sum x <= rows`` the answer lies
+    in ``offset + rows * [min(0, min q), max(0, max q)]`` (the extremes put every row in the
+    cell of the least or the largest weight, or no row at all); both ends are reached, so
+    nothing narrower is provable. Without a row count (None: not public) only the sign of the
+    weights bounds it: ``[offset, inf)`` when none is negative.
+
+    >>> q = LinearQuery.from_dense([1.0, -2.0, 0.5], offset=3.0)
+    >>> feasible_range(q, 10), feasible_range(LinearQuery.from_dense([1.0, 1.0])).low
+    (Interval(low=-17.0, high=13.0, low_closed=True, high_closed=True), 0.0)
+    """
+    if rows is not None and rows < 0:
+        raise ValueError("a row count cannot be negative")
+    weights = query.nonzero_weights()  # a factored query: its core, not its cells
+    least = min(0.0, float(weights.min(initial=0.0)))
+    largest = max(0.0, float(weights.max(initial=0.0)))
+    if rows is None:
+        low = -math.inf if least < 0 else 0.0
+        high = math.inf if largest > 0 else 0.0
+    else:
+        low, high = rows * least, rows * largest
+    return Interval(query.offset + low, query.offset + high)
 
 
 def binomial_posterior_mean(estimate: float, scale: float, rows: int, fraction: float) -> float:

@@ -54,6 +54,20 @@ class LocalAnswers:
         self._running.cancel()
         return True
 
+    def reset_settings(self) -> Callable[[], None]:
+        """``RESET ALL`` / ``DISCARD ALL``: back to the settings the session started with.
+
+        Returns:
+            The undo, for when the backend refuses the statement after all.
+        """
+        previous, self.settings = self.settings, self.start_settings
+        event("setting", user=self.user, setting="dp.*", value=None)
+
+        def undo() -> None:
+            self.settings = previous
+
+        return undo
+
     def apply_setting(
         self, command: SettingCommand, formats: Formats, describe: bool
     ) -> list[Message]:
@@ -81,7 +95,7 @@ class LocalAnswers:
         when the memo has none. Returns the spec and its full memo key.
         """
         defaults = self.settings.defaults(self.ctx.defaults)
-        full_key = (key, defaults)
+        full_key = (key, defaults, self.settings.unbiased)  # the answer depends on both
 
         def translate() -> AnswerSpec:
             return self.ctx.translator.translate_parsed(
@@ -111,19 +125,26 @@ class LocalAnswers:
             _log_answer(self.user, table, kept, memo=True)
             return kept
         version = memo.version(spec.cube)
-        result = await self._cancellable(self.ctx.service.answer(spec, user=self.user, sql=sql))
+        result = await self._cancellable(
+            self.ctx.service.answer(spec, user=self.user, sql=sql, unbiased=self.settings.unbiased)
+        )
         memo.remember(key, version, result)
         _log_answer(self.user, table, result)
         return result
 
-    async def answer_wrapped(self, wrapped: Wrapped, sql: str) -> WrappedAnswer:
+    async def answer_wrapped(
+        self, wrapped: Wrapped, sql: str, key: Hashable = None
+    ) -> WrappedAnswer:
         """Answer a statement's cores as one batch and fill its wrapper in; cancellable.
 
         The wrapper, to run under the pass-through role, holds only the released values.
+        ``key`` remembers the cores' translations (default ``sql``; with bound values, both).
         """
-        specs = await self.translate_cores(wrapped, sql)
+        specs = await self.translate_cores(wrapped, sql if key is None else key)
         answer = await self._cancellable(
-            self.ctx.service.answer_wrapped(wrapped, specs, user=self.user, sql=sql)
+            self.ctx.service.answer_wrapped(
+                wrapped, specs, user=self.user, sql=sql, unbiased=self.settings.unbiased
+            )
         )
         for spec, result in zip(specs, answer.results):
             _log_answer(self.user, spec.cube.qualified_name, result)
@@ -141,13 +162,14 @@ class LocalAnswers:
             specs = [(await self.translate(statement.parsed, statement.text))[0]]
         return await self._cancellable(self.ctx.service.preview(specs))
 
-    async def translate_cores(self, wrapped: Wrapped, sql: str) -> list[AnswerSpec]:
+    async def translate_cores(self, wrapped: Wrapped, key: Hashable) -> list[AnswerSpec]:
         """The specs of the cores that ask the engine (the others list declared values)."""
         specs = []
         for index, core in enumerate(wrapped.cores):
             if core.rows is None:
-                # keyed by the statement's text: the core alone does not show its accuracy
-                specs.append((await self.translate(core.select, (sql, index)))[0])
+                # keyed by the statement's text (and bound values): the core alone does not
+                # show its accuracy
+                specs.append((await self.translate(core.select, (key, index)))[0])
         return specs
 
     async def _cancellable(self, work: Awaitable[T]) -> T:

@@ -46,7 +46,7 @@ from proxy.errors import (
 from proxy.server.answers import LocalAnswers
 from proxy.server.context import SessionContext
 from proxy.server.states import State
-from proxy.server.upstream import Action, Decide, Upstream
+from proxy.server.upstream import Action, Decide, Replace, Upstream
 from proxy.wire import (
     Bind,
     BindComplete,
@@ -54,6 +54,7 @@ from proxy.wire import (
     CloseComplete,
     CommandComplete,
     Describe,
+    ErrorResponse,
     Execute,
     Flush,
     Message,
@@ -81,7 +82,9 @@ from proxy.wire.framing import (
     ROW_DESCRIPTION,
     reframe,
 )
-from sqlmap.postprocess import Wrapped
+from proxy.wire.message import decode_payload
+from sqlmap.cube import Cube
+from sqlmap.postprocess import Wrapped, original_position, split
 from sqlmap.translate import AnswerSpec
 
 __all__ = ["ExtendedProtocol", "ExtendedHost", "Prepared", "Portal"]
@@ -115,6 +118,10 @@ class Prepared:
     spec: AnswerSpec | None = None  # a DP query without parameters, translated at Parse
     text: str = ""
     wrapped: Wrapped | None = None  # a DP query with post-processing: it lives in the backend
+    resets_settings: bool = False  # RESET ALL / DISCARD ALL (routing.Statement)
+    #: a wrapper's parameter types in the backend: 0 leaves one the post-processing alone uses
+    #: to PostgreSQL, which infers it (its value is then bound in as an untyped literal)
+    upstream_types: tuple[int, ...] = ()
 
     @property
     def upstream(self) -> bool:
@@ -134,6 +141,7 @@ class Portal:
     formats: Formats = TEXT_ONLY
     result: DpResult | None = None
     sent: int = 0
+    resets_settings: bool = False  # RESET ALL / DISCARD ALL (routing.Statement)
 
 
 @dataclass(slots=True)
@@ -144,6 +152,7 @@ class _Pending:
     undo: Callable[[], None] | None = None
     poison: bool = False
     hidden: bool = False  # dpproxy's own message: its reply is not the client's
+    relocate: Callable[[bytes], bytes] | None = None  # rewrites its ErrorResponse's payload
 
 
 def _restore(table: dict[K, V], key: K, previous: V | None) -> Callable[[], None]:
@@ -276,11 +285,12 @@ class ExtendedProtocol:
         completes: frozenset[int],
         undo: Callable[[], None] | None = None,
         hidden: bool = False,
+        relocate: Callable[[bytes], bytes] | None = None,
     ) -> None:
         """Queue an encoded message for the backend; ``hidden`` drops its reply."""
         self.session.up.queue(data)
         self._forwarded += len(data)
-        self.pending.append(_Pending(completes, undo, hidden=hidden))
+        self.pending.append(_Pending(completes, undo, hidden=hidden, relocate=relocate))
         self.batch_upstream = True
 
     async def drain(self) -> bool:
@@ -311,7 +321,13 @@ class ExtendedProtocol:
             if described_sql is None:
                 self.forward(raw, _PARSED, undo)
             else:
-                self.forward_bytes(Parse(message.name, described_sql).encode(), _PARSED, undo)
+                described_parse = Parse(message.name, described_sql, prepared.upstream_types)
+                self.forward_bytes(
+                    described_parse.encode(),
+                    _PARSED,
+                    undo,
+                    relocate=lambda e: relocated_error(e, described_sql, message.sql, 0),
+                )
             return
         if await self.drain():
             self.statements[message.name] = prepared
@@ -329,7 +345,8 @@ class ExtendedProtocol:
                 return Prepared(Route.PASSTHROUGH), None
             raise SqlSyntaxError("cannot insert multiple commands into a prepared statement")
         if not statements or statements[0].route is Route.PASSTHROUGH:
-            return Prepared(Route.PASSTHROUGH), None
+            resets = bool(statements) and statements[0].resets_settings
+            return Prepared(Route.PASSTHROUGH, resets_settings=resets), None
         statement = statements[0]
         if statement.route is Route.SETTING:
             return Prepared(Route.SETTING, setting=statement.setting), None
@@ -342,21 +359,44 @@ class ExtendedProtocol:
         tree = statement.parsed
         assert tree is not None
         if statement.wrapped is not None:
+            wrapped = statement.wrapped
+            types: tuple[int, ...] = ()
+            cores: Wrapped | None = wrapped
             if message.param_types or tree.find(exp.Parameter) is not None:
+                # the values come at Bind; the cores' columns do not depend on them: translate
+                # them with every parameter NULL, and let the backend type the wrapper's own
+                types = parameter_types(tree, self._cube_of(wrapped), message.param_types)
+                n = len(types)
+                nulls = bind_parameters(tree, types, [None] * n, [0] * n)
+                cores = split(nulls, ctx.translator, wrapped.prefix)
+            if cores is None or len(cores.cores) != len(wrapped.cores):
                 raise UnsupportedQuery(
-                    "parameters in a DP query with post-processing are not supported",
-                    hint="bind the values into the SQL text, or drop ORDER BY/LIMIT/... around "
-                    "the DP query",
+                    "a parameter here changes which DP queries the statement holds",
+                    hint="bind the values into the SQL text",
                 )
             # translated now, to refuse what cannot be answered and to type the empty rows
-            specs = await self.session.answers.translate_cores(statement.wrapped, message.sql)
-            prepared = Prepared(Route.DP, tree=tree, text=message.sql, wrapped=statement.wrapped)
-            return prepared, described(statement.wrapped, specs)
+            specs = await self.session.answers.translate_cores(
+                cores, (message.sql, (None,) * len(types)) if types else message.sql
+            )
+            prepared = Prepared(
+                Route.DP,
+                tree=tree,
+                text=message.sql,
+                wrapped=wrapped,
+                param_types=types,
+                upstream_types=_upstream_types(wrapped, types, message.param_types),
+            )
+            return prepared, described(wrapped, specs)
         source = tree.args["from_"].this
         types = parameter_types(tree, ctx.translator.cube_for(source), message.param_types)
         # refuse what cannot be answered now
         spec = None if types else (await self.session.answers.translate(tree, message.sql))[0]
         return Prepared(Route.DP, tree=tree, param_types=types, spec=spec, text=message.sql), None
+
+    def _cube_of(self, wrapped: Wrapped) -> Cube:
+        """The protected table of a statement's first core: its dimensions type parameters."""
+        source = wrapped.cores[0].select.args["from_"].this
+        return self.session.ctx.translator.cube_for(source)
 
     async def bind(self, message: Bind, raw: RawMessage) -> None:
         """Bind: a portal here for a local statement, else forwarded."""
@@ -366,7 +406,8 @@ class ExtendedProtocol:
             raise DuplicateCursor(f'cursor "{message.portal}" already exists')
         if prepared is None or prepared.route is Route.PASSTHROUGH:
             undo = _restore(self.portals, message.portal, current)
-            self.portals[message.portal] = Portal(Route.PASSTHROUGH)
+            resets = prepared is not None and prepared.resets_settings
+            self.portals[message.portal] = Portal(Route.PASSTHROUGH, resets_settings=resets)
             self.forward(raw, _BOUND, undo)
             return
         if not await self.drain():
@@ -388,12 +429,33 @@ class ExtendedProtocol:
         (closing it first: the portal it served, if any, is replaced anyway); the backend's
         replies to that Close and Parse are not the client's, its BindComplete is.
         """
-        if message.params:
+        key: Hashable = None
+        if len(message.params) != len(prepared.param_types):
             raise ProtocolViolation(
                 f"bind message supplies {len(message.params)} parameters, "
-                "but prepared statement requires 0"
+                f"but prepared statement requires {len(prepared.param_types)}"
             )
-        answered = await self.session.answers.answer_wrapped(wrapped, prepared.text)
+        if prepared.param_types:
+            # the values as constants, split again: the cores and wrapper the SQL would be
+            # with them written in
+            assert prepared.tree is not None
+            formats = tuple(message.param_format(i) for i in range(len(message.params)))
+            for i, (upstream, fmt) in enumerate(zip(prepared.upstream_types, formats)):
+                if upstream == 0 and fmt == 1:
+                    raise UnsupportedQuery(
+                        f"parameter ${i + 1} of the post-processing has no declared type: "
+                        "send it in text format",
+                        hint="or declare its type in Parse, or write the value in the SQL",
+                    )
+            bound = bind_parameters(prepared.tree, prepared.param_types, message.params, formats)
+            rewrapped = split(bound, self.session.ctx.translator, wrapped.prefix)
+            if rewrapped is None or len(rewrapped.cores) != len(wrapped.cores):
+                raise UnsupportedQuery(
+                    "a parameter here changes which DP queries the statement holds",
+                    hint="bind the values into the SQL text",
+                )
+            wrapped, key = rewrapped, (prepared.text, message.params, formats)
+        answered = await self.session.answers.answer_wrapped(wrapped, prepared.text, key)
         self.send(
             *(
                 n
@@ -403,7 +465,12 @@ class ExtendedProtocol:
         )
         name = self._wrapper_prefix + message.portal
         self.forward_bytes(Close(Target.STATEMENT, name).encode(), _CLOSED, hidden=True)
-        self.forward_bytes(Parse(name, answered.sql).encode(), _PARSED, hidden=True)
+        self.forward_bytes(
+            Parse(name, answered.sql).encode(),
+            _PARSED,
+            hidden=True,
+            relocate=lambda e: relocated_error(e, answered.sql, prepared.text, 0),
+        )
         bind = Bind(message.portal, name, result_formats=message.result_formats)
         undo = _restore(self.portals, message.portal, current)
         self.portals[message.portal] = Portal(Route.PASSTHROUGH)
@@ -480,7 +547,9 @@ class ExtendedProtocol:
         """Execute: answer a DP portal (once) and send its rows, up to the row limit."""
         portal = self.portals.get(message.portal)
         if portal is None or portal.route is Route.PASSTHROUGH:
-            self.forward(raw, _EXECUTED)
+            # RESET ALL / DISCARD ALL: reset now, undone if the backend refuses it
+            resets = portal is not None and portal.resets_settings
+            self.forward(raw, _EXECUTED, self.session.answers.reset_settings() if resets else None)
             return
         if not await self.drain():
             return
@@ -595,20 +664,22 @@ class ExtendedProtocol:
     async def _relay(self, stop_when_drained: bool, ready: Action = Action.RELAY_STOP) -> None:
         session = self.session
 
-        def decide(kind: int, buf: bytearray, start: int, end: int) -> Action:
+        def decide(kind: int, buf: bytearray, start: int, end: int) -> Action | Replace:
             if kind == READY_FOR_QUERY:
                 return ready
             if kind == ERROR_RESPONSE:
                 poisoned = bool(self.pending) and self.pending[0].poison
+                relocate = self.pending[0].relocate if self.pending else None
                 for pending in reversed(self.pending):
                     if pending.undo is not None:
                         pending.undo()
                 self.pending.clear()
-                if not poisoned:
-                    session.enter(State.EXTENDED_ERROR)  # the backend now skips until Sync
-                if stop_when_drained:
-                    return Action.DROP_STOP if poisoned else Action.RELAY_STOP
-                return Action.DROP if poisoned else Action.RELAY
+                if poisoned:
+                    return Action.DROP_STOP if stop_when_drained else Action.DROP
+                session.enter(State.EXTENDED_ERROR)  # the backend now skips until Sync
+                if relocate is not None:
+                    return Replace(relocate(bytes(buf[start:end])), stop=stop_when_drained)
+                return Action.RELAY_STOP if stop_when_drained else Action.RELAY
             if self.pending and kind in self.pending[0].completes:
                 done = self.pending.pop(0)
                 if stop_when_drained and not self.pending:
@@ -643,6 +714,49 @@ def _deallocations(sql: str) -> Iterator[re.Match[str]]:
         match = _DEALLOCATE.match(sql, start)
         if match is not None:
             yield match
+
+
+def relocated_error(payload: bytes, rendered: str, original: str, offset: int) -> bytes:
+    """A wrapper's ErrorResponse, its position moved into the analyst's statement or dropped.
+
+    PostgreSQL counts the position in the SQL it ran (the wrapper, with the released rows in);
+    the analyst wrote ``original``, which starts ``offset`` characters into their query string.
+
+    >>> error = ErrorResponse({"C": "42703", "M": "column nope does not exist", "P": "46"})
+    >>> rendered = "SELECT x AS sex FROM (VALUES (1)) v ORDER BY nope"
+    >>> original = "SELECT sex, COUNT(*) FROM adult GROUP BY sex ORDER BY nope"
+    >>> moved = relocated_error(error.encode()[5:], rendered, original, 10)
+    >>> decode_payload(ErrorResponse.read, moved[5:], "ErrorResponse").fields["P"]
+    '65'
+    """
+    error = decode_payload(ErrorResponse.read, payload, "ErrorResponse")
+    fields = dict(error.fields)
+    text = fields.pop("P", None)
+    if text is not None and text.isdigit():
+        where = original_position(rendered, int(text), original)
+        if where is not None:
+            fields["P"] = str(offset + where)
+    return ErrorResponse(fields).encode()
+
+
+def _upstream_types(
+    wrapped: Wrapped, types: tuple[int, ...], declared: tuple[int, ...]
+) -> tuple[int, ...]:
+    """The types the backend prepares a wrapper with.
+
+    A parameter the wrapper's own SQL uses (``LIMIT $1``, ``HAVING n > $2``) keeps the type the
+    client declared, or none, for PostgreSQL to infer; one only the cores use is gone from the
+    wrapper, so the backend is told its type.
+
+    >>> from sqlmap.postprocess import Wrapped
+    >>> _upstream_types(Wrapped((), "SELECT x FROM r LIMIT $2"), (20, 25), ())
+    (20, 0)
+    """
+    in_wrapper = {int(n) for n in re.findall(r"\$(\d+)", wrapped.template)}
+    return tuple(
+        (declared[i] if i < len(declared) else 0) if i + 1 in in_wrapper else t
+        for i, t in enumerate(types)
+    )
 
 
 def _checked(message: Bind, columns: int) -> Formats:

@@ -44,6 +44,7 @@ from proxy.storage.postgres_ledger import PostgresLedgerStore
 from proxy.storage.provision import (
     FORBIDDEN_MEMBERSHIPS,
     PASSTHROUGH_ROLE,
+    SHADOW_SCHEMA,
     STATISTICS_FUNCTIONS_SQL,
     STATISTICS_VIEWS_SQL,
 )
@@ -163,8 +164,8 @@ async def check_boundary(config: Config, backend: BackendConfig) -> None:
     Checks, as the first analyst's role in the analyst database, every analyst's role: it exists
     and may log in, holds no attribute or membership that reads every table or statistic or
     signals other roles, cannot connect to the private database, and can neither read a
-    statistics view nor run a statistics function there; and every protected table's stand-in
-    exists and is empty.
+    statistics view nor run a statistics function there; that the statistics views' shadows
+    it reads show no rows; and every protected table's stand-in exists and is empty.
 
     Raises:
         ConfigError: any of these fails.
@@ -244,6 +245,18 @@ async def check_boundary(config: Config, backend: BackendConfig) -> None:
                         detail="they show counts and sizes of tables in every database",
                         hint="run `dpproxy provision`, which revokes them from PUBLIC",
                     )
+        shadows = await conn.fetch(
+            "SELECT format('%I.%I', $1::text, c.relname) FROM pg_class c "
+            "WHERE c.relnamespace = to_regnamespace($1) AND has_table_privilege(c.oid, 'SELECT')",
+            SHADOW_SCHEMA,
+        )
+        for (shadow,) in shadows:
+            # the analysts' search_path finds these before pg_catalog's statistics views
+            if await conn.fetchval(f"SELECT EXISTS (SELECT FROM {shadow})"):
+                raise ConfigError(
+                    f"{where}: {shadow} shows rows; the statistics views' shadows must be empty",
+                    hint="run `dpproxy provision`, which recreates them",
+                )
         for cube in config.cubes:
             name = f"{quote_ident(cube.schema)}.{quote_ident(cube.table)}"
             if not await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", name):

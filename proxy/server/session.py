@@ -39,10 +39,10 @@ from proxy.logs import event
 from proxy.server.answers import LocalAnswers
 from proxy.server.connection import Connection
 from proxy.server.context import CancelKey, SessionContext
-from proxy.server.extended import ExtendedProtocol
+from proxy.server.extended import ExtendedProtocol, relocated_error
 from proxy.server.handshake import handshake
 from proxy.server.states import NEXT, Fatal, State
-from proxy.server.upstream import Action, Decide, Upstream
+from proxy.server.upstream import Action, Decide, Replace, Upstream
 from proxy.wire import (
     FRONTEND_LIMITS,
     CommandComplete,
@@ -598,7 +598,7 @@ class Session:
         """
         copy_in = False
 
-        def decide_or_copy(kind: int, buf: bytearray, start: int, end: int) -> Action:
+        def decide_or_copy(kind: int, buf: bytearray, start: int, end: int) -> Action | Replace:
             nonlocal copy_in
             if kind == COPY_IN_RESPONSE:
                 copy_in = True
@@ -627,16 +627,23 @@ class Session:
             if self._state is State.COPY_IN:
                 self.enter(State.READY)
 
-    async def _relay_cycle(self, stop_at_ready: Action) -> bool:
-        """Relay the backend's reply to one Query; True unless it reported an error."""
+    async def _relay_cycle(
+        self, stop_at_ready: Action, relocate: Callable[[bytes], bytes] | None = None
+    ) -> bool:
+        """Relay the backend's reply to one Query; True unless it reported an error.
+
+        ``relocate`` rewrites an ErrorResponse's payload (a wrapper's, `relocated_error`).
+        """
         failed = False
 
-        def decide(kind: int, buf: bytearray, start: int, end: int) -> Action:
+        def decide(kind: int, buf: bytearray, start: int, end: int) -> Action | Replace:
             nonlocal failed
             if kind == READY_FOR_QUERY:
                 return stop_at_ready
             if kind == ERROR_RESPONSE:
                 failed = True
+                if relocate is not None:
+                    return Replace(relocate(bytes(buf[start:end])))
             return Action.RELAY
 
         await self.relay(decide)
@@ -659,7 +666,9 @@ class Session:
             if self.extended.statements:
                 self.extended.forget(sql)
             self.up.queue(reframe(raw))
-            await self._relay_cycle(stop_at_ready=Action.RELAY_STOP)
+            ran = await self._relay_cycle(stop_at_ready=Action.RELAY_STOP)
+            if ran and statements and any(s.resets_settings for s in statements):
+                self.answers.reset_settings()
             return
         await self._mixed(statements)
 
@@ -671,6 +680,8 @@ class Session:
                 self.up.queue(Query(statement.text).encode())
                 if not await self._relay_cycle(stop_at_ready=Action.DROP_STOP):
                     break
+                if statement.resets_settings:
+                    self.answers.reset_settings()
             elif not await self._run_local(statement):
                 break
         self.send_ready()
@@ -704,7 +715,12 @@ class Session:
                 )
             )
             self.up.queue(Query(answered.sql).encode())
-            return await self._relay_cycle(stop_at_ready=Action.DROP_STOP)
+            return await self._relay_cycle(
+                stop_at_ready=Action.DROP_STOP,
+                relocate=lambda e: relocated_error(
+                    e, answered.sql, statement.text, statement.start
+                ),
+            )
         self.send(
             *notices(result, self.answers.settings.notices_per_row),
             row_description(result.columns),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
@@ -48,7 +49,7 @@ from proxy.wire import (
 )
 from proxy.wire.framing import COPY_IN_RESPONSE, READY_FOR_QUERY, FramingLost, frames
 
-__all__ = ["Upstream", "Action", "Decide"]
+__all__ = ["Upstream", "Action", "Decide", "Replace"]
 
 
 class Action(Enum):
@@ -60,9 +61,17 @@ class Action(Enum):
     DROP_STOP = "drop and stop"  # keep it from the client and return
 
 
+@dataclass(frozen=True, slots=True)
+class Replace:
+    """What `Upstream.relay` sends the client instead of one message (then stops if ``stop``)."""
+
+    data: bytes
+    stop: bool = False
+
+
 #: Called for every complete message with (type byte as an int, buffer, payload start, payload
 #: end).
-Decide = Callable[[int, bytearray, int, int], Action]
+Decide = Callable[[int, bytearray, int, int], "Action | Replace"]
 
 _STATUSES: Final = {ord(s.value): s for s in TransactionStatus}
 
@@ -298,6 +307,13 @@ class Upstream:
                 if kind == READY_FOR_QUERY and end - payload == 1:
                     self.status = _status(buf[payload])
                 action = decide(kind, buf, payload, end)
+                if isinstance(action, Replace):
+                    client.write(bytes(buf[start:pos]) + action.data)
+                    start = pos = end
+                    if action.stop:
+                        stop = True
+                        break
+                    continue
                 if action is Action.DROP or action is Action.DROP_STOP:
                     if start < pos:
                         client.write(bytes(buf[start:pos]))

@@ -42,6 +42,8 @@ __all__ = [
     "STATISTICS_FUNCTIONS_SQL",
     "STATISTICS_VIEWS_SQL",
     "FORBIDDEN_MEMBERSHIPS",
+    "SHADOW_SCHEMA",
+    "ANALYST_SEARCH_PATH",
     "BackendRoles",
     "provision_roles",
     "dsn_with",
@@ -78,6 +80,28 @@ WHERE c.relnamespace = 'pg_catalog'::regnamespace AND c.relkind = 'v'
        OR c.relname LIKE 'pg\_stats%')
   AND has_table_privilege($1, c.oid, 'SELECT')
 ORDER BY 1
+"""
+
+#: The analyst database's schema of empty look-alikes of the statistics views (``shadows``).
+SHADOW_SCHEMA: Final = "dpproxy_catalog"
+#: The analysts' roles' search_path in the analyst database: PostgreSQL's default, with the
+#: shadows before pg_catalog, so an unqualified ``pg_stat_user_tables`` (Metabase's sync
+#: query) is a view of no rows rather than a refusal. ``pg_catalog.pg_stat_user_tables`` stays
+#: revoked; a tool that sets its own search_path gets PostgreSQL's 42501 again, nothing more.
+ANALYST_SEARCH_PATH: Final = f'"$user", public, {SHADOW_SCHEMA}, pg_catalog'
+
+#: Every column of every statistics view revoked above (whatever analysts may read now), to
+#: give each a shadow of the same name and columns. ``anyarray`` (pg_stats' value arrays) is
+#: not a type a view of ours may have: those columns are ``text[]``.
+_STATISTICS_VIEW_COLUMNS_SQL: Final = r"""
+SELECT c.relname, a.attname,
+       CASE WHEN a.atttypid = 'anyarray'::regtype THEN 'text[]'
+            ELSE format_type(a.atttypid, a.atttypmod) END
+FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
+WHERE c.relnamespace = 'pg_catalog'::regnamespace AND c.relkind = 'v'
+  AND (c.relname LIKE 'pg\_stat\_%' OR c.relname LIKE 'pg\_statio\_%'
+       OR c.relname LIKE 'pg\_stats%')
+ORDER BY c.relname, a.attnum
 """
 
 #: Predefined roles a pass-through role must not belong to: they read every table or every
@@ -186,6 +210,7 @@ def provision_roles(
     analyst_admin = dsn_with(admin_dsn, dbname=analyst_database)
     with psycopg.connect(analyst_admin) as conn:
         _analyst_database(conn, analyst_database, shapes, ledger_schema)
+        _shadows(conn, analyst_database, analysts)
     return BackendRoles(
         reader_dsn=dsn_for_role(admin_dsn, READER_ROLE),
         passthrough_dsn=dsn_with(analyst_admin, user=None, password=None),
@@ -295,6 +320,47 @@ def _analyst_database(
                     sql.Identifier(owned), reader
                 )
             )
+
+
+def _shadows(
+    conn: psycopg.Connection[tuple[object, ...]], analyst_database: str, analysts: list[str]
+) -> None:
+    """Empty views named like the statistics views, found first on the analysts' search_path.
+
+    Tools that read statistics while listing tables (Metabase's sync joins
+    ``pg_stat_user_tables`` for an estimated row count) then get no rows instead of an error,
+    and nothing about any table: the views select no rows from nothing.
+    """
+    group, schema = sql.Identifier(PASSTHROUGH_ROLE), sql.Identifier(SHADOW_SCHEMA)
+    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+    conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM PUBLIC").format(schema))
+    conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, group))
+    conn.execute(
+        sql.SQL("COMMENT ON SCHEMA {} IS {}").format(
+            schema,
+            sql.Literal("dpproxy: statistics views without rows, for analysts' tools"),
+        )
+    )
+    views: dict[str, list[sql.Composable]] = {}
+    for view, column, kind in conn.execute(_STATISTICS_VIEW_COLUMNS_SQL).fetchall():
+        views.setdefault(str(view), []).append(
+            sql.SQL("NULL::{} AS {}").format(sql.SQL(str(kind)), sql.Identifier(str(column)))
+        )
+    for view, columns in views.items():
+        name = sql.Identifier(SHADOW_SCHEMA, view)
+        conn.execute(
+            sql.SQL("CREATE OR REPLACE VIEW {} AS SELECT {} WHERE false").format(
+                name, sql.SQL(", ").join(columns)
+            )
+        )
+        conn.execute(sql.SQL("REVOKE ALL ON {} FROM PUBLIC").format(name))
+        conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(name, group))
+    for role in analysts:
+        conn.execute(
+            sql.SQL("ALTER ROLE {} IN DATABASE {} SET search_path TO {}").format(
+                sql.Identifier(role), sql.Identifier(analyst_database), sql.SQL(ANALYST_SEARCH_PATH)
+            )
+        )
 
 
 def _stand_in(

@@ -139,7 +139,9 @@ def test_bypass_gets_no_row_data(shared_proxy: Proxy, sql: str, prepared: bool) 
             return
         text = repr(rows)
         assert not any(m in text for m in markers), text[:300]
-        assert len(rows) < 50, f"{len(rows)} rows"
+        # the table has 32,561 rows; a catalog of the analyst database (pg_class's statistics
+        # columns now pass through: the stand-ins' -1) a few hundred
+        assert len(rows) < 1000, f"{len(rows)} rows"
         OUTCOMES[sql, prepared] = f"ok: {text[:60]}"
 
 

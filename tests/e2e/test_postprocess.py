@@ -282,3 +282,105 @@ def test_asyncpg_cursor_fetches_a_wrapper_portal_in_chunks(proxy: Proxy) -> None
     chunks = asyncio.run(run())
     assert [len(c) for c in chunks] == [5, 5, 5, 1]
     assert chunks[0][0] == "10th"
+
+
+def test_parameters_in_a_dp_query_with_post_processing(
+    conn: psycopg.Connection[tuple[object, ...]], truth: dict[str, float]
+) -> None:
+    """Metabase's filtered breakout: the filter's value a parameter, ORDER BY around it."""
+    sql = (
+        'SELECT "public"."adult"."sex" AS "sex", count(*) AS "count" FROM "public"."adult" '
+        'WHERE "public"."adult"."income" = %s GROUP BY "public"."adult"."sex" '
+        'ORDER BY "count" DESC LIMIT %s'
+    )
+    for prepare in (False, True):
+        rows = conn.execute(sql, (">50K", 10), prepare=prepare).fetchall()
+        assert [r[0] for r in rows] == ["Male", "Female"]
+        assert close(rows[0][1], truth["rich Male"]) and close(rows[1][1], truth["rich Female"])
+    # the same statement with other values: other cores, not the first ones' answers
+    rows = conn.execute(sql, ("<=50K", 1), prepare=True).fetchall()
+    assert len(rows) == 1 and rows[0][0] == "Male"
+    assert close(rows[0][1], truth["Male"] - truth["rich Male"])
+
+
+def test_asyncpg_parameters_with_post_processing(proxy: Proxy, truth: dict[str, float]) -> None:
+    async def run() -> tuple[list[asyncpg.Record], list[str]]:
+        conn = await asyncpg.connect(**proxy.kwargs, server_settings={"dp.accuracy": "200"})
+        try:
+            statement = await conn.prepare(
+                "SELECT sex, COUNT(*) AS n FROM adult WHERE income = $1 GROUP BY sex "
+                "HAVING COUNT(*) > 0 ORDER BY n DESC"
+            )
+            types = [t.name for t in statement.get_parameters()]
+            return list(await statement.fetch(">50K")), types
+        finally:
+            await conn.close()
+
+    rows, types = asyncio.run(run())
+    assert types == ["text"]
+    assert [r["sex"] for r in rows] == ["Male", "Female"]
+    assert close(rows[0]["n"], truth["rich Male"])
+
+
+def test_a_post_processing_parameter_in_binary_without_a_type_is_refused(proxy: Proxy) -> None:
+    async def run() -> None:
+        conn = await asyncpg.connect(**proxy.kwargs, server_settings={"dp.accuracy": "200"})
+        try:
+            # asyncpg sends the LIMIT's value in binary, typed as PostgreSQL described it
+            await conn.fetch("SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex LIMIT $1", 1)
+        finally:
+            await conn.close()
+
+    with pytest.raises(asyncpg.FeatureNotSupportedError, match=r"parameter \$1"):
+        asyncio.run(run())
+
+
+@pytest.mark.parametrize("prepare", [False, True], ids=["simple", "extended"])
+def test_errors_in_the_post_processing_point_into_the_analysts_sql(
+    conn: psycopg.Connection[tuple[object, ...]], prepare: bool
+) -> None:
+    """PostgreSQL's position counts in the wrapper it ran; psql's caret needs the analyst's."""
+    sql = "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex HAVING COUNT(*) > 'many'"
+    with pytest.raises(errors.InvalidTextRepresentation) as raised:
+        conn.execute(sql, prepare=prepare)
+    assert raised.value.diag.statement_position == str(sql.index("'many'") + 1)
+    sql = "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex ORDER BY nope(sex)"
+    with pytest.raises(errors.UndefinedFunction) as raised:
+        conn.execute(sql, prepare=prepare)
+    assert raised.value.diag.statement_position == str(sql.index("nope") + 1)
+    # a word the statement holds twice: no position rather than a wrong one
+    sql = (
+        "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex "
+        "HAVING sex <> 'many' AND COUNT(*) > 'many'"
+    )
+    with pytest.raises(errors.InvalidTextRepresentation) as raised:
+        conn.execute(sql, prepare=prepare)
+    assert raised.value.diag.statement_position is None
+
+
+def test_error_positions_count_in_the_whole_query_string(
+    conn: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    sql = "SELECT 1; SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex ORDER BY nope(sex)"
+    with pytest.raises(errors.UndefinedFunction) as raised:
+        conn.execute(sql)
+    assert raised.value.diag.statement_position == str(sql.index("nope") + 1)
+
+
+def test_width_bucket_on_declared_edges(
+    conn: psycopg.Connection[tuple[object, ...]], adult_dsn: str
+) -> None:
+    """A histogram as tools write it: buckets whose edges are the dimension's, decided per cell."""
+    sql = (
+        "SELECT width_bucket(age, 25, 65, 4) AS bucket, COUNT(*) AS n FROM adult "
+        "GROUP BY 1 ORDER BY 1"
+    )
+    with psycopg.connect(adult_dsn, autocommit=True) as private:
+        truth = dict(private.execute(sql).fetchall())  # PostgreSQL's own width_bucket
+    rows = conn.execute(sql).fetchall()
+    assert [int(b) for b, _ in rows] == sorted(truth) == [0, 1, 2, 3, 4, 5]
+    for bucket, n in rows:
+        assert close(n, truth[int(bucket)])
+    # edges inside a declared bin cannot be decided per cell
+    with pytest.raises(errors.FeatureNotSupported, match="splits the bin"):
+        conn.execute("SELECT width_bucket(age, 15, 95, 8), COUNT(*) FROM adult GROUP BY 1")

@@ -69,7 +69,7 @@ def test_queries_and_other_messages_in_one_read(proxy: Proxy) -> None:
 
 def test_a_whole_read_that_is_not_plainly_pass_through(proxy: Proxy) -> None:
     client = RawClient.connect(proxy.port)
-    for sql in ("SELECT * FROM adult", "SELECT reltuples FROM pg_class", "DO $$ BEGIN END $$"):
+    for sql in ("SELECT * FROM adult", "SET ROLE dpproxy_reader", "DO $$ BEGIN END $$"):
         client.send(Query(sql))
         reply = client.until_ready()
         assert isinstance(reply[0], ErrorResponse) and reply[0].sqlstate == "42501", reply

@@ -22,7 +22,6 @@ from proxy.engine.engine import (
     Reply,
     StalePlanError,
     TrueAnswer,
-    _feasible,
     describe_batch,
 )
 from proxy.engine.estimator import (
@@ -40,6 +39,7 @@ from proxy.engine.noise import (
     noisy_value,
     public_fraction,
 )
+from proxy.engine.posterior import feasible_range
 from proxy.engine.solver import MinNormSolver
 from proxy.engine.tails import EXACT, TailMethod
 from proxy.errors import BudgetExhausted, InvalidParameterValue
@@ -458,15 +458,13 @@ class CellEngine:
             estimate += (1.0 - decision.fresh_weight) * decision.history.estimate(answers)
         if fresh_row is not None:
             estimate += decision.fresh_weight * float(answers[fresh_row])
-        low, high = estimate - decision.half_width, estimate + decision.half_width
-        if self._nonnegative:
-            estimate, low, high = _feasible(request.query, estimate, low, high)
-        return Reply(
+        reply = Reply(
             estimate,
-            low,
-            high,
+            estimate - decision.half_width,
+            estimate + decision.half_width,
             decision.confidence,
             decision.source,
             decision.budget,
             self._budget.remaining,
         )
+        return reply.within(feasible_range(request.query)) if self._nonnegative else reply

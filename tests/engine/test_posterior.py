@@ -31,6 +31,7 @@ from proxy.engine.tails import EXACT, ConvolutionTail
 from tests.paper_examples import (
     EIGHT_BY_FOUR_ALPHA,
     EIGHT_BY_FOUR_H,
+    EIGHT_BY_FOUR_PR_THETA_POSITIVE,
     EIGHT_BY_FOUR_THETA_ESTIMATE,
     EIGHT_BY_FOUR_THETA_WEIGHTS,
 )
@@ -206,7 +207,7 @@ def test_papers_probability_that_theta_is_positive() -> None:
     # theta > 0 is X < y; the bin centred on y is split in two
     paper_style = pmf[centres < y].sum() + pmf[np.isclose(centres, y)].sum() / 2
     assert exact == pytest.approx(paper_style, abs=2e-3)
-    assert round(exact, 2) == 0.96
+    assert round(exact, 2) == EIGHT_BY_FOUR_PR_THETA_POSITIVE
     assert EXACT.quantile(scales, 0.05) == pytest.approx(47.4, abs=0.05)
 
 

@@ -9,7 +9,7 @@ from proxy.errors import DpproxyError
 from sqlmap.accuracy import AccuracyDefaults, DPPostgres
 from sqlmap.cube import CategoricalDimension, Cube, NumericDimension
 from sqlmap.postprocess import Wrapped, needs_wrapper, split, values_relation
-from sqlmap.translate import Translator
+from sqlmap.translate import OutputKind, Translator
 
 CUBE = Cube(
     "public",
@@ -68,20 +68,16 @@ def test_plain_queries_need_no_wrapper() -> None:
         assert needs_wrapper(D.parse(sql)[0])
 
 
-def test_each_aggregate_inside_arithmetic_is_a_value_of_its_own() -> None:
+def test_each_aggregate_inside_arithmetic_is_a_value_of_its_own_and_a_ratio_is_one() -> None:
     w = wrap(
         "SELECT sex, COUNT(*) FILTER (WHERE income = '>50K') * 100.0 / COUNT(*) AS pct, "
         "COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () AS share FROM adult GROUP BY sex "
         "HAVING COUNT(*) > 10 ORDER BY 2 DESC"
     )
     (core,) = w.cores
-    assert [e.alias for e in core.select.expressions] == [
-        "_k1",
-        "COUNT(*) FILTER(WHERE income = '>50K')",
-        "COUNT(*)",
-    ]
+    assert [e.alias for e in core.select.expressions] == ["_k1", "pct", "COUNT(*)"]
     assert rendered(w) == (
-        'SELECT _dpproxy_1._k1 AS "sex", _dpproxy_1._a1 * 100.0 / _dpproxy_1._a2 AS pct, '
+        'SELECT _dpproxy_1._k1 AS "sex", _dpproxy_1._a1 AS pct, '
         "_dpproxy_1._a2 * 100.0 / SUM(_dpproxy_1._a2) OVER () AS share "
         "FROM <core 0> AS _dpproxy_1(_k1, _a1, _a2) WHERE _dpproxy_1._a2 > 10 ORDER BY 2 DESC"
     )
@@ -112,13 +108,28 @@ def test_cores_in_subqueries_ctes_and_joins_are_replaced_in_place() -> None:
     assert "(SELECT _dpproxy_1._a1 / 4 FROM <core 0> AS _dpproxy_1(_a1))" in text
 
 
-def test_avg_is_the_ratio_of_two_noisy_values() -> None:
+def test_avg_and_ratios_are_values_of_the_core_wherever_they_appear() -> None:
     cube = Cube("public", "adult", (CategoricalDimension("kids", (0, 1, 2), closed=True),))
-    w = split(D.parse("SELECT AVG(kids) FROM adult")[0], Translator([cube]))
+    w = split(
+        D.parse(
+            "SELECT AVG(kids), COUNT(*) FROM adult HAVING AVG(kids) > 1 "
+            "ORDER BY SUM(kids) / COUNT(kids)"
+        )[0],
+        Translator([cube]),
+    )
     assert w is not None
-    assert [e.alias for e in w.cores[0].select.expressions] == ["SUM(kids)", "COUNT(kids)"]
-    assert rendered(w).startswith('SELECT _dpproxy_1._a1 / NULLIF(_dpproxy_1._a2, 0) AS "avg" FROM')
-    assert len(Translator([cube]).translate_parsed(w.cores[0].select).columns) == 2
+    assert [e.alias for e in w.cores[0].select.expressions] == [
+        "avg",
+        "count",
+        "SUM(kids) / COUNT(kids)",
+    ]
+    assert rendered(w) == (
+        'SELECT _dpproxy_1._a1 AS "avg", _dpproxy_1._a2 AS "count" '
+        "FROM <core 0> AS _dpproxy_1(_a1, _a2, _a3) WHERE _dpproxy_1._a1 > 1 "
+        "ORDER BY _dpproxy_1._a3"
+    )
+    kinds = [c.kind for c in Translator([cube]).translate_parsed(w.cores[0].select).columns]
+    assert kinds == [OutputKind.RATIO, OutputKind.AGGREGATE, OutputKind.RATIO]
 
 
 @pytest.mark.parametrize(

@@ -192,7 +192,7 @@ def test_interval_columns_point_at_their_aggregate() -> None:
     [
         (
             "SELECT DP_INTERVAL_LOW(COUNT(*)) FROM people",
-            "needs that aggregate in the select list too",
+            "needs its aggregate in the select list too",
         ),
         (
             "SELECT COUNT(*), DP_INTERVAL_LOW(COUNT(*), 1) FROM people",
