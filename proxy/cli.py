@@ -186,13 +186,15 @@ def _cube(config: Config, name: str) -> Cube:
 def _check(config: Config, dsn: str | None) -> int:
     for cube in config.cubes:
         dims = ", ".join(f"{d.name} ({d.size})" for d in cube.dimensions)
+        sums = ", ".join(f"{m.name} [{m.lower}, {m.upper}]" for m in cube.measures)
         print(
             f"{cube.qualified_name}: {cube.n_cells} cells = {dims}; "
-            f"total budget {cube.total_budget}"
+            + (f"measures {sums}; " if sums else "")
+            + f"total budget {cube.total_budget}"
         )
     if dsn:
         asyncio.run(_check_backend(config, dsn))
-        print(f"{config.source}: every dimension matches its column in the backend")
+        print(f"{config.source}: every dimension and measure matches its column in the backend")
     return 0
 
 
@@ -302,7 +304,7 @@ def describe(spec: AnswerSpec) -> str:
         prefix = f"  [{keys}] " if keys else "  "
         for column, q in zip(aggregates, row.queries):
             lines.append(
-                f"{prefix}{column.name} = {column.sql}: {q.cells.size} cells, "
+                f"{prefix}{column.name} = {column.sql}: {q.cell_sensitivities()[0].size} cells, "
                 f"sensitivity {q.sensitivity:g}, offset {q.offset:g}"
             )
         for column, (n, d) in zip(ratios, row.ratios):

@@ -18,7 +18,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sqlmap.cube import BinKind, CategoricalDimension, Cube, Dimension, NumericDimension, Scalar
+from sqlmap.cube import (
+    BinKind,
+    CategoricalDimension,
+    Cube,
+    Dimension,
+    Measure,
+    NumericDimension,
+    Scalar,
+)
 from sqlmap.errors import ConfigError, DomainViolation
 from sqlmap.vector import LinearQuery
 
@@ -26,6 +34,7 @@ __all__ = [
     "quote_ident",
     "quote_literal",
     "cell_index_sql",
+    "clamped_sum_sql",
     "histogram_sql",
     "histogram_from_rows",
     "MeasurementSql",
@@ -103,27 +112,64 @@ def cell_index_sql(cube: Cube) -> str:
     return " + ".join(f"({t})" for t in terms)
 
 
+def clamped_sum_sql(measure: Measure) -> str:
+    """The sum over a group's rows of a measure clamped to its bounds, NULLs adding 0.
+
+    >>> print(clamped_sum_sql(Measure("gain", 0, 20000)))
+    sum(least(greatest("gain", 0), 20000))
+    """
+    # least/greatest skip NULLs (greatest(NULL, 0) is 0): the column's NULLs are kept apart
+    col = quote_ident(measure.name)
+    clamped = f"least(greatest({col}, {measure.lower}), {measure.upper})"
+    if measure.lower > 0 or measure.upper < 0:
+        clamped = f"CASE WHEN {col} IS NULL THEN 0 ELSE {clamped} END"
+    return f"sum({clamped})"
+
+
+def _nulls_sql(measures: Iterable[Measure]) -> str | None:
+    """Counts the rows where a measure promised NOT NULL (``nulls: never``) is NULL."""
+    never = [f"{quote_ident(m.name)} IS NULL" for m in measures if not m.nullable]
+    return f"count(*) FILTER (WHERE {' OR '.join(never)})" if never else None
+
+
 def histogram_sql(cube: Cube) -> str:
-    """The query returning ``(cell, n)`` for every non-empty cell of the cube."""
+    """The query returning ``(cell, n, sums...)`` for every non-empty cell of the cube.
+
+    After the count, one clamped sum per measure (:func:`clamped_sum_sql`), and then, if some
+    measure is promised NOT NULL, how many rows break that promise.
+    """
     table = f"{quote_ident(cube.schema)}.{quote_ident(cube.table)}"
-    return f"SELECT {cell_index_sql(cube)} AS cell, count(*) AS n FROM {table} GROUP BY 1"
+    sums = [clamped_sum_sql(m) for m in cube.measures]
+    nulls = _nulls_sql(cube.measures)
+    columns = ", ".join([f"{cell_index_sql(cube)} AS cell", "count(*) AS n", *sums])
+    return f"SELECT {columns}{'' if nulls is None else ', ' + nulls} FROM {table} GROUP BY 1"
 
 
-def histogram_from_rows(
-    cube: Cube, rows: Iterable[tuple[int | None, int]]
-) -> npt.NDArray[np.int64]:
-    """The dense histogram x from the rows of :func:`histogram_sql`.
+def histogram_from_rows(cube: Cube, rows: Iterable[Sequence[Any]]) -> npt.NDArray[np.int64]:
+    """The dense vector x (counts, then each measure's sums) from the rows of :func:`histogram_sql`.
 
     Raises DomainViolation if some rows break a ``closed`` or ``nullable: false`` promise
-    (their cell is NULL): counting them anywhere would make answers silently wrong.
+    (their cell is NULL), or a measure's ``nulls: never``: counting them anywhere would make
+    answers silently wrong.
     """
-    x = np.zeros(cube.n_cells, dtype=np.int64)
-    for cell, n in rows:
+    x = np.zeros(cube.n_coordinates, dtype=np.int64)
+    kinds = 1 + len(cube.measures)
+    for row in rows:
+        cell, n = row[0], row[1]
         if cell is None:
-            promised = [d.name for d in cube.dimensions if d.closed or not d.nullable]
-            raise DomainViolation(cube.qualified_name, promised, rows=n)
-        x[cell] = n
+            _refuse_broken(cube, n)
+        if len(row) > 1 + kinds and row[1 + kinds]:
+            _refuse_broken(cube, row[1 + kinds])
+        for kind in range(kinds):
+            x[kind * cube.n_cells + cell] = row[1 + kind] or 0
     return x
+
+
+def _refuse_broken(cube: Cube, rows: int) -> None:
+    """Raise DomainViolation for ``rows`` rows that break a promise of the cube's config."""
+    promised = [d.name for d in cube.dimensions if d.closed or not d.nullable]
+    promised += [m.name for m in cube.measures if not m.nullable]
+    raise DomainViolation(cube.qualified_name, promised, rows=rows)
 
 
 def _numeric_segments(dim: NumericDimension) -> list[tuple[int | None, float, float]]:
@@ -194,52 +240,70 @@ class MeasurementSql:
 
     ``sql`` returns one row per group of the dimensions the vectors' weights vary on: a key
     column per such dimension (its bin from :func:`_bin_case`, or the text value of a closed
-    text dimension), the number of rows ``n`` and, when the rows of some other dimension must
-    be checked against its promise, ``n_inside``: how many of them lie in the bins weighed
-    (the others break a closed or non-null domain). It is None when the vectors weigh no cell
-    (every answer is 0 without reading anything).
+    text dimension), the number of rows ``n``, when the rows of some other dimension must be
+    checked against its promise ``n_inside`` (how many of them lie in the bins weighed; the
+    others break a closed or non-null domain), the clamped sum of each measure the vectors
+    weigh, and, if one of those is promised NOT NULL, how many rows break that promise. It is
+    None when the vectors weigh no cell (every answer is 0 without reading anything).
 
     Attributes:
         cube: the cube.
         sql: the statement, or None.
         keys: per key column, its stride in the group number and, for a text value, the bin
             of every value a row may hold (a value not there breaks the promise).
-        checked: whether the rows end with ``n_inside``.
-        weights: per query, its weight in each group it weighs, as ``(groups, weights)``.
+        checked: whether the rows have ``n_inside``.
+        kinds: the coordinate kinds the rows give after the count: each summed measure's
+            kind (``1 + `` its position among the cube's measures).
+        nulls: whether the rows end with the count of NULLs of measures promised NOT NULL.
+        weights: per query, per kind (the count, then each measure's sums), its weight in each
+            group it weighs, as ``(groups, weights)``.
     """
 
     cube: Cube
     sql: str | None
     keys: tuple[tuple[int, Mapping[str | None, int] | None], ...]
     checked: bool
-    weights: tuple[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]], ...]
+    kinds: tuple[int, ...]
+    nulls: bool
+    weights: tuple[tuple[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]], ...], ...]
 
     def answers(self, rows: Iterable[Sequence[Any]]) -> list[float]:
         """Each query's exact answer ``q . x``, rounded once, from the rows of :attr:`sql`.
 
         Raises DomainViolation if some rows the vectors weigh break a ``closed`` or
-        ``nullable: false`` promise, as :func:`histogram_from_rows` does.
+        ``nullable: false`` promise, or a measure's ``nulls: never``, as
+        :func:`histogram_from_rows` does.
         """
-        counts: dict[int, int] = {}
+        values: list[dict[int, int]] = [{} for _ in range(1 + len(self.cube.measures))]
         broken = 0
+        first_sum = len(self.keys) + 1 + self.checked
         for row in rows:
             n = int(row[len(self.keys)])
             group = self._group(row)
             if group is None:
                 broken += n
-            else:
-                counts[group] = n
-                broken += n - int(row[len(self.keys) + 1]) if self.checked else 0
+                continue
+            values[0][group] = n
+            broken += n - int(row[len(self.keys) + 1]) if self.checked else 0
+            for j, kind in enumerate(self.kinds):
+                # an integer column's clamped sum is an integer (numeric past bigint's range)
+                values[kind][group] = int(row[first_sum + j] or 0)
+            broken += int(row[first_sum + len(self.kinds)]) if self.nulls else 0
         if broken:  # refused as the whole histogram refuses them (one error, one place)
-            histogram_from_rows(self.cube, [(None, broken)])
-        keys = np.fromiter(counts, dtype=np.int64, count=len(counts))
-        sizes = list(counts.values())
+            _refuse_broken(self.cube, broken)
         answers = []
-        for groups, weights in self.weights:
-            at = np.minimum(np.searchsorted(groups, keys), max(groups.size - 1, 0))
-            hit = groups[at] == keys if groups.size else np.zeros(keys.size, dtype=bool)
-            terms = [(weights[a], k) for a, k, h in zip(at, sizes, hit) if h]
-            if np.all(weights == np.trunc(weights)):  # integer weights: exact in ints
+        for parts in self.weights:
+            terms: list[tuple[float, int]] = []
+            for kind, (groups, weights) in enumerate(parts):
+                if groups.size == 0:
+                    continue
+                known = values[kind]
+                keys = np.fromiter(known, dtype=np.int64, count=len(known))
+                sizes = list(known.values())
+                at = np.minimum(np.searchsorted(groups, keys), groups.size - 1)
+                hit = groups[at] == keys
+                terms += [(weights[a], k) for a, k, h in zip(at, sizes, hit) if h]
+            if all(float(w).is_integer() for w, _ in terms):  # integer weights: exact in ints
                 answers.append(float(sum(int(w) * k for w, k in terms)))
             else:
                 answers.append(float(sum(Fraction(float(w)) * k for w, k in terms)))
@@ -269,6 +333,19 @@ def _raw_key(dim: Dimension) -> Mapping[str | None, int] | None:
     return {None if b.kind is BinKind.NULL else str(b.value): i for i, b in enumerate(dim.bins)}
 
 
+Part = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]
+
+
+def _kinds(cube: Cube, query: LinearQuery) -> list[Part]:
+    """A vector's weights per coordinate kind (the count, then each measure's sums), by cell."""
+    n = cube.n_cells
+    ends = np.searchsorted(query.cells, np.arange(len(cube.measures) + 2) * n)
+    return [
+        (query.cells[a:b] - k * n, query.weights[a:b])
+        for k, (a, b) in enumerate(zip(ends[:-1], ends[1:]))
+    ]
+
+
 def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSql:
     """The SQL that computes ``q . x`` for each query, reading only what the queries weigh.
 
@@ -276,7 +353,8 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     restricts the rows; within it, the query weights vary along only some dimensions, and the
     SQL groups by those dimensions' bins alone. A range count over the bins of a few
     dimensions is then one filtered count, a GROUP BY one group per key, as PostgreSQL would
-    compute the user's own query.
+    compute the user's own query. A vector weighing a measure's sums adds that measure's
+    clamped sum per group (:func:`clamped_sum_sql`); its weights, too, decide the grouping.
 
     Domain violations are refused as by :func:`histogram_from_rows` in every dimension the
     queries read: the restriction lets through rows that break a dimension's promise (it
@@ -285,30 +363,33 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     on count where any of its bins would put them, which every answer of such queries agrees
     with.
     """
-    if any(q.n_cells != cube.n_cells or q.offset for q in queries):
-        raise ValueError("measurements are offset-free vectors over this cube's cells")
-    nonempty = [q.cells for q in queries if q.cells.size]
+    if any(
+        q.n_cells != cube.n_coordinates or q.measures != cube.measure_reach or q.offset
+        for q in queries
+    ):
+        raise ValueError("measurements are offset-free vectors over this cube's coordinates")
+    parts = [_kinds(cube, q) for q in queries]
+    nonempty = [cells for kinds in parts for cells, _ in kinds if cells.size]
     if not nonempty:
-        empty = tuple((q.cells, q.weights) for q in queries)
-        return MeasurementSql(cube, None, (), False, empty)
+        return MeasurementSql(cube, None, (), False, (), False, tuple(map(tuple, parts)))
     shape = cube.shape
     weighed = np.zeros(cube.n_cells, dtype=bool)
     # cells with equal weights in every query share an atom id (0: weighed by none); linear
     # time in the common cases (equal weights, disjoint supports), a sort otherwise
     atom = np.zeros(cube.n_cells, dtype=np.int64)
     next_id = 1
-    for q in queries:
-        if not q.cells.size:
+    for cells, weights in (part for kinds in parts for part in kinds):
+        if not cells.size:
             continue
-        weighed[q.cells] = True
-        before = atom[q.cells]
-        if q.weights.min() == q.weights.max() and before.min() == before.max():
-            atom[q.cells] = next_id
+        weighed[cells] = True
+        before = atom[cells]
+        if weights.min() == weights.max() and before.min() == before.max():
+            atom[cells] = next_id
             next_id += 1
             continue
-        weight_ids = np.unique(q.weights, return_inverse=True)[1]
-        distinct, inverse = np.unique(before * (q.cells.size + 1) + weight_ids, return_inverse=True)
-        atom[q.cells] = next_id + inverse
+        weight_ids = np.unique(weights, return_inverse=True)[1]
+        distinct, inverse = np.unique(before * (cells.size + 1) + weight_ids, return_inverse=True)
+        atom[cells] = next_id + inverse
         next_id += distinct.size
 
     # the hull: per dimension, the bins some weighed cell lies in; the atoms over it
@@ -350,6 +431,12 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     counts = ["count(*) AS n"]
     if inside:
         counts.append(f"count(*) FILTER (WHERE {' AND '.join(inside)}) AS n_inside")
+    kinds = tuple(k for k in range(1, 1 + len(cube.measures)) if any(p[k][0].size for p in parts))
+    summed = [cube.measures[k - 1] for k in kinds]
+    counts += [clamped_sum_sql(m) for m in summed]
+    nulls = _nulls_sql(summed)
+    if nulls is not None:
+        counts.append(nulls)
     sql = f"SELECT {', '.join(columns + counts)} FROM {table}"
     if where:
         sql += " WHERE " + " AND ".join(where)
@@ -361,21 +448,32 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
         group_of += (np.arange(shape[d]) * strides[d]).reshape([-1 if e == d else 1 for e in axes])
     group_of = group_of.reshape(-1)
     n_groups = math.prod(shape[d] for d in grouped)
-    weights = []
-    for q in queries:
-        group = group_of[q.cells]
-        # within the hull every cell of a group has the same weight: any one will do
-        if n_groups <= 4 * q.cells.size + 4096:
-            weight_of = np.zeros(n_groups)
-            weight_of[group] = q.weights
-            present = np.zeros(n_groups, dtype=bool)
-            present[group] = True
-            groups = np.flatnonzero(present)
-            weights.append((groups, weight_of[groups]))
-        else:
-            groups, first = np.unique(group, return_index=True)
-            weights.append((groups, q.weights[first]))
-    return MeasurementSql(cube, sql, tuple(key_bins), bool(inside), tuple(weights))
+    per_group = tuple(
+        tuple(_group_weights(cells, w, group_of, n_groups) for cells, w in by_kind)
+        for by_kind in parts
+    )
+    return MeasurementSql(
+        cube, sql, tuple(key_bins), bool(inside), kinds, nulls is not None, per_group
+    )
+
+
+def _group_weights(
+    cells: npt.NDArray[np.int64],
+    weights: npt.NDArray[np.float64],
+    group_of: npt.NDArray[np.int64],
+    n_groups: int,
+) -> Part:
+    """A vector part's weight per group (within the hull a group's cells weigh alike)."""
+    group = group_of[cells]
+    if n_groups <= 4 * cells.size + 4096:
+        weight_of = np.zeros(n_groups)
+        weight_of[group] = weights
+        present = np.zeros(n_groups, dtype=bool)
+        present[group] = True
+        groups = np.flatnonzero(present)
+        return groups, weight_of[groups]
+    groups, first = np.unique(group, return_index=True)
+    return groups, weights[first]
 
 
 #: Column name -> type of a table; parameters $1 = schema, $2 = table.
@@ -391,10 +489,11 @@ _TEXT_PREFIXES = ("text", "character varying", "character", "citext", "name")
 
 
 def check_column_types(cube: Cube, column_types: Mapping[str, str]) -> None:
-    """Check each dimension against its backend column type (from :data:`COLUMN_TYPES_SQL`).
+    """Check each dimension and measure against its column's type (:data:`COLUMN_TYPES_SQL`).
 
     Raises ConfigError when a column is missing or its type cannot hold what the dimension
-    declares, e.g. ``integer: true`` on a ``double precision`` column.
+    declares, e.g. ``integer: true`` on a ``double precision`` column, or a measure is not
+    of an integer type.
     """
     where = f"tables.{cube.qualified_name}"
     if not column_types:
@@ -413,3 +512,14 @@ def check_column_types(cube: Cube, column_types: Mapping[str, str]) -> None:
             raise ConfigError(f"{key}: text values declared on a column of type {sql_type}")
         if isinstance(dim, NumericDimension) and dim.integer and sql_type not in _INTEGER_TYPES:
             raise ConfigError(f"{key}: 'integer: true' on a column of type {sql_type}")
+    for measure in cube.measures:
+        key = f"{where}.measures.{measure.name}"
+        sql_type = column_types.get(measure.name)
+        if sql_type is None:
+            raise ConfigError(f"{key}: the table has no column {measure.name!r}")
+        if sql_type not in _INTEGER_TYPES:  # sums of integers are exact, and lie on a lattice
+            raise ConfigError(
+                f"{key}: a measure sums an integer column, not one of type {sql_type}",
+                hint="store the column in integer units (e.g. cents), or declare a view that "
+                "rounds it to integers and protect the view",
+            )

@@ -16,8 +16,8 @@ import decimal
 import difflib
 import math
 import operator
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -49,6 +49,8 @@ Bools = npt.NDArray[np.bool_]
 Floats = npt.NDArray[np.float64]
 Number = Fraction
 ColumnResolver = Callable[[exp.Column], Dimension]
+#: The position of the measure a column names among the cube's measures, or None.
+MeasureResolver = Callable[[exp.Column], int | None]
 
 
 def position_of(node: exp.Expr | list[exp.Expr]) -> int | None:
@@ -83,10 +85,16 @@ class Truth:
 
 @dataclass(frozen=True, slots=True)
 class Values:
-    """A numeric value per cell; ``null`` marks cells where the SQL value is NULL."""
+    """A numeric value per cell; ``null`` marks cells where the SQL value is NULL.
+
+    A value may also be linear in the rows' measures: in each cell, a row's value is
+    ``value + sum_m measures[m] * v_m`` where ``v_m`` is the row's clamped value of measure
+    ``m`` (its sum over the cell's rows is a coordinate of the vector).
+    """
 
     value: Floats
     null: Bools
+    measures: Mapping[int, Floats] = field(default_factory=dict)
 
     @staticmethod
     def const(value: float | None, ndim: int) -> Values:
@@ -97,9 +105,24 @@ class Values:
         )
 
     def combine(self, other: Values, op: Callable[[Floats, Floats], Floats]) -> Values:
-        """``op`` applied cellwise; NULL if either side is NULL, as in SQL arithmetic."""
+        """``op`` (+ or -) applied cellwise; NULL if either side is NULL, as in SQL arithmetic."""
         null = self.null | other.null
-        return Values(np.where(null, 0.0, op(self.value, other.value)), null)
+        measures = {
+            m: np.where(
+                null,
+                0.0,
+                op(self.measures.get(m, np.zeros(1)), other.measures.get(m, np.zeros(1))),
+            )
+            for m in {*self.measures, *other.measures}
+        }
+        return Values(np.where(null, 0.0, op(self.value, other.value)), null, measures)
+
+    def times(self, other: Values) -> Values:
+        """The cellwise product; one side at most may depend on a measure (else not linear)."""
+        null = self.null | other.null
+        scaled, factor = (self, other) if not other.measures else (other, self)
+        measures = {m: np.where(null, 0.0, w * factor.value) for m, w in scaled.measures.items()}
+        return Values(np.where(null, 0.0, self.value * other.value), null, measures)
 
 
 def refuse_division(node: exp.Expr) -> None:
@@ -270,9 +293,12 @@ _SYMBOL: dict[type[exp.Expr], str] = {
 class CellEvaluator:
     """Evaluates WHERE/FILTER predicates and SUM arguments of one query over one cube."""
 
-    def __init__(self, cube: Cube, resolve: ColumnResolver) -> None:
+    def __init__(
+        self, cube: Cube, resolve: ColumnResolver, measure: MeasureResolver | None = None
+    ) -> None:
         self.cube = cube
         self.resolve = resolve
+        self.measure = measure
         self.ndim = len(cube.dimensions)
         #: what the analyst should know about the query though it is answered (typos, ...)
         self.warnings: list[str] = []
@@ -406,11 +432,23 @@ class CellEvaluator:
         arith: dict[type[exp.Expr], Callable[[Floats, Floats], Floats]] = {
             exp.Add: np.add,
             exp.Sub: np.subtract,
-            exp.Mul: np.multiply,
         }
         if type(node) in arith:
             return self.values(node.this).combine(self.values(node.expression), arith[type(node)])
+        if isinstance(node, exp.Mul):
+            left, right = self.values(node.this), self.values(node.expression)
+            if left.measures and right.measures:
+                raise UnsupportedQuery(
+                    f"product of two measures is not linear: {node.sql('postgres')}",
+                    hint="multiply a measure by constants or dimensions only",
+                    position=position_of(node),
+                )
+            return left.times(right)
         if isinstance(node, exp.Column):
+            index = self.measure(node) if self.measure is not None else None
+            if index is not None:
+                ones = np.ones((1,) * self.ndim)
+                return Values(0.0 * ones, ones == 0, {index: ones})
             return self._column_values(node)
         if isinstance(node, exp.Case):
             return self._case(node)
@@ -426,8 +464,8 @@ class CellEvaluator:
         if isinstance(dim, NumericDimension):
             raise UnsupportedQuery(
                 f"the value of {dim.name} is only known to within its bins",
-                hint=f"to sum {dim.name}, declare it with 'values:' listing its possible values "
-                "and 'closed: true'",
+                hint=f"to sum {dim.name}, the DBA declares it a measure with clamp bounds "
+                f"(measures: {{{dim.name}: {{lower: ..., upper: ...}}}} in config.yaml)",
                 position=position_of(node),
             )
         if not dim.numeric:
@@ -458,14 +496,28 @@ class CellEvaluator:
                 cond = exp.EQ(this=subject.copy(), expression=cond.copy())
             taken = self.truth(cond).true
             then = self.values(branch.args["true"])
+            zero = np.zeros(1)
             result = Values(
-                np.where(taken, then.value, result.value), np.where(taken, then.null, result.null)
+                np.where(taken, then.value, result.value),
+                np.where(taken, then.null, result.null),
+                {
+                    m: np.where(taken, then.measures.get(m, zero), result.measures.get(m, zero))
+                    for m in {*then.measures, *result.measures}
+                },
             )
         return result
 
     def not_null(self, node: exp.Expr) -> Bools:
-        """Where a COUNT(expr) argument is non-NULL: a dimension column or a constant."""
+        """Where a COUNT(expr) argument is non-NULL: a dimension column or a constant.
+
+        A measure that is not also a dimension has a value in every row: a NULL is read as 0
+        (``nulls: zero``) or never occurs (``nulls: never``), so ``AVG(measure)`` averages
+        every row.
+        """
         if isinstance(node, exp.Column):
+            index = self.measure(node) if self.measure is not None else None
+            if index is not None and self.cube.dimension(self.cube.measures[index].name) is None:
+                return np.ones((1,) * self.ndim, dtype=bool)
             return self._per_bin(self.resolve(node), lambda b: b.kind is not BinKind.NULL)
         try:
             value = constant(node)

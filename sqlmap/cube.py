@@ -14,6 +14,10 @@ exact under SQL's three-valued logic. A DBA who guarantees (e.g. with CHECK and 
 constraints) that a column never leaves its declared domain or is never NULL says ``closed: true``
 or ``nullable: false``; the implicit bins are then dropped, and the canonical SQL refuses to count
 a row that breaks the promise rather than misplace it.
+
+A cube may also declare *measures*: integer columns that may be summed, each clamped to declared
+bounds. Vectors over such a cube have coordinates beyond the cell counts: per measure, the
+clamped sum of that column in every cell (:attr:`Cube.n_coordinates`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ __all__ = [
     "NumericDimension",
     "CategoricalDimension",
     "Dimension",
+    "Measure",
     "Cube",
     "Scalar",
 ]
@@ -187,6 +192,39 @@ Dimension: TypeAlias = NumericDimension | CategoricalDimension
 
 
 @dataclass(frozen=True, slots=True)
+class Measure:
+    """An integer column that may be summed: each row adds its value clamped to [lower, upper].
+
+    A NULL adds 0 (``nulls: zero``, the one rule so far), so one row can move its cell's sum by
+    any value of :attr:`reach`: the bounds, with 0 added when the column is nullable.
+
+    >>> Measure("hours", 1, 99).reach, Measure("hours", 1, 99, nullable=False).reach
+    ((0, 99), (1, 99))
+    """
+
+    name: str
+    lower: int
+    upper: int
+    nullable: bool = True
+
+    def __post_init__(self) -> None:
+        for bound in (self.lower, self.upper):
+            if not isinstance(bound, int) or isinstance(bound, bool):
+                raise ValueError("lower and upper must be integers")
+        if not self.lower < self.upper:
+            raise ValueError(f"lower ({self.lower}) must be below upper ({self.upper})")
+        if max(abs(self.lower), abs(self.upper)) > 2**31:
+            raise ValueError("bounds must lie within +-2147483648")
+
+    @property
+    def reach(self) -> tuple[int, int]:
+        """The least and greatest amount one row can add to its cell's sum of this measure."""
+        if self.nullable:
+            return min(self.lower, 0), max(self.upper, 0)
+        return self.lower, self.upper
+
+
+@dataclass(frozen=True, slots=True)
 class Cube:
     """A protected table and its dimensions; cells are numbered row-major in declared order.
 
@@ -204,6 +242,7 @@ class Cube:
     #: at most this many rows, when the DBA declares it public (``public_rows``): counts then
     #: lie in ``[0, public_rows]``; None when the row count is not public
     public_rows: int | None = None
+    measures: tuple[Measure, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.dimensions:
@@ -212,6 +251,9 @@ class Cube:
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
             raise ValueError(f"duplicate dimension {sorted(dupes)[0]!r}")
+        measures = [m.name for m in self.measures]
+        if len(set(measures)) < len(measures):
+            raise ValueError("duplicate measure")
         if not (math.isfinite(self.total_budget) and self.total_budget > 0):
             raise ValueError("total_budget must be a positive number")
         if self.public_rows is not None and self.public_rows < 0:
@@ -232,7 +274,10 @@ class Cube:
             }
             for d in self.dimensions
         ]
-        text = json.dumps([self.schema, self.table, layout], sort_keys=True, allow_nan=True)
+        key: list[object] = [self.schema, self.table, layout]
+        if self.measures:  # a cube without measures keeps the fingerprint it always had
+            key.append([[m.name, m.lower, m.upper, m.nullable] for m in self.measures])
+        text = json.dumps(key, sort_keys=True, allow_nan=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @property
@@ -249,6 +294,23 @@ class Cube:
     def n_cells(self) -> int:
         """Number of cells (product of the dimensions' bin counts)."""
         return math.prod(self.shape)
+
+    @property
+    def n_coordinates(self) -> int:
+        """Coordinates of the cube's vectors: every cell's count, then each measure's sums."""
+        return self.n_cells * (1 + len(self.measures))
+
+    @property
+    def measure_reach(self) -> tuple[tuple[int, int], ...]:
+        """Per measure, what one row can add to its cell's sum (a vector's ``measures``)."""
+        return tuple(m.reach for m in self.measures)
+
+    def measure(self, name: str) -> int | None:
+        """The position of measure ``name`` among the cube's measures, or None."""
+        for i, m in enumerate(self.measures):
+            if m.name == name:
+                return i
+        return None
 
     def dimension(self, name: str) -> Dimension | None:
         """The dimension on column ``name``, or None."""
@@ -301,11 +363,11 @@ def cube_from_config(qualified_name: str, spec: object, where: str, default_budg
     """Build a cube for the table named ``[schema.]table`` from its config mapping."""
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{where}: expected a mapping with 'dimensions'")
-    unknown = set(spec) - {"dimensions", "total_budget", "public_rows"}
+    unknown = set(spec) - {"dimensions", "measures", "total_budget", "public_rows"}
     if unknown:
         raise ConfigError(
             f"{where}: unknown key {sorted(map(str, unknown))[0]!r}",
-            hint="allowed keys: dimensions, public_rows, total_budget",
+            hint="allowed keys: dimensions, measures, public_rows, total_budget",
         )
     schema, _, table = qualified_name.rpartition(".")
     if not table or "." in schema:
@@ -329,7 +391,59 @@ def cube_from_config(qualified_name: str, spec: object, where: str, default_budg
             hint="declare it only if the table's row count is public; counts then stay in "
             "[0, public_rows]",
         )
-    return Cube(schema or "public", table, dims, float(budget), rows)
+    measures_spec = spec.get("measures", {})
+    if not isinstance(measures_spec, Mapping):
+        raise ConfigError(
+            f"{where}.measures: expected a mapping of column -> {{lower: ..., upper: ...}}"
+        )
+    measures = tuple(
+        measure_from_config(str(col), mspec, f"{where}.measures.{col}")
+        for col, mspec in measures_spec.items()
+    )
+    return Cube(schema or "public", table, dims, float(budget), public_rows=rows, measures=measures)
+
+
+_MEASURE_KEYS = {"lower", "upper", "nulls"}
+_NULL_RULES = {"zero": True, "never": False}
+
+
+def measure_from_config(name: str, spec: object, where: str) -> Measure:
+    """Build one measure from its config mapping; errors name ``where`` (the key path).
+
+    >>> measure_from_config("capital_gain", {"lower": 0, "upper": 20000}, "m")
+    Measure(name='capital_gain', lower=0, upper=20000, nullable=True)
+    """
+    if not isinstance(spec, Mapping):
+        raise ConfigError(
+            f"{where}: expected a mapping with 'lower' and 'upper'",
+            hint=f"e.g. {name}: {{lower: 0, upper: 1000}}",
+        )
+    unknown = set(spec) - _MEASURE_KEYS
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {sorted(map(str, unknown))[0]!r}",
+            hint=f"allowed keys: {', '.join(sorted(_MEASURE_KEYS))}",
+        )
+    for key in ("lower", "upper"):
+        if key not in spec:
+            raise ConfigError(
+                f"{where}: missing '{key}'",
+                hint="each row's value is clamped to [lower, upper] before it is summed; "
+                "the bounds decide how much noise a sum needs",
+            )
+        value = spec[key]
+        if not _is_number(value) or not float(value).is_integer():
+            raise ConfigError(f"{where}.{key}: expected an integer, got {value!r}")
+    nulls = spec.get("nulls", "zero")
+    if nulls not in _NULL_RULES:
+        raise ConfigError(
+            f"{where}.nulls: expected 'zero' (a NULL adds 0) or 'never' (the column is NOT "
+            f"NULL), got {nulls!r}"
+        )
+    try:
+        return Measure(name, int(spec["lower"]), int(spec["upper"]), _NULL_RULES[nulls])
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def _sequence(value: object, where: str) -> Sequence[Any]:

@@ -133,8 +133,8 @@ class DomainViolation(DpproxyError):
     def __init__(self, table: str, promised: Sequence[str], rows: int) -> None:
         super().__init__(
             f"rows of {table} lie outside the domain that config.yaml declares",
-            detail="a dimension declared 'closed: true' or 'nullable: false' "
-            f"({', '.join(promised)}) holds other values",
+            detail="a dimension declared 'closed: true' or 'nullable: false', or a measure "
+            f"declared 'nulls: never' ({', '.join(promised)}), holds other values",
             hint="the DBA must fix the data or the dimension's declaration "
             "(dpproxy's log has the details)",
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
@@ -376,10 +376,36 @@ class _Query:
                 "column aliases on the table are not supported", position=position_of(alias)
             )
         self.qualifiers = {_ident(alias.this)} if alias is not None else {self.cube.table}
-        self.evaluator = CellEvaluator(self.cube, self.resolve)
+        self.evaluator = CellEvaluator(self.cube, self.resolve, self.measure)
 
     def resolve(self, column: exp.Column) -> Dimension:
         """The dimension a column reference names."""
+        name = self._column_name(column)
+        dim = self.cube.dimension(name)
+        if dim is None:
+            dims = ", ".join(d.name for d in self.cube.dimensions)
+            measure = self.cube.measure(name) is not None
+            raise UndefinedColumn(
+                f"{name} is a measure of {self.cube.qualified_name}: it can be summed, "
+                "not compared or grouped"
+                if measure
+                else f"{name} is not a dimension of {self.cube.qualified_name}",
+                detail=f"queries may only use its declared dimensions: {dims}",
+                hint=None
+                if measure
+                else "the DBA declares a column in config.yaml as a dimension to filter or "
+                f"group by it, or as a measure with clamp bounds to sum it "
+                f"(measures: {{{name}: {{lower: ..., upper: ...}}}})",
+                position=position_of(column),
+            )
+        return dim
+
+    def measure(self, column: exp.Column) -> int | None:
+        """The position of the measure a column names (in a SUM argument), or None."""
+        return self.cube.measure(self._column_name(column))
+
+    def _column_name(self, column: exp.Column) -> str:
+        """The column a reference names, checked against the FROM table."""
         if column.args.get("catalog") is not None or (
             column.args.get("db") is not None and _ident(column.args["db"]) != self.cube.schema
         ):
@@ -401,16 +427,7 @@ class _Query:
                 hint=SUPPORTED_FORMS,
                 position=position_of(column),
             )
-        name = _ident(column.this)
-        dim = self.cube.dimension(name)
-        if dim is None:
-            dims = ", ".join(d.name for d in self.cube.dimensions)
-            raise UndefinedColumn(
-                f"{name} is not a dimension of {self.cube.qualified_name}",
-                detail=f"queries may only use its declared dimensions: {dims}",
-                position=position_of(column),
-            )
-        return dim
+        return _ident(column.this)
 
     # -- the parts of the answer -----------------------------------------------------------
 
@@ -437,8 +454,8 @@ class _Query:
             elif parts is not None:
                 masked = []
                 for weights, offset in parts:
-                    weights = np.broadcast_to(weights * rows_mask, self.cube.shape)
-                    self.limits.check_weights(weights, body)
+                    weights = self._kinds_axis(weights * rows_mask)
+                    self.limits.check_weights(self._effects(weights), body)
                     masked.append((weights, as_float(offset, body)))
                 ratios.append((masked[0], masked[1]))
                 columns.append(
@@ -449,8 +466,8 @@ class _Query:
                 ratio_bodies.append(body)
             elif _has_aggregate(body):
                 weights, offset = self._linear(body)
-                weights = weights * rows_mask  # broadcasts to the cube: never made dense
-                largest = max(largest, self.limits.check_weights(weights, body))
+                weights = self._kinds_axis(weights * rows_mask)
+                largest = max(largest, self.limits.check_weights(self._effects(weights), body))
                 aggregates.append((weights, as_float(offset, body)))
                 aggregate_bodies.append(body)
                 columns.append(OutputColumn(name, body.sql("postgres")))
@@ -480,6 +497,20 @@ class _Query:
             rows,
             tuple(self.evaluator.warnings),
         )
+
+    def _kinds_axis(self, weights: Floats) -> Floats:
+        """Weights with a full kind axis; the cube's axes stay broadcast (never made dense)."""
+        return np.broadcast_to(weights, (1 + len(self.cube.measures), *weights.shape[1:]))
+
+    def _effects(self, weights: Floats) -> Floats:
+        """Per cell, a bound on how much one row moves the aggregate.
+
+        A count moves it by its weight, a measure's sum by its weight times the measure's
+        largest magnitude.
+        """
+        scale = [1.0] + [float(max(-lo, hi)) for lo, hi in self.cube.measure_reach]
+        effects: Floats = np.einsum("k...,k->...", np.abs(weights), np.asarray(scale))
+        return effects
 
     @staticmethod
     def _link_interval(
@@ -678,19 +709,24 @@ class _Query:
     ) -> tuple[AnswerRow, ...]:
         """One row per combination of the keys' groups, empty or not."""
         shape = self.cube.shape
+        measures = self.cube.measure_reach
         rows = []
         for combo in itertools.product(*(range(len(k.labels)) for k in group_keys)):
             mask = np.ones((1,) * len(shape), dtype=bool)
             for key, group in zip(group_keys, combo):
                 mask = mask & (key.cells == group)
             queries = tuple(
-                LinearQuery.from_tensor(shape, np.where(mask, weights, 0.0), offset)
+                LinearQuery.from_tensor(shape, np.where(mask, weights, 0.0), offset, measures)
                 for weights, offset in aggregates
             )
             parts = tuple(
                 (
-                    LinearQuery.from_dense(np.where(mask, numerator[0], 0.0), numerator[1]),
-                    LinearQuery.from_dense(np.where(mask, denominator[0], 0.0), denominator[1]),
+                    LinearQuery.from_tensor(
+                        shape, np.where(mask, numerator[0], 0.0), numerator[1], measures
+                    ),
+                    LinearQuery.from_tensor(
+                        shape, np.where(mask, denominator[0], 0.0), denominator[1], measures
+                    ),
                 )
                 for numerator, denominator in ratios
             )
@@ -741,8 +777,12 @@ class _Query:
         return None
 
     def _linear(self, node: exp.Expr) -> tuple[Floats, Fraction]:
-        """An output expression as (per-cell weights, constant offset)."""
-        zero = np.zeros((1,) * len(self.cube.shape))
+        """An output expression as (per-coordinate weights, constant offset).
+
+        Weights have a leading axis of coordinate kinds (the count, then each measure's sum)
+        before the cube's axes (broadcastable).
+        """
+        zero = np.zeros((1,) * (1 + len(self.cube.shape)))
         if isinstance(node, exp.Paren):
             return self._linear(node.this)
         if not _has_aggregate(node):
@@ -806,7 +846,7 @@ class _Query:
                     position=position_of(node),
                 )
             _refuse_nested_aggregate(arg)
-            weights = (
+            weights = self._kinds(
                 np.ones((1,) * len(self.cube.shape))
                 if arg is None or isinstance(arg, exp.Star)
                 else self.evaluator.not_null(arg).astype(np.float64)
@@ -821,7 +861,8 @@ class _Query:
             if isinstance(arg, exp.Null):
                 raise DatatypeMismatch("SUM(NULL) has no type to sum", position=position_of(node))
             values = self.evaluator.values(arg)
-            weights = np.where(values.null, 0.0, values.value)  # SUM skips NULLs
+            # SUM skips NULLs (Values keep 0 there, for the measures too)
+            weights = self._kinds(np.where(values.null, 0.0, values.value), values.measures)
         else:
             name = node.sql_name() if isinstance(node, exp.Func) else type(node).__name__
             hint = (
@@ -834,6 +875,12 @@ class _Query:
                 f"aggregate {name} is not supported", hint=hint, position=position_of(node)
             )
         return weights if mask is None else weights * mask
+
+    def _kinds(self, count: Floats, measures: Mapping[int, Floats] | None = None) -> Floats:
+        """Per-cell weights of the count and of each measure's sum, stacked on a leading axis."""
+        measures = measures or {}
+        kinds = [count] + [measures.get(m, np.zeros(1)) for m in range(len(self.cube.measures))]
+        return np.stack(np.broadcast_arrays(*(np.asarray(k, dtype=np.float64) for k in kinds)))
 
 
 @dataclass(frozen=True, slots=True, eq=False)

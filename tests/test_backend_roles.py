@@ -255,23 +255,31 @@ def test_serve_refuses_an_analyst_without_a_role(config: Config, backend: Backen
 
 def test_reader_measures(roles: BackendRoles) -> None:
     cube = CUBES[0]
-    everyone = LinearQuery.from_dense(np.ones(cube.n_cells))
-    no_gain = LinearQuery.from_dense(np.arange(cube.n_cells) % 2 == 0)  # capital_gain is last
-    nobody = LinearQuery(cube.n_cells, np.array([], np.int64), np.array([]))
+    n, reach = cube.n_cells, cube.measure_reach
+    kinds = np.arange(cube.n_coordinates) // n  # 0: counts, then each measure's sums
+    everyone = LinearQuery.from_dense(kinds == 0, measures=reach)
+    no_gain = LinearQuery.from_dense(  # capital_gain's dimension is the last
+        (kinds == 0) & (np.arange(cube.n_coordinates) % 2 == 0), measures=reach
+    )
+    gains = LinearQuery.from_dense(kinds == 1 + cube.measure("capital_gain"), measures=reach)
+    nobody = LinearQuery(cube.n_coordinates, np.array([], np.int64), np.array([]), measures=reach)
 
     async def run() -> list[float]:
         reader = await Reader.connect(roles.reader_dsn)
         try:
             await reader.check_columns(cube)
-            return await reader.measure(cube, [everyone, no_gain, nobody])
+            return await reader.measure(cube, [everyone, no_gain, nobody, gains])
         finally:
             await reader.close()
 
-    total, without_gain, none = asyncio.run(run())
+    total, without_gain, none, gain = asyncio.run(run())
     assert (total, none) == (ADULT_ROWS, 0)
     with psycopg.connect(roles.reader_dsn) as conn:
         plain = conn.execute("SELECT count(*) FROM adult WHERE capital_gain < 1").fetchone()
-    assert plain == (without_gain,)
+        clamped = conn.execute(
+            "SELECT sum(least(greatest(capital_gain, 0), 20000)) FROM adult"
+        ).fetchone()
+    assert plain == (without_gain,) and clamped == (gain,)
 
 
 def test_reader_sessions_are_read_only(roles: BackendRoles) -> None:

@@ -51,7 +51,7 @@ def test_check_against_backend(adult_dsn: str, capsys: pytest.CaptureFixture[str
     assert main(["--config", str(ROOT / "config.yaml"), "check", "--dsn", adult_dsn]) == 0
     out = capsys.readouterr().out
     assert "public.adult: 11520 cells" in out
-    assert "every dimension matches its column in the backend" in out
+    assert "every dimension and measure matches its column in the backend" in out
 
 
 def test_console_script_is_installed() -> None:

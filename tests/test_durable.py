@@ -15,7 +15,7 @@ from proxy.engine.history import HistoryEntry
 from proxy.errors import ConfigError
 from proxy.storage.ledger_store import AnswerRecord, NewMeasurement
 from proxy.storage.postgres_ledger import PostgresLedgerStore
-from sqlmap.cube import CategoricalDimension, Cube, NumericDimension
+from sqlmap.cube import CategoricalDimension, Cube, Measure, NumericDimension
 from sqlmap.vector import LinearQuery
 
 CUBE = Cube(
@@ -82,6 +82,12 @@ def test_changed_cube_is_refused(pg_dsn: str, ledger_schema: str) -> None:
             ConfigError, match="the cube differs from the one its ledger was written for"
         ):
             await PostgresLedgerStore.open(pg_dsn, [other], ledger_schema)
+        # a measure added to the same dimensions changes the vectors too
+        measured = Cube("public", "people", CUBE.dimensions, measures=(Measure("w", 0, 10),))
+        with pytest.raises(ConfigError) as refused:
+            await PostgresLedgerStore.open(pg_dsn, [measured], ledger_schema)
+        assert "dimensions or measures changed" in (refused.value.detail or "")
+        assert "dpproxy ledger rekey" in (refused.value.hint or "")
 
     asyncio.run(run())
 

@@ -67,7 +67,7 @@ def test_restart_keeps_answers_free(pg_dsn: str, roles: BackendRoles, ledger_sch
 def test_two_services_sharing_a_ledger_never_overspend(
     pg_dsn: str, roles: BackendRoles, ledger_schema: str
 ) -> None:
-    tight = Cube(CUBE.schema, CUBE.table, CUBE.dimensions, total_budget=0.05)
+    tight = Cube(CUBE.schema, CUBE.table, CUBE.dimensions, 0.05, measures=CUBE.measures)
     conditions = [
         "sex = 'Male'",
         "race = 'White'",
@@ -118,7 +118,10 @@ def test_two_services_sharing_a_ledger_never_overspend(
         ).fetchall()
     for cells, weights, budget in rows:
         recomputed.commit(
-            cell_charges(LinearQuery(tight.n_cells, cells, weights), Fraction(budget))
+            cell_charges(
+                LinearQuery(tight.n_coordinates, cells, weights, measures=tight.measure_reach),
+                Fraction(budget),
+            )
         )
     assert 0 < recomputed.spent <= Fraction(tight.total_budget)
 

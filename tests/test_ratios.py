@@ -226,3 +226,28 @@ def test_translate_cli_lists_ratio_parts() -> None:
 
     text = describe(TRANSLATOR.translate(f"SELECT {PERCENT} FROM adult WITH ACCURACY 1"))
     assert "ratio of 5760 cells (sensitivity 100) over 11520 cells (sensitivity 1)" in text
+
+
+def test_budget_carried_over_a_redefined_cube_counts_as_spent(adult_dsn: str) -> None:
+    """A split is weighed against what the cells have left, carried budget included: past it,
+    the ratio is NULL with its reason rather than the statement refused for budget."""
+    roles = provision_roles(adult_dsn, CONFIG.cubes)
+    loop = asyncio.new_event_loop()
+    reader = loop.run_until_complete(Reader.connect(roles.reader_dsn))
+    try:
+        total = Fraction(CONFIG.cubes[0].total_budget)
+        service = DpService(
+            CONFIG.cubes,
+            reader,
+            rng=SeededRandomSource(13),
+            carried={CONFIG.cubes[0].qualified_name: total - Fraction(1, 100)},
+        )
+        spec = TRANSLATOR.translate(f"SELECT {PERCENT} AS pct FROM adult WITH ACCURACY 1")
+        result = loop.run_until_complete(service.answer(spec))
+        assert list(result.rows) == [(None,)]
+        (warning,) = result.warnings
+        assert " is NULL: " in warning and "budget" in warning
+        assert service.engine(CONFIG.cubes[0]).budget.spent <= total
+    finally:
+        loop.run_until_complete(reader.close())
+        loop.close()

@@ -216,12 +216,13 @@ class DpService:
         self._engines = {
             c.qualified_name: PrivacyEngine(
                 c.qualified_name,
-                c.n_cells,
+                c.n_coordinates,
                 total_budget=Fraction(c.total_budget),
                 history=(history or {}).get(c.qualified_name, ()),
                 rng=rng,
                 nonnegative=False,
                 carried=(carried or {}).get(c.qualified_name, Fraction(0)),
+                measures=c.measure_reach,
             )
             for c in cubes
         }
@@ -395,11 +396,10 @@ class DpService:
         first = True
 
         def left(query: LinearQuery) -> float:
-            spent = max((charged.get(int(c), Fraction(0)) for c in query.cells), default=0)
-            return float(budget.total - spent)
+            owners = query.cell_sensitivities()[0]  # the cells that own its coordinates
+            return float(budget.total - budget.most_spent_on(owners))
 
         while True:
-            charged = budget.per_cell()
             asked = rounds.requests(left)
             if not asked:
                 break

@@ -10,6 +10,12 @@ table has spent ``max_j B_j`` (the papers' Thm 3.8). The arithmetic is exact: ch
 as an integer over one common denominator, so it equals a recomputation from the history
 exactly, and a charge fits only if no cell would go past the DBA's total.
 
+Over a cube with measures, a vector's coordinates are cell counts and per-cell sums; a row of
+cell ``j`` moves the answer by at most the cell's sensitivity ``s_ij`` (the box maximum of
+:meth:`~sqlmap.vector.LinearQuery.cell_sensitivities`), and the charge is ``alpha_i s_ij / S_i``
+with ``S_i = max_j s_ij``: for counts alone ``s_ij = |H_ij|``. Every charge goes through
+:func:`_charged`, the one place that maps coordinates to the cells that own them.
+
 Cells that every charged vector weighs alike have spent the same, so the budget keeps one
 number per atom (:class:`~proxy.engine.atoms.Partition`): a commit costs the atoms it touches,
 a check the cells of the batch, both as array operations. Given the cube's shape, it keeps
@@ -52,13 +58,18 @@ def float_up(value: Fraction) -> float:
     return math.nextafter(nearest, math.inf) if nearest < value else nearest
 
 
+def _charged(query: LinearQuery) -> tuple[IntArray, npt.NDArray[np.float64]]:
+    """The cells a measurement of ``query`` charges and their sensitivities ``s_ij``."""
+    return query.cell_sensitivities()
+
+
 def _distinct_charges(
-    weights: npt.NDArray[np.float64], sensitivity: float, budget: Fraction
+    magnitudes: npt.NDArray[np.float64], sensitivity: float, budget: Fraction
 ) -> tuple[IntArray, list[Fraction]]:
-    """Per position of ``weights``, an index into the charges of its distinct ``|w|``."""
-    magnitudes, inverse = np.unique(np.abs(weights), return_inverse=True)
+    """Per cell of ``magnitudes`` (its ``s_ij``), an index into its distinct value's charge."""
+    distinct, inverse = np.unique(magnitudes, return_inverse=True)
     ratio = budget / public_fraction(sensitivity)
-    return inverse, [ratio * public_fraction(w) for w in magnitudes.tolist()]
+    return inverse, [ratio * public_fraction(s) for s in distinct.tolist()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +111,9 @@ class Charges:
         """
         parts = []
         for query, budget in self.items:
-            inverse, charges = _distinct_charges(query.weights, query.sensitivity, budget)
-            parts.append((query.cells, inverse, charges))
+            cells, magnitudes = _charged(query)
+            inverse, charges = _distinct_charges(magnitudes, query.sensitivity, budget)
+            parts.append((cells, inverse, charges))
             for charge in charges:
                 denominator = math.lcm(denominator, charge.denominator)
         if not parts:
@@ -227,6 +239,26 @@ class CellBudget:
             int(self._spent[self._partition.atom_of[cell]]), self._denominator
         )
 
+    def most_spent_on(self, cells: IntArray) -> Fraction:
+        """``max_j B_j`` over ``cells`` (``carried`` if none was charged).
+
+        >>> budget = CellBudget("t", total=Fraction(1), carried=Fraction(1, 10))
+        >>> budget.commit(cell_charges(LinearQuery.from_dense([1.0, 2.0, 0.0]), Fraction(1, 2)))
+        >>> budget.most_spent_on(np.array([0, 2])), budget.most_spent_on(np.array([2]))
+        (Fraction(7, 20), Fraction(1, 10))
+        """
+        if cells.size == 0:
+            return self.carried
+        if self._shape is not None:
+            if self._spent.size != math.prod(self._shape):  # nothing charged yet
+                return self.carried
+            most = int(self._spent[cells].max())
+        elif self._partition is None:
+            return self.carried
+        else:
+            most = int(self._spent[self._partition.atom_of[cells]].max())
+        return self.carried + Fraction(most, self._denominator)
+
     def per_cell(self) -> dict[int, Fraction]:
         """A copy of every ``B_j`` charged since the cube was last defined (without ``carried``)."""
         if self._shape is not None:
@@ -288,17 +320,18 @@ class CellBudget:
             self._commit_tensors(charges)
             return
         for query, budget in charges:
+            cells, magnitudes = _charged(query)
             if self._partition is None:
-                self._partition = Partition(query.n_cells)
-            if self._partition.refine(query.cells, query.weights):
+                self._partition = Partition(query.cube_cells)
+            if self._partition.refine(cells, magnitudes):
                 # a split atom's parts have spent what it had
                 parent = self._partition.parent
                 grown = self._spent[parent[self._spent.size :]]
                 self._spent = np.concatenate([self._spent, grown])
-            located = self._partition.locate(query.cells, query.weights)
+            located = self._partition.locate(cells, magnitudes)
             assert located is not None  # just refined by this vector
-            atoms, weights = located
-            inverse, distinct = _distinct_charges(weights, query.sensitivity, budget)
+            atoms, atom_magnitudes = located
+            inverse, distinct = _distinct_charges(atom_magnitudes, query.sensitivity, budget)
             denominator = self._denominator
             for charge in distinct:
                 denominator = math.lcm(denominator, charge.denominator)
@@ -328,12 +361,16 @@ class CellBudget:
         denominator = self._denominator
         for query, budget in charges:
             if query.core is None:
-                query = LinearQuery.from_tensor(self._shape, query.to_dense().reshape(self._shape))
-            assert query.core is not None
-            inverse, distinct = _distinct_charges(query.core.ravel(), query.sensitivity, budget)
+                full = (query.kinds, *self._shape)
+                query = LinearQuery.from_tensor(
+                    self._shape, query.to_dense().reshape(full), measures=query.measures
+                )
+            # the cells' sensitivities s_ij (measures: by the box of bounds) over its axes
+            magnitudes = query.sensitivity_tensor()
+            inverse, distinct = _distinct_charges(magnitudes.ravel(), query.sensitivity, budget)
             for charge in distinct:
                 denominator = math.lcm(denominator, charge.denominator)
-            parts.append((query.axes, query.core.shape, inverse, distinct))
+            parts.append((query.axes, magnitudes.shape, inverse, distinct))
         terms = []
         for axes, core_shape, inverse, distinct in parts:
             values = np.array(

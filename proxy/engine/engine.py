@@ -204,7 +204,8 @@ class PrivacyEngine:
 
     Args:
         table: the protected table's name.
-        n_cells: the number of cells of its cube.
+        n_cells: the number of coordinates of its vectors (the cells of its cube, times one
+            plus its number of measures).
         total_budget: the DBA's total privacy budget for the table.
         history: the measurements released before this engine started (a ledger store's load).
         rng: noise source; the OS CSPRNG unless a test passes a seeded one.
@@ -213,9 +214,12 @@ class PrivacyEngine:
             what is spent). The service does this itself, with the table's ``public_rows``.
         tail: how error tails are computed (the exact method; others are for benchmarks).
         carried: budget spent on every cell before the table's cube was last redefined.
+        measures: per measure of the cube, what one row can add to its cell's sum; every
+            vector must carry exactly these (they decide its sensitivity).
         shape: the cube's shape: vectors are then worked on factored (the history's span in
-            :mod:`proxy.engine.factored`'s coordinates, the budget as a tensor), so that a
-            decision never enumerates the cells a query covers (a wide cube's millions).
+            :mod:`proxy.engine.factored`'s coordinates, the budget as a tensor over the cells),
+            so that a decision never enumerates the cells a query covers (a wide cube's
+            millions). Measure coordinates are one more axis of those tensors.
     """
 
     def __init__(
@@ -229,10 +233,12 @@ class PrivacyEngine:
         nonnegative: bool = False,
         tail: TailMethod = EXACT,
         carried: Fraction = Fraction(0),
+        measures: tuple[tuple[int, int], ...] = (),
         shape: tuple[int, ...] | None = None,
     ) -> None:
         self.table = table
         self.n_cells = n_cells
+        self.measures = measures
         self._rng: RandomSource = rng if rng is not None else SystemRandomSource()
         self._nonnegative = nonnegative
         self._tail = tail
@@ -269,9 +275,12 @@ class PrivacyEngine:
         self._budget.commit(Charges.of_query(entry.query, entry.budget))
 
     def _append(self, entry: HistoryEntry) -> None:
-        if entry.query.n_cells != self.n_cells:
+        if entry.query.n_cells != self.n_cells or entry.query.measures != self.measures:
             raise ValueError(
                 f"history entry over {entry.query.n_cells} cells, table has {self.n_cells}"
+                if entry.query.n_cells != self.n_cells
+                else f"history entry with measures {entry.query.measures}, table has "
+                f"{self.measures}"
             )
         row = self._index.append(entry.query, alpha=float(entry.budget), step=float(entry.step))
         if row >= self._answers.size:
@@ -321,6 +330,10 @@ class PrivacyEngine:
         if query.n_cells != self.n_cells:
             raise InvalidParameterValue(
                 f"query is over {query.n_cells} cells but table {self.table} has {self.n_cells}"
+            )
+        if query.measures != self.measures:  # they decide the sensitivity: never guess them
+            raise InvalidParameterValue(
+                f"query has measures {query.measures} but table {self.table} has {self.measures}"
             )
         return query.without_offset()
 

@@ -176,7 +176,10 @@ class HistoryIndex:
     """
 
     def __init__(self, n_cells: int, *, shape: tuple[int, ...] | None = None) -> None:
-        """``shape``: the cube's; vectors are then taken factored, in ANOVA coordinates."""
+        """``shape``: the cube's; vectors are then taken factored, in ANOVA coordinates.
+
+        ``n_cells`` counts coordinates: a whole number of cube cells per kind (count, measures).
+        """
         if n_cells <= 0:
             raise ValueError("n_cells must be positive")
         self.n_cells = n_cells
@@ -187,8 +190,8 @@ class HistoryIndex:
         self._memo_size = [0]  # coordinates in the memo (shared with copies, like the memo)
         self._space = n_cells
         if shape is not None:
-            if int(np.prod(shape)) != n_cells:
-                raise ValueError(f"a cube of shape {shape} does not have {n_cells} cells")
+            if n_cells % int(np.prod(shape)):
+                raise ValueError(f"a cube of shape {shape} does not have {n_cells} coordinates")
             self._coordinates = AnovaCoordinates(shape)
             self._space = 4096
         self._covered = np.zeros(self._space, dtype=bool)  # coordinates some row weighs
@@ -358,7 +361,8 @@ class HistoryIndex:
         if self._coordinates is None or query.core is not None:
             return query
         shape = self._coordinates.shape
-        return LinearQuery.from_tensor(shape, query.to_dense().reshape(shape), query.offset)
+        dense = query.to_dense().reshape((query.kinds, *shape))
+        return LinearQuery.from_tensor(shape, dense, query.offset, query.measures)
 
     def _nonzero(self, query: LinearQuery) -> FloatArray:
         """The non-zero weights, in the order :meth:`_support` lists them."""

@@ -12,6 +12,11 @@ component is repeated over the ``N / n_S`` cells that share its ``S``-coordinate
 ``||f||^2 = sum_S (N / n_S) ||f_S||^2``: scaled by ``sqrt(N / n_S)``, the components laid side
 by side are coordinates in which norms and inner products equal those over cells.
 
+Over a cube with measures a vector's coordinates are a tensor over ``(kind, *cube)``
+(:mod:`sqlmap.vector`): coordinates of different kinds (the counts, each measure's sums) are
+orthogonal, so each kind's slice of the core is decomposed on its own, in blocks ``(kind, S)``
+(a count's vector has no coordinates in a measure's blocks).
+
 A vector over dimensions ``A`` has ``prod_{d in A} (n_d + 1)`` such coordinates (a range count
 over three dimensions of the wide cube: a few hundred, for the million cells it covers).
 Coordinates are numbered as sets ``S`` are first met, in blocks of ``n_S``. A component that
@@ -38,7 +43,7 @@ _CHOP = 1e-12
 
 
 class AnovaCoordinates:
-    """Isometric coordinates for factored vectors over a cube of ``shape``.
+    """Isometric coordinates for factored vectors over a cube of ``shape`` (and its kinds).
 
     >>> space = AnovaCoordinates((2, 3))
     >>> a = LinearQuery.from_tensor((2, 3), np.array([[1.0], [0.0]]))
@@ -54,24 +59,29 @@ class AnovaCoordinates:
     def __init__(self, shape: tuple[int, ...]) -> None:
         self.shape = tuple(int(s) for s in shape)
         self.n_cells = math.prod(self.shape)
-        self._blocks: dict[tuple[int, ...], int] = {}  # S -> its first coordinate
+        self._blocks: dict[tuple[int, ...], int] = {}  # (kind, *S) -> its first coordinate
         self.size = 0  # coordinates numbered so far
 
     def of(self, query: LinearQuery) -> tuple[IntArray, FloatArray]:
         """The query's non-zero coordinates (increasing) and their values."""
         if query.core is None:  # over this cube's cells, but held cell by cell
-            query = LinearQuery.from_tensor(self.shape, query.to_dense().reshape(self.shape))
+            full = (query.kinds, *self.shape)
+            query = LinearQuery.from_tensor(
+                self.shape, query.to_dense().reshape(full), measures=query.measures
+            )
         if query.shape != self.shape:
             raise ValueError(f"query over a cube of shape {query.shape}, not {self.shape}")
         core, axes = query.core, query.axes
         assert core is not None
         chop = _CHOP * float(np.max(np.abs(core), initial=0.0))
-        # (S, tensor over S followed by the axes still to split)
-        parts: list[tuple[tuple[int, ...], FloatArray]] = [((), core)]
+        # ((kind, *S), tensor over S followed by the axes still to split)
+        parts: list[tuple[tuple[int, ...], FloatArray]] = [
+            ((k,), core[k]) for k in range(len(core))
+        ]
         for axis in axes:
             split = []
             for kept, tensor in parts:
-                position = len(kept)
+                position = len(kept) - 1
                 mean = tensor.mean(axis=position)
                 split.append((kept, mean))
                 split.append((kept + (axis,), tensor - np.expand_dims(mean, position)))

@@ -343,11 +343,13 @@ def cut_to_range(
 def feasible_range(query: LinearQuery, rows: int | None = None) -> Interval:
     """The values ``q . x + offset`` can take for a table of at most ``rows`` rows.
 
-    Each row adds its cell's weight, so with ``x >= 0`` and ``sum x <= rows`` the answer lies
-    in ``offset + rows * [min(0, min q), max(0, max q)]`` (the extremes put every row in the
-    cell of the least or the largest weight, or no row at all); both ends are reached, so
-    nothing narrower is provable. Without a row count (None: not public) only the sign of the
-    weights bounds it: ``[offset, inf)`` when none is negative.
+    Each row adds its cell's weight (over measure coordinates, a value in the box of the
+    measures' bounds: :meth:`~sqlmap.vector.LinearQuery.row_range`), so with ``x >= 0`` and
+    ``sum x <= rows`` the answer lies in ``offset + rows * [min(0, min q), max(0, max q)]``
+    (the extremes put every row in the cell of the least or the largest weight, or no row at
+    all); both ends are reached, so nothing narrower is provable. Without a row count (None:
+    not public) only the sign of the weights bounds it: ``[offset, inf)`` when none is
+    negative.
 
     >>> q = LinearQuery.from_dense([1.0, -2.0, 0.5], offset=3.0)
     >>> feasible_range(q, 10), feasible_range(LinearQuery.from_dense([1.0, 1.0])).low
@@ -355,9 +357,9 @@ def feasible_range(query: LinearQuery, rows: int | None = None) -> Interval:
     """
     if rows is not None and rows < 0:
         raise ValueError("a row count cannot be negative")
-    weights = query.nonzero_weights()  # a factored query: its core, not its cells
-    least = min(0.0, float(weights.min(initial=0.0)))
-    largest = max(0.0, float(weights.max(initial=0.0)))
+    # what one row adds: its cell's weight, or over measure coordinates the box of the bounds
+    least, largest = query.row_range()
+    least, largest = min(0.0, least), max(0.0, largest)
     if rows is None:
         low = -math.inf if least < 0 else 0.0
         high = math.inf if largest > 0 else 0.0

@@ -16,9 +16,9 @@ import asyncpg
 
 from proxy.engine.budget import CellBudget, cell_charges
 from proxy.errors import ConfigError
+from proxy.storage.postgres_ledger import measures_json, stored_query
 from sqlmap.canonical import quote_ident
 from sqlmap.cube import Cube
-from sqlmap.vector import LinearQuery
 
 __all__ = ["TableStatus", "status", "mark_changed", "rekey", "history", "export"]
 
@@ -43,12 +43,17 @@ class TableStatus:
         return max(self.total - self.spent, Fraction(0))
 
 
+#: ``tables.measures`` of row ``t``, also in a ledger written before measures (none then)
+_MEASURES = "coalesce(to_jsonb(t) ->> 'measures', '[]')"
+
+
 async def _spent(
     conn: asyncpg.Connection,
     schema: str,
     table_id: int,
     fingerprint: str,
     n_cells: int,
+    measures: str,
     carried: Fraction,
 ) -> Fraction:
     """max_j B_j over every measurement of the cube, any data version, plus what was carried."""
@@ -60,9 +65,8 @@ async def _spent(
         fingerprint,
     )
     for r in rows:
-        ledger.commit(
-            cell_charges(LinearQuery(n_cells, r["cells"], r["weights"]), Fraction(r["budget"]))
-        )
+        query = stored_query(n_cells, measures, r["cells"], r["weights"])
+        ledger.commit(cell_charges(query, Fraction(r["budget"])))
     return ledger.spent
 
 
@@ -73,8 +77,8 @@ async def status(dsn: str, cubes: Iterable[Cube], schema: str = "dpproxy") -> li
     conn = await asyncpg.connect(dsn)
     try:
         rows = await conn.fetch(
-            "SELECT id, name, fingerprint, n_cells, data_version, carried "
-            f"FROM {s}.tables ORDER BY name"
+            "SELECT id, name, fingerprint, n_cells, data_version, carried, "
+            f"{_MEASURES} AS measures FROM {s}.tables t ORDER BY name"
         )
         result = []
         for r in rows:
@@ -85,7 +89,13 @@ async def status(dsn: str, cubes: Iterable[Cube], schema: str = "dpproxy") -> li
                 )
             )
             spent = await _spent(
-                conn, s, r["id"], r["fingerprint"], r["n_cells"], Fraction(r["carried"])
+                conn,
+                s,
+                r["id"],
+                r["fingerprint"],
+                r["n_cells"],
+                r["measures"],
+                Fraction(r["carried"]),
             )
             result.append(
                 TableStatus(
@@ -107,7 +117,8 @@ async def status(dsn: str, cubes: Iterable[Cube], schema: str = "dpproxy") -> li
 
 async def _table(conn: asyncpg.Connection, schema: str, name: str) -> asyncpg.Record:
     row = await conn.fetchrow(
-        f"SELECT id, fingerprint, n_cells, carried FROM {schema}.tables WHERE name = $1 FOR UPDATE",
+        f"SELECT id, fingerprint, n_cells, carried, {_MEASURES} AS measures "
+        f"FROM {schema}.tables t WHERE name = $1 FOR UPDATE",
         name,
     )
     if row is None:
@@ -147,19 +158,30 @@ async def rekey(dsn: str, cube: Cube, schema: str = "dpproxy") -> Fraction:
     try:
         async with conn.transaction():
             row = await _table(conn, s, cube.qualified_name)
+            await conn.execute(  # a ledger from before measures gets the column (with none)
+                f"ALTER TABLE {s}.tables ADD COLUMN IF NOT EXISTS measures text NOT NULL "
+                "DEFAULT '[]'"
+            )
             if row["fingerprint"] == cube.fingerprint:
                 raise ConfigError(
                     f"tables.{cube.qualified_name}: the cube has not changed; nothing to rekey"
                 )
             carried = await _spent(
-                conn, s, row["id"], row["fingerprint"], row["n_cells"], Fraction(row["carried"])
+                conn,
+                s,
+                row["id"],
+                row["fingerprint"],
+                row["n_cells"],
+                row["measures"],
+                Fraction(row["carried"]),
             )
             await conn.execute(
-                f"UPDATE {s}.tables SET fingerprint = $2, n_cells = $3, carried = $4, "
-                "data_version = data_version + 1 WHERE id = $1",
+                f"UPDATE {s}.tables SET fingerprint = $2, n_cells = $3, measures = $4, "
+                "carried = $5, data_version = data_version + 1 WHERE id = $1",
                 row["id"],
                 cube.fingerprint,
                 cube.n_cells,
+                measures_json(cube),
                 str(carried),
             )
             # the old cells mean nothing over the new cube; what they spent is in `carried`

@@ -3,7 +3,9 @@
 Layout, in a schema of its own (``dpproxy`` by default) that analysts cannot reach:
 
 * ``tables``: one row per protected table: the fingerprint of its cube (history vectors are
-  only meaningful over the cube they were computed on), its data version and total budget.
+  only meaningful over the cube they were computed on), its cells and its measures' reaches
+  (JSON: what one row adds to a cell's sum, which decides what a vector charged each cell),
+  its data version and total budget.
 * ``cell_spend``: the budget each cell has spent, rounded up to float8, updated for the cells a
   measurement touches (for inspection and ``dp.budget``; the exact ledger is recomputed from the
   measurements on load).
@@ -27,6 +29,7 @@ wait for it.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -44,7 +47,7 @@ from sqlmap.canonical import quote_ident
 from sqlmap.cube import Cube
 from sqlmap.vector import LinearQuery
 
-__all__ = ["PostgresLedgerStore", "Spend"]
+__all__ = ["PostgresLedgerStore", "Spend", "measures_json", "stored_query"]
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS {schema}.tables (
@@ -52,6 +55,7 @@ CREATE TABLE IF NOT EXISTS {schema}.tables (
     name text NOT NULL UNIQUE,
     fingerprint text NOT NULL,
     n_cells integer NOT NULL,
+    measures text NOT NULL DEFAULT '[]',
     data_version integer NOT NULL DEFAULT 1,
     carried text NOT NULL DEFAULT '0',
     total_budget float8,
@@ -382,6 +386,14 @@ async def _register_locked(
         f"{schema}.tables",
     ):
         await conn.execute(_UPGRADE.format(schema=schema))
+    if not await conn.fetchval(
+        "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass "
+        "AND attname = 'measures' AND NOT attisdropped",
+        f"{schema}.tables",
+    ):  # a ledger from before measures: its cubes had none
+        await conn.execute(
+            f"ALTER TABLE {schema}.tables ADD COLUMN measures text NOT NULL DEFAULT '[]'"
+        )
     if await conn.fetchval(_OLD_VIEWS):
         await conn.execute("DROP VIEW dp.history")
     await conn.execute(_VIEWS.format(schema=schema))
@@ -393,27 +405,51 @@ async def _register_locked(
         )
     for cube in cubes:
         row = await conn.fetchrow(
-            f"INSERT INTO {schema}.tables (name, fingerprint, n_cells, total_budget) "
-            "VALUES ($1, $2, $3, $4) "
+            f"INSERT INTO {schema}.tables (name, fingerprint, n_cells, measures, total_budget) "
+            "VALUES ($1, $2, $3, $4, $5) "
             "ON CONFLICT (name) DO UPDATE SET total_budget = excluded.total_budget "
             "RETURNING id, fingerprint, n_cells, data_version, carried",
             cube.qualified_name,
             cube.fingerprint,
             cube.n_cells,
+            measures_json(cube),
             cube.total_budget,
         )
         if row["fingerprint"] != cube.fingerprint:
             raise ConfigError(
                 f"tables.{cube.qualified_name}: the cube differs from the one its ledger "
                 f"was written for (fingerprint {row['fingerprint']}, now {cube.fingerprint})",
-                detail="history vectors over the old cells cannot be reused over new ones",
-                hint="restore the old dimensions, or run 'dpproxy ledger rekey' to start a new "
+                detail="its dimensions or measures changed: history vectors over the old cells "
+                "cannot be reused over new ones",
+                hint="restore the old dimensions and measures, or run 'dpproxy ledger rekey' to "
+                "start a new "
                 "history for this table (spent budget is carried over)",
             )
         tables[cube.qualified_name] = _Table(
             int(row["id"]), cube, int(row["data_version"]), Fraction(row["carried"])
         )
     return tables
+
+
+def measures_json(cube: Cube) -> str:
+    """The cube's measures' reaches as ``tables.measures`` keeps them.
+
+    >>> from sqlmap.cube import CategoricalDimension, Measure
+    >>> measures_json(Cube("public", "t", (CategoricalDimension("s", ("a",)),),
+    ...                    measures=(Measure("v", 1, 9),)))
+    '[[0, 9]]'
+    """
+    return json.dumps([list(reach) for reach in cube.measure_reach])
+
+
+def stored_query(
+    n_cells: int, measures: str, cells: Sequence[int], weights: Sequence[float]
+) -> LinearQuery:
+    """A stored vector over a ledger table's coordinates (``tables.n_cells``, ``.measures``)."""
+    reach = tuple((int(lo), int(hi)) for lo, hi in json.loads(measures))
+    return LinearQuery(
+        n_cells * (1 + len(reach)), np.asarray(cells), np.asarray(weights), 0.0, reach
+    )
 
 
 async def _entries(
@@ -434,7 +470,7 @@ async def _entries(
         table.data_version,
         after_id,
     )
-    n = table.cube.n_cells
+    n, measures = table.cube.n_coordinates, table.cube.measure_reach
     vectors: dict[bytes, LinearQuery] = {}
     fractions: dict[str, Fraction] = {}
     entries = []
@@ -444,7 +480,7 @@ async def _entries(
         if query is None:
             cells = _binary_array(r["cells"], _INT4).astype(np.int64)
             weights = _binary_array(r["weights"], _FLOAT8).astype(np.float64)
-            query = vectors[key] = LinearQuery(n, cells, weights)
+            query = vectors[key] = LinearQuery(n, cells, weights, measures=measures)
         budget, step = (_fraction(fractions, r["budget"]), _fraction(fractions, r["step"]))
         entry = HistoryEntry(
             table.cube.qualified_name, query, budget, step, float(r["noisy_answer"])

@@ -6,45 +6,26 @@ module is skipped, saying why.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import Proxy
+from tests.e2e.pgjdbc import NEEDS_PGJDBC, compile_client, java
 
-JAR = Path("/usr/share/java/postgresql.jar")
-SOURCE = Path(__file__).parent / "jdbc" / "JdbcCheck.java"
-
-pytestmark = [
-    pytest.mark.skipif(
-        not JAR.exists(),
-        reason=f"pgjdbc is not installed ({JAR}; apt-get install libpostgresql-jdbc-java)",
-    ),
-    pytest.mark.skipif(
-        shutil.which("javac") is None or shutil.which("java") is None,
-        reason="no JDK (javac/java) on PATH",
-    ),
-]
+pytestmark = NEEDS_PGJDBC
 
 
 @pytest.fixture(scope="module")
 def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("jdbc")
-    subprocess.run(
-        ["javac", "-cp", str(JAR), "-d", str(out), str(SOURCE)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    return out
+    return compile_client(tmp_path_factory.mktemp("jdbc"), "JdbcCheck.java")
 
 
 def test_pgjdbc(proxy: Proxy, classes: Path) -> None:
     url = f"jdbc:postgresql://{proxy.host}:{proxy.port}/demo"
     result = subprocess.run(
-        ["java", "-cp", f"{classes}:{JAR}", "JdbcCheck", url],
+        java(classes, "JdbcCheck", url),
         capture_output=True,
         text=True,
         timeout=120,

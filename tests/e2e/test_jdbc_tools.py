@@ -11,7 +11,6 @@ skipped, saying why.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import psycopg
 import pytest
 
 from tests.e2e.conftest import Proxy
+from tests.e2e.pgjdbc import NEEDS_PGJDBC, compile_client, java
 from tests.e2e.test_bi_catalogs import (
     METABASE_FIELDS,
     METABASE_PRIVILEGES,
@@ -26,35 +26,17 @@ from tests.e2e.test_bi_catalogs import (
     METABASE_TABLES_PARAMS,
 )
 
-JAR = Path("/usr/share/java/postgresql.jar")
-SOURCE = Path(__file__).parent / "jdbc" / "SqlReplay.java"
 ACCURACY = 200.0
 BOUND = 5 * ACCURACY  # P(|noise| > 5 accuracy) is negligible when P(|noise| > accuracy) is 5%
 
-pytestmark = [
-    pytest.mark.skipif(
-        not JAR.exists(),
-        reason=f"pgjdbc is not installed ({JAR}; apt-get install libpostgresql-jdbc-java)",
-    ),
-    pytest.mark.skipif(
-        shutil.which("javac") is None or shutil.which("java") is None,
-        reason="no JDK (javac/java) on PATH",
-    ),
-]
+pytestmark = NEEDS_PGJDBC
 
 Rows = dict[int, list[dict[str, str | None]]]
 
 
 @pytest.fixture(scope="module")
 def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sqlreplay")
-    subprocess.run(
-        ["javac", "-cp", str(JAR), "-d", str(out), str(SOURCE)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    return out
+    return compile_client(tmp_path_factory.mktemp("sqlreplay"), "SqlReplay.java")
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +58,7 @@ def replay(proxy: Proxy, classes: Path, steps: list[list[str]]) -> tuple[Rows, d
     """Each step's rows (column -> text, None for NULL) and each failed step's SQLSTATE."""
     url = f"jdbc:postgresql://{proxy.host}:{proxy.port}/demo?options=-c%20dp.accuracy%3D200"
     result = subprocess.run(
-        ["java", "-cp", f"{classes}:{JAR}", "SqlReplay", url],
+        java(classes, "SqlReplay", url),
         input="".join("\t".join(step).replace("\n", "\\n") + "\n" for step in steps),
         capture_output=True,
         text=True,

@@ -166,7 +166,12 @@ def recomputed_spend(dsn: str, schema: str, cube: Cube) -> tuple[Fraction, int]:
             (cube.qualified_name,),
         ).fetchall()
     for cells, weights, budget in rows:
-        query = LinearQuery(cube.n_cells, np.array(cells, dtype=np.int64), np.array(weights))
+        query = LinearQuery(
+            cube.n_coordinates,
+            np.array(cells, dtype=np.int64),
+            np.array(weights),
+            measures=cube.measure_reach,
+        )
         ledger.commit(cell_charges(query, Fraction(budget)))
     return ledger.spent, len(rows)
 

@@ -92,7 +92,7 @@ class CellIndex:
             raise ValueError("a history row is a non-zero vector over this table's cells")
         if not (alpha > 0 and step > 0):
             raise ValueError("alpha and step must be positive")
-        precision = alpha / query.sensitivity
+        precision = alpha / float(sensitivity(query))
         self._solver.add_row(query.cells, query.weights * precision)
         row = self._size
         if row == self._precision.size:
@@ -168,16 +168,41 @@ class CellIndex:
         return tuple(found)
 
 
+def cell_sensitivities(query: LinearQuery) -> dict[int, Fraction]:
+    """How much one row of each cell can move ``query``'s answer, exactly.
+
+    Over measure coordinates, a row of cell ``c`` adds 1 to ``c``'s count and some ``v_m`` in
+    measure ``m``'s reach to ``c``'s sum of it: the most the answer moves is found by trying
+    every corner of the box of reaches (the extremes of a linear function).
+    """
+    kinds = 1 + len(query.measures)
+    n = query.n_cells // kinds
+    weights: dict[int, list[Fraction]] = {}
+    for coordinate, weight in zip(query.cells.tolist(), query.weights.tolist()):
+        cell, kind = coordinate % n, coordinate // n
+        weights.setdefault(cell, [Fraction(0)] * kinds)[kind] = public_fraction(weight)
+    sensitivities = {}
+    for cell, (count, *sums) in weights.items():
+        corners = itertools.product(*(((Fraction(lo), Fraction(hi))) for lo, hi in query.measures))
+        sensitivities[cell] = max(
+            abs(count + sum((w * v for w, v in zip(sums, corner)), Fraction(0)))
+            for corner in corners
+        )
+    return sensitivities
+
+
+def sensitivity(query: LinearQuery) -> Fraction:
+    """The query's sensitivity: the most one row of any cell moves it."""
+    return max(cell_sensitivities(query).values(), default=Fraction(0))
+
+
 def cell_charges(query: LinearQuery, budget: Fraction) -> dict[int, Fraction]:
-    """What measuring ``query`` with ``budget`` costs each cell it touches."""
-    sensitivity = public_fraction(query.sensitivity)
-    ratio: dict[float, Fraction] = {}  # one Fraction per distinct weight, not per cell
-    charges = {}
-    for cell, weight in zip(query.cells.tolist(), query.weights.tolist()):
-        if weight not in ratio:
-            ratio[weight] = budget * abs(public_fraction(weight)) / sensitivity
-        charges[cell] = ratio[weight]
-    return charges
+    """What measuring ``query`` with ``budget`` costs each cell it touches: ``budget s_c / S``."""
+    per_cell = cell_sensitivities(query)
+    largest = max(per_cell.values())
+    # the engine reads the sensitivity as a float8 rounded up: the same where it is exact
+    assert public_fraction(query.sensitivity) == largest
+    return {cell: budget * s / largest for cell, s in per_cell.items()}
 
 
 class CellLedger:
@@ -267,7 +292,7 @@ class CellEngine:
 
     Args:
         table: the protected table's name.
-        n_cells: the number of cells of its cube.
+        n_cells: the number of coordinates of its vectors (cells, times one plus the measures).
         total_budget: the DBA's total privacy budget for the table.
         history: the measurements released before this engine started.
         rng: noise source; the OS CSPRNG unless a test passes a seeded one.
@@ -275,6 +300,7 @@ class CellEngine:
             reply only; it never influences what is spent).
         tail: how error tails are computed (the exact method; others are for benchmarks).
         carried: budget spent on every cell before the table's cube was last redefined.
+        measures: per measure, what one row can add to its cell's sum.
     """
 
     def __init__(
@@ -288,9 +314,11 @@ class CellEngine:
         nonnegative: bool = False,
         tail: TailMethod = EXACT,
         carried: Fraction = Fraction(0),
+        measures: tuple[tuple[int, int], ...] = (),
     ) -> None:
         self.table = table
         self.n_cells = n_cells
+        self.measures = measures
         self._rng: RandomSource = rng if rng is not None else SystemRandomSource()
         self._nonnegative = nonnegative
         self._tail = tail
@@ -311,7 +339,7 @@ class CellEngine:
         return self._index.size
 
     def _record(self, entry: HistoryEntry) -> None:
-        if entry.query.n_cells != self.n_cells:
+        if entry.query.n_cells != self.n_cells or entry.query.measures != self.measures:
             raise ValueError(
                 f"history entry over {entry.query.n_cells} cells, table has {self.n_cells}"
             )
@@ -364,7 +392,9 @@ class CellEngine:
             raise InvalidParameterValue(
                 f"query is over {query.n_cells} cells but table {self.table} has {self.n_cells}"
             )
-        return LinearQuery(query.n_cells, query.cells, query.weights)
+        if query.measures != self.measures:
+            raise InvalidParameterValue("the query's measures are not the table's")
+        return LinearQuery(query.n_cells, query.cells, query.weights, measures=query.measures)
 
     def execute(self, plan: Plan, true_answers: Sequence[TrueAnswer]) -> tuple[Reply, ...]:
         """Measure and record at once: :meth:`measure`, then :meth:`record`.
@@ -392,7 +422,7 @@ class CellEngine:
             decision = plan.decisions[i]
             value = noisy_value(
                 truth,
-                sensitivity=public_fraction(vector.sensitivity),
+                sensitivity=sensitivity(vector),
                 budget=decision.budget,
                 lattice=granularity(vector),
                 step=decision.step,

@@ -14,7 +14,8 @@ would, from the stored history's public numbers). Per kind of answer and delta, 
 empirical coverage must be at least ``1 - delta`` minus three binomial standard errors, and
 (the intervals being the narrowest the engine can justify) at most ``1 - delta`` plus five.
 Every trial also checks that no cell overspent and that the ledger equals a recomputation
-from the stored history.
+from the stored history (by the reference engine's charges). Measured trials do the same with
+sums of measures beside counts, at accuracies in the sums' units.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Callable, Sequence
 from fractions import Fraction
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from proxy.engine import (
@@ -39,16 +41,26 @@ from proxy.engine.selection import interval
 from proxy.errors import BudgetExhausted
 from sqlmap.vector import LinearQuery
 from tests.engine.recording import Recorder
+from tests.engine.reference import cell_charges
+
+Measures = tuple[tuple[int, int], ...]
 
 N_CELLS = 6
 Outcomes = list[tuple[str, bool]]
+#: Measures of the measured trials: what one row adds to its cell's sum of each
+MEASURES = ((0, 50), (-3, 7))
 
 
-def _random_query(rng: np.random.Generator) -> LinearQuery:
-    dense = np.zeros(N_CELLS)
+def _random_query(rng: np.random.Generator, measures: Measures = ()) -> LinearQuery:
+    """Counts of a few cells (weighted), or with measures, sums of them beside counts."""
+    dense = np.zeros(N_CELLS * (1 + len(measures)))
     cells = rng.choice(N_CELLS, size=int(rng.integers(1, 4)), replace=False)
-    dense[cells] = rng.choice([1.0, 1.0, 1.0, 2.0, -1.0, 0.5], size=cells.size)
-    return LinearQuery.from_dense(dense, offset=float(rng.integers(-5, 6)))
+    weights = rng.choice([1.0, 1.0, 1.0, 2.0, -1.0, 0.5], size=cells.size)
+    kind = int(rng.integers(1 + len(measures))) if measures else 0
+    dense[kind * N_CELLS + cells] = weights
+    if kind and rng.random() < 0.5:  # SUM(m) - k COUNT(*)
+        dense[cells] -= float(rng.choice([1.0, 10.0]))
+    return LinearQuery.from_dense(dense, offset=float(rng.integers(-5, 6)), measures=measures)
 
 
 def _combination(rng: np.random.Generator, queries: Sequence[LinearQuery]) -> LinearQuery:
@@ -56,24 +68,33 @@ def _combination(rng: np.random.Generator, queries: Sequence[LinearQuery]) -> Li
     dense = sum(float(rng.choice([1, -1, 2])) * queries[i].to_dense() for i in picked)
     if not np.any(dense):
         dense = queries[picked[0]].to_dense()
-    return LinearQuery.from_dense(dense)
+    return LinearQuery.from_dense(dense, measures=queries[0].measures)
 
 
 def _recomputed_ledger(entries: list[HistoryEntry]) -> dict[int, Fraction]:
     spent: dict[int, Fraction] = defaultdict(Fraction)
     for entry in entries:
-        s = max(abs(Fraction(repr(w))) for w in entry.query.weights.tolist())
-        for cell, w in zip(entry.query.cells.tolist(), entry.query.weights.tolist()):
-            spent[cell] += entry.budget * abs(Fraction(repr(w))) / s
+        for cell, charge in cell_charges(entry.query, entry.budget).items():
+            spent[cell] += charge
     return dict(spent)
 
 
-def _trial(seed: int, delta: float) -> list[tuple[str, bool]]:
+def _histogram(rng: np.random.Generator, measures: Measures) -> npt.NDArray[np.int64]:
+    """Counts, then per measure sums that the cell's rows could add up to."""
+    counts = rng.integers(0, 60, N_CELLS)
+    sums = [[int(rng.integers(lo * c, hi * c + 1)) for c in counts] for lo, hi in measures]
+    return np.concatenate([counts, *(np.array(s, dtype=np.int64) for s in sums)])
+
+
+def _trial(seed: int, delta: float, measures: Measures = ()) -> list[tuple[str, bool]]:
     rng = np.random.default_rng(seed)
-    x = rng.integers(0, 60, N_CELLS)
+    x = _histogram(rng, measures) if measures else rng.integers(0, 60, N_CELLS)
     kept = Recorder()
     total = Fraction(int(rng.integers(5, 40)), 10)
-    engine = PrivacyEngine("t", N_CELLS, total_budget=total, rng=SeededRandomSource(seed))
+    n = N_CELLS * (1 + len(measures))
+    engine = PrivacyEngine(
+        "t", n, total_budget=total, rng=SeededRandomSource(seed), measures=measures
+    )
     outcomes = []
 
     def ask(query: LinearQuery, eps: float) -> None:
@@ -89,13 +110,14 @@ def _trial(seed: int, delta: float) -> list[tuple[str, bool]]:
         )
         outcomes.append((kind, reply.low <= query.evaluate(x) <= reply.high))
 
-    base = [_random_query(rng) for _ in range(3)]
-    widths = rng.uniform(2.0, 20.0, size=3)
+    base = [_random_query(rng, measures) for _ in range(3)]
+    scale = max(q.sensitivity for q in base) if measures else 1.0  # in the sums' units
+    widths = rng.uniform(2.0, 20.0, size=3) * scale
     for query, eps in zip(base, widths):
         ask(query, float(eps))
     for factor in (3.0, 3.0, 0.4, 0.4):  # loose: history; tight: combined
         ask(_combination(rng, base), float(factor * widths.mean()))
-    ask(_random_query(rng), float(rng.uniform(2.0, 20.0)))
+    ask(_random_query(rng, measures), float(rng.uniform(2.0, 20.0) * scale))
     for query, eps in zip(base, widths):  # repeats, after overlapping measurements
         ask(query, float(eps))
 
@@ -167,6 +189,24 @@ def test_coverage_two_thousand_trials_per_source(delta: float) -> None:
     counts = _check_coverage(trials=2_600, delta=delta, first_seed=0)
     assert min(counts[s] for s in ("fresh", "history", "combined")) >= 2_000, counts
     assert counts["history+repeat"] >= 1_500, counts
+
+
+def _measured_trial(seed: int, delta: float) -> Outcomes:
+    return _trial(seed, delta, MEASURES)
+
+
+@pytest.mark.parametrize("delta", [0.05, 0.2])
+def test_coverage_of_sums_of_measures_quick(delta: float) -> None:
+    counts = _check_coverage(trials=120, delta=delta, first_seed=30_000, trial=_measured_trial)
+    assert {"fresh", "history", "combined"} <= set(counts)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # 2,600 engines: minutes of CPU on a busy machine
+@pytest.mark.parametrize("delta", [0.05, 0.2])
+def test_coverage_of_sums_of_measures_two_thousand_trials(delta: float) -> None:
+    counts = _check_coverage(trials=2_600, delta=delta, first_seed=0, trial=_measured_trial)
+    assert min(counts[s] for s in ("fresh", "history", "combined")) >= 2_000, counts
 
 
 @pytest.mark.parametrize("delta", [0.5, 0.2])

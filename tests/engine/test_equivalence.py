@@ -50,24 +50,60 @@ WORKLOADS = 320  # in BLOCKS tests; the default run takes two of them (80), -m s
 BLOCKS = 8
 
 
-class Cube:
-    """A random cube: 2-4 dimensions of 2-5 values.
+#: Measures' reaches a random cube may have (what one row adds to its cell's sum)
+REACHES = ((0, 20), (-3, 5), (0, 1), (1, 99))
 
-    ``factored``: its vectors are held factored (as sqlmap gives them), and the engine is told
-    the cube's shape.
+
+class Cube:
+    """A random cube: 2-4 dimensions of 2-5 values, and with ``measured`` 1-2 measures.
+
+    ``factored``: its vectors are held factored (as sqlmap gives them: a tensor over the kind
+    axis and the dimensions they depend on), and the engine is told the cube's shape.
     """
 
-    def __init__(self, rng: np.random.Generator, factored: bool = False) -> None:
+    def __init__(
+        self, rng: np.random.Generator, measured: bool = False, factored: bool = False
+    ) -> None:
         self.factored = factored
         self.shape = tuple(int(s) for s in rng.integers(2, 6, size=int(rng.integers(2, 5))))
         self.n = int(np.prod(self.shape))
         self.coords = np.array(list(itertools.product(*(range(s) for s in self.shape))))
         self.rng = rng
+        self.measures: tuple[tuple[int, int], ...] = ()
+        if measured:  # (unmeasured cubes draw what they always drew)
+            picked = rng.choice(len(REACHES), size=int(rng.integers(1, 3)), replace=False)
+            self.measures = tuple(REACHES[int(i)] for i in picked)
+        self.n_coordinates = self.n * (1 + len(self.measures))
 
-    def vector(self, dense: np.ndarray) -> LinearQuery:
+    def query(self, dense: np.ndarray) -> LinearQuery:
+        """A vector from a weight per cell: on the counts, a measure's sums, or both."""
+        lifted = np.zeros((1 + len(self.measures), self.n))
+        kind = self.rng.random()
+        if not self.measures or kind < 0.4:
+            lifted[0] = dense
+        else:
+            measure = 1 + int(self.rng.integers(len(self.measures)))
+            lifted[measure] = dense
+            if kind > 0.8:  # SUM(m) - k COUNT(*), or two measures
+                other = int(self.rng.integers(1 + len(self.measures)))
+                lifted[other] += np.where(dense != 0, float(self.rng.choice([-2.0, 0.5])), 0.0)
+        return self.vector(lifted.ravel())
+
+    def vector(self, coordinates: np.ndarray) -> LinearQuery:
+        """A vector from a weight per coordinate, held as the cube holds them."""
         if self.factored:
-            return LinearQuery.from_tensor(self.shape, dense.reshape(self.shape))
-        return LinearQuery.from_dense(dense)
+            tensor = coordinates.reshape((1 + len(self.measures), *self.shape))
+            return LinearQuery.from_tensor(self.shape, tensor, measures=self.measures)
+        return LinearQuery.from_dense(coordinates, measures=self.measures)
+
+    def histogram(self) -> np.ndarray:
+        """Counts, then per measure sums that one row of each count could add up to."""
+        counts = self.rng.integers(0, 40, size=self.n)
+        sums = [
+            np.array([self.rng.integers(lo * c, hi * c + 1) for c in counts])
+            for lo, hi in self.measures
+        ]
+        return np.concatenate([counts, *sums])
 
     def box(self, dims: list[int]) -> np.ndarray:
         """Cells whose value on each of ``dims`` lies in a random range (a WHERE clause)."""
@@ -98,7 +134,7 @@ class Cube:
             return [earlier[int(self.rng.integers(len(earlier)))]]
         if earlier and kind < 0.27:
             q = earlier[int(self.rng.integers(len(earlier)))]
-            return [LinearQuery(q.n_cells, q.cells, q.weights * 2.0)]
+            return [self.vector(q.to_dense() * 2.0)]
         if len(earlier) > 1 and kind < 0.35:
             a, b = (earlier[int(i)] for i in self.rng.choice(len(earlier), 2, replace=False))
             dense = a.to_dense() - b.to_dense()
@@ -106,14 +142,14 @@ class Cube:
         where = self.box(self.dims()) if self.rng.random() < 0.7 else np.ones(self.n, bool)
         w = self.weights()
         if kind < 0.65:
-            return [self.vector(np.where(where, w, 0.0))]
+            return [self.query(np.where(where, w, 0.0))]
         groups = self.dims()
         keys = self.coords[:, groups]
         batch = []
         for key in sorted({tuple(k) for k in keys.tolist()}):
             cells = where & np.all(keys == np.array(key), axis=1)
             if cells.any():
-                batch.append(self.vector(np.where(cells, w, 0.0)))
+                batch.append(self.query(np.where(cells, w, 0.0)))
         return batch
 
 
@@ -224,26 +260,27 @@ def _fits(engine: PrivacyEngine, entry: HistoryEntry) -> bool:
     return True
 
 
-def _run(seed: int, factored: bool = False) -> None:
+def _run(seed: int, measured: bool = False, factored: bool = False) -> None:
     rng = np.random.default_rng(seed)
-    cube = Cube(rng, factored)
-    x = rng.integers(0, 40, size=cube.n)
+    cube = Cube(rng, measured, factored)
+    x = cube.histogram() if measured else rng.integers(0, 40, size=cube.n)
     total = Fraction(int(rng.choice([2, 10, 100])), 10)
     new = PrivacyEngine(
         "t",
-        cube.n,
+        cube.n_coordinates,
         total_budget=total,
         rng=SeededRandomSource(seed),
+        measures=cube.measures,
         shape=cube.shape if factored else None,
     )
-    ref = CellEngine("t", cube.n, total_budget=total)
+    ref = CellEngine("t", cube.n_coordinates, total_budget=total, measures=cube.measures)
     asked: list[LinearQuery] = []
     history: list[LinearQuery] = []
     exact = True
     for _ in range(int(rng.integers(8, 30))):
         kind = rng.random()
         if kind < 0.08:  # another process measured something; both read it back
-            q = cube.vector(np.where(cube.box(cube.dims()), cube.weights(), 0.0))
+            q = cube.query(np.where(cube.box(cube.dims()), cube.weights(), 0.0))
             entry = HistoryEntry(
                 "t",
                 q,
@@ -259,7 +296,7 @@ def _run(seed: int, factored: bool = False) -> None:
             history.append(q)
             continue
         if kind < 0.12:  # measured data that changed since: charged, never reused
-            q = cube.vector(np.where(cube.box(cube.dims()), 1.0, 0.0))
+            q = cube.query(np.where(cube.box(cube.dims()), 1.0, 0.0))
             entry = HistoryEntry("t", q, Fraction(int(rng.integers(1, 50)), 1000), Fraction(1), 0.0)
             if not _fits(new, entry):
                 continue
@@ -292,11 +329,30 @@ def test_atom_engine_agrees_with_the_cell_engine(block: int) -> None:
 @pytest.mark.parametrize(
     "block", [0, *(pytest.param(b, marks=pytest.mark.slow) for b in range(1, BLOCKS))]
 )
+def test_with_measures_the_charges_follow_the_cells_that_own_the_coordinates(block: int) -> None:
+    """Sums of measures beside counts: sensitivities, charges, noise and reuse agree."""
+    for seed in range(block, WORKLOADS, BLOCKS):
+        _run(10_000 + seed, measured=True)
+
+
+@pytest.mark.parametrize(
+    "block", [0, *(pytest.param(b, marks=pytest.mark.slow) for b in range(1, BLOCKS))]
+)
 def test_factored_vectors_agree_with_the_cell_engine(block: int) -> None:
     """Vectors held factored, the engine told the cube's shape (ANOVA coordinates for the span,
     the budget charged by tensors): the same decisions, replies and ledgers."""
     for seed in range(block, WORKLOADS, BLOCKS):
         _run(seed, factored=True)
+
+
+@pytest.mark.parametrize(
+    "block", [0, *(pytest.param(b, marks=pytest.mark.slow) for b in range(1, BLOCKS))]
+)
+def test_factored_vectors_with_measures_agree_with_the_cell_engine(block: int) -> None:
+    """Measures as one more axis of the tensors: per-kind ANOVA blocks, the budget charged by
+    each cell's box sensitivity as a tensor over the vector's dimensions."""
+    for seed in range(block, WORKLOADS, BLOCKS):
+        _run(10_000 + seed, measured=True, factored=True)
 
 
 @pytest.mark.parametrize(
@@ -352,7 +408,7 @@ def test_paper_examples_agree(
 @pytest.mark.parametrize("factored", [False, True])
 def test_a_restarted_engine_agrees_with_the_one_that_wrote_the_history(factored: bool) -> None:
     rng = np.random.default_rng(99)
-    cube = Cube(rng, factored)
+    cube = Cube(rng, factored=factored)
     shape = cube.shape if factored else None
     kept = Recorder()
     writer = PrivacyEngine(

@@ -28,6 +28,7 @@ from proxy.engine.posterior import (
     range_interval,
 )
 from proxy.engine.tails import EXACT, ConvolutionTail
+from tests.engine.calibration import assert_calibrated
 from tests.paper_examples import (
     EIGHT_BY_FOUR_ALPHA,
     EIGHT_BY_FOUR_H,
@@ -214,19 +215,6 @@ def test_papers_probability_that_theta_is_positive() -> None:
 # --- calibration and coverage ---------------------------------------------------------------
 
 
-def _assert_calibrated(said: np.ndarray, held: np.ndarray) -> None:
-    """Per probability bin, the event frequency is within 3 standard errors of the mean said."""
-    bins = np.minimum((said * 10).astype(int), 9)
-    for k in range(10):
-        chosen = bins == k
-        n = int(chosen.sum())
-        if n < 20:
-            continue
-        p = said[chosen]
-        error = math.sqrt(float((p * (1 - p)).sum())) / n
-        assert abs(float(held[chosen].mean()) - float(p.mean())) <= 3 * error + 1e-12, (k, n)
-
-
 @pytest.mark.parametrize(
     ("feasible", "event"),
     [
@@ -248,7 +236,7 @@ def test_probability_is_calibrated(feasible: Interval, event: Interval) -> None:
     said = np.array([probability(scales, float(y), event, feasible) for y in answers])
     held = np.array([event.contains(float(t)) for t in truths])
     assert 0.05 < said.mean() < 0.95  # the events are informative, not foregone
-    _assert_calibrated(said, held)
+    assert_calibrated(said, held, slack=1e-12)
 
 
 HALF_WIDTH = 50.0  # the issue's example: a count asked at +-50

@@ -119,7 +119,8 @@ def test_ratio_coverage_quick() -> None:
 @pytest.mark.parametrize("confidence", [0.9, 0.95])
 def test_ratio_coverage_two_thousand_trials(confidence: float) -> None:
     counts = _check(trials=2_100, confidence=confidence, first_seed=0)
-    assert min(counts[k] for k in ("share", "mean", "unbounded", "small group")) >= 2_000, counts
+    assert min(counts[k] for k in ("share", "mean", "unbounded")) >= 2_000, counts
+    assert counts["small group"] >= 1_700, counts  # the rest NULL: too few rows for the budget
 
 
 def test_box_is_the_range_of_the_quotient_and_null_when_the_denominator_reaches_zero() -> None:

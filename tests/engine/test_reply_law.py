@@ -22,6 +22,7 @@ from proxy.engine.posterior import REAL_LINE, Interval, comparison, feasible_ran
 from proxy.engine.tails import EXACT
 from sqlmap.accuracy import AccuracyRequest
 from sqlmap.vector import LinearQuery
+from tests.engine.calibration import assert_calibrated
 from tests.paper_examples import (
     EIGHT_BY_FOUR_ALPHA,
     EIGHT_BY_FOUR_H,
@@ -110,19 +111,6 @@ def test_feasible_range_of_counts_sums_and_negative_weights() -> None:
     assert feasible_range(negated, ROWS) == Interval(-3.0 * ROWS, 0.0)
 
 
-def _assert_calibrated(said: np.ndarray, held: np.ndarray) -> None:
-    """Per tenth of [0, 1], the event's frequency is within 3 standard errors of the mean said."""
-    bins = np.minimum((said * 10).astype(int), 9)
-    for k in range(10):
-        chosen = bins == k
-        n = int(chosen.sum())
-        if n < 20:
-            continue
-        p = said[chosen]
-        error = math.sqrt(float((p * (1 - p)).sum())) / n
-        assert abs(float(held[chosen].mean()) - float(p.mean())) <= 3 * error + 1e-9, (k, n)
-
-
 @pytest.mark.parametrize(
     "combined",
     [pytest.param(False, id="fresh"), pytest.param(True, id="combined", marks=pytest.mark.slow)],
@@ -146,4 +134,4 @@ def test_probability_is_calibrated_through_the_engine(combined: bool) -> None:
         held[t] = [event.contains(truth) for event in EVENTS]
     for e in range(len(EVENTS)):
         assert 0.05 < said[:, e].mean() < 0.95  # informative, not foregone
-        _assert_calibrated(said[:, e], held[:, e])
+        assert_calibrated(said[:, e], held[:, e], slack=1e-9)

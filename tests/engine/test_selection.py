@@ -155,8 +155,8 @@ def test_never_wider_than_the_blue_or_any_repeat(
     # a pooled repeat may be the BLUE itself: two quantile searches (each ~1e-12 relative) on
     # one law may differ in the last digits, so either may be picked
     assert best.half_width <= min(ends) * (1 + 1e-9)
-    if eps_factor >= 1.0:
-        assert best.half_width <= eps * (1 + 1e-12)
+    if eps_factor >= 1.0:  # eps is one end, found by one of those searches (seen: 1.006e-12 over)
+        assert best.half_width <= eps * (1 + 1e-9)
     assert _unbiased_for(best.estimator, rows, dense)
     width = _recomputed_width(best.estimator, delta)
     assert best.half_width == pytest.approx(width, rel=1e-12) or best.half_width == eps

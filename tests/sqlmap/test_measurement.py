@@ -15,7 +15,7 @@ import pytest
 
 from proxy.errors import DomainViolation
 from sqlmap.canonical import measurement_sql
-from sqlmap.cube import CategoricalDimension, Cube, Dimension, NumericDimension
+from sqlmap.cube import CategoricalDimension, Cube, Dimension, Measure, NumericDimension
 from sqlmap.translate import Translator
 from sqlmap.vector import LinearQuery
 
@@ -91,9 +91,26 @@ def random_dimension(rng: np.random.Generator, column: str) -> Dimension:
 COLUMNS = ["age", "hours_per_week", "education_num", "workclass", "race", "sex"]
 
 
+#: Integer columns of Adult as measures, with bounds that clamp some rows and not others
+MEASURES = [
+    Measure("capital_gain", 0, 20000),
+    Measure("capital_loss", 100, 2000),  # a NULL would add 0, below the lower bound
+    Measure("hours_per_week", 1, 99, nullable=False),
+    Measure("age", 20, 60),
+    Measure("fnlwgt", -5, 10**6),
+    Measure("education_num", -3, 8, nullable=False),
+]
+
+
 def random_cube(rng: np.random.Generator) -> Cube:
     columns = rng.choice(COLUMNS, size=int(rng.integers(1, 5)), replace=False)
-    return Cube("public", "adult", tuple(random_dimension(rng, str(c)) for c in columns))
+    picked = rng.choice(len(MEASURES), size=int(rng.integers(0, 3)), replace=False)
+    return Cube(
+        "public",
+        "adult",
+        tuple(random_dimension(rng, str(c)) for c in columns),
+        measures=tuple(MEASURES[i] for i in picked),
+    )
 
 
 def box(rng: np.random.Generator, shape: tuple[int, ...]) -> npt.NDArray[np.bool_]:
@@ -140,11 +157,28 @@ def random_batch(rng: np.random.Generator, cube: Cube) -> list[LinearQuery]:
         dense = [box(rng, shape) * values[tuple(index)]]
     elif kind == 4:  # arbitrary sparse weights
         dense = [np.where(rng.random(shape) < 0.2, rng.integers(1, 5, shape), 0) * 1.0]
-    else:  # a few cells (the old engine benchmark's vectors)
-        cells = np.unique(rng.integers(0, cube.n_cells, int(rng.integers(1, 10))))
+    else:  # a few coordinates (the old engine benchmark's vectors)
+        cells = np.unique(rng.integers(0, cube.n_coordinates, int(rng.integers(1, 10))))
         weights = np.array([weight(rng) for _ in cells])
-        return [LinearQuery(cube.n_cells, cells, weights)]
-    return [LinearQuery.from_dense(d.ravel()) for d in dense]
+        return [LinearQuery(cube.n_coordinates, cells, weights, measures=cube.measure_reach)]
+    return [
+        LinearQuery.from_dense(kinds(rng, cube, d).ravel(), measures=cube.measure_reach)
+        for d in dense
+    ]
+
+
+def kinds(
+    rng: np.random.Generator, cube: Cube, dense: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """Weights over a cell's count, and over a measure's sums (SUM(measure)), or both."""
+    stacked = np.zeros((1 + len(cube.measures), *cube.shape))
+    if not cube.measures or rng.random() < 0.3:
+        stacked[0] = dense
+        return stacked
+    stacked[1 + int(rng.integers(len(cube.measures)))] = dense
+    if rng.random() < 0.5:  # COUNT(*) beside it, or a second measure
+        stacked[int(rng.integers(1 + len(cube.measures)))] += box(rng, cube.shape) * weight(rng)
+    return stacked
 
 
 def test_random_vectors_on_random_cubes(conn: psycopg.Connection) -> None:
@@ -187,19 +221,24 @@ def test_translated_queries_read_only_what_they_weigh(conn: psycopg.Connection) 
 
 
 def test_no_weighed_cell_reads_nothing(conn: psycopg.Connection) -> None:
-    empty = LinearQuery(DEMO_CUBE.n_cells, np.array([], np.int64), np.array([]))
+    n, reach = DEMO_CUBE.n_coordinates, DEMO_CUBE.measure_reach
+    empty = LinearQuery(n, np.array([], np.int64), np.array([]), measures=reach)
     m = measurement_sql(DEMO_CUBE, [empty, empty])
     assert m.sql is None and m.answers([]) == [0.0, 0.0]
     x = true_histogram(conn, DEMO_CUBE)
-    one = LinearQuery(DEMO_CUBE.n_cells, np.array([5]), np.array([2.0]))
+    one = LinearQuery(n, np.array([5]), np.array([2.0]), measures=reach)
     assert_same(conn, DEMO_CUBE, [empty, one], x)
 
 
 def test_offsets_and_foreign_vectors_are_refused() -> None:
+    ones = np.ones(DEMO_CUBE.n_coordinates)
+    reach = DEMO_CUBE.measure_reach
     with pytest.raises(ValueError, match="offset-free"):
-        measurement_sql(DEMO_CUBE, [LinearQuery.from_dense(np.ones(DEMO_CUBE.n_cells), 1.0)])
+        measurement_sql(DEMO_CUBE, [LinearQuery.from_dense(ones, 1.0, reach)])
     with pytest.raises(ValueError, match="offset-free"):
         measurement_sql(DEMO_CUBE, [LinearQuery.from_dense(np.ones(3))])
+    with pytest.raises(ValueError, match="offset-free"):  # the counts' coordinates, no measures
+        measurement_sql(DEMO_CUBE, [LinearQuery.from_dense(ones)])
 
 
 # -- edge values and broken promises, on tables of their own ----------------------------------
