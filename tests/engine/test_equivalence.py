@@ -12,6 +12,7 @@ a query a dense least-squares check finds in the row space); the workload ends t
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from fractions import Fraction
 
@@ -405,16 +406,21 @@ def test_paper_examples_agree(
         _same_ledger(new, ref, exact=False)
 
 
-@pytest.mark.parametrize("factored", [False, True])
-def test_a_restarted_engine_agrees_with_the_one_that_wrote_the_history(factored: bool) -> None:
+@pytest.mark.parametrize(("factored", "measured"), [(False, False), (True, False), (True, True)])
+def test_a_restarted_engine_agrees_with_the_one_that_wrote_the_history(
+    factored: bool, measured: bool
+) -> None:
+    """The restarted engine reads the history cell by cell (as the ledger stores it)."""
     rng = np.random.default_rng(99)
-    cube = Cube(rng, factored=factored)
+    cube = Cube(rng, measured, factored)
     shape = cube.shape if factored else None
+    n, measures = cube.n_coordinates, cube.measures
+    total = Fraction(5000 if measured else 50)  # sums of measures up to 99 cost more
     kept = Recorder()
     writer = PrivacyEngine(
-        "t", cube.n, total_budget=Fraction(50), rng=SeededRandomSource(1), shape=shape
+        "t", n, total_budget=total, rng=SeededRandomSource(1), measures=measures, shape=shape
     )
-    x = rng.integers(0, 40, size=cube.n)
+    x = cube.histogram() if measured else rng.integers(0, 40, size=cube.n)
     asked: list[LinearQuery] = []
     for _ in range(40):
         batch = cube.batch(asked)
@@ -425,10 +431,14 @@ def test_a_restarted_engine_agrees_with_the_one_that_wrote_the_history(factored:
                 lambda ms: [m.evaluate(x) for m in ms],
             )
             asked.extend(batch)
+    stored = [
+        dataclasses.replace(e, query=LinearQuery(n, e.query.cells, e.query.weights, 0.0, measures))
+        for e in kept.entries
+    ]
     restarted = PrivacyEngine(
-        "t", cube.n, total_budget=Fraction(50), history=kept.entries, shape=shape
+        "t", n, total_budget=total, history=stored, measures=measures, shape=shape
     )
-    ref = CellEngine("t", cube.n, total_budget=Fraction(50), history=kept.entries)
+    ref = CellEngine("t", n, total_budget=total, history=stored, measures=measures)
     assert restarted.budget.per_cell() == writer.budget.per_cell() == ref.budget.per_cell()
     assert restarted.budget.spent == ref.budget.spent
     for q in asked[:30]:

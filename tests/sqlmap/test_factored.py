@@ -11,7 +11,7 @@ import itertools
 import numpy as np
 import pytest
 
-from sqlmap.cube import CategoricalDimension, Cube, NumericDimension
+from sqlmap.cube import CategoricalDimension, Cube, Measure, NumericDimension
 from sqlmap.translate import Translator
 from sqlmap.vector import LinearQuery
 
@@ -24,6 +24,13 @@ SMALL = Cube(
         CategoricalDimension("kids", (0, 1, 2, 3)),
         CategoricalDimension("rooms", (1, 2, 3), closed=True, nullable=False),
     ),
+)
+# income counts as a dimension's column nowhere: a measure only; debt may be negative
+MEASURED = Cube(
+    "public",
+    "people",
+    SMALL.dimensions,
+    measures=(Measure("income", 0, 1000), Measure("debt", -50, 50, nullable=False)),
 )
 # 20 dimensions of 3 values: 3.5 billion cells, which no dense vector could hold
 WIDE = Cube(
@@ -91,3 +98,35 @@ def test_equal_vectors_have_one_factored_form() -> None:
     for shape in itertools.product((2, 3), repeat=2):
         zero = LinearQuery.from_tensor(shape, np.zeros(shape))
         assert zero.is_zero and zero.cells.size == 0 and zero.axes == ()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT SUM(income) FROM people WHERE age >= 18",
+        "SELECT sex, SUM(income) - 2 * COUNT(*) FROM people WHERE rooms <> 2 GROUP BY sex",
+        "SELECT SUM(debt) + 0.25 * SUM(income), COUNT(*) FROM people WHERE kids IN (1, 2)",
+        "SELECT SUM(CASE WHEN sex = 'F' THEN debt ELSE 0 END) FROM people",
+        "SELECT rooms, AVG(income) FROM people WHERE age < 65 GROUP BY rooms",
+        "SELECT SUM(income) / COUNT(*) FROM people WHERE sex = 'M'",
+    ],
+)
+def test_measured_vectors_are_tensors_over_a_kind_axis(sql: str) -> None:
+    """A measure is one more axis: the factored vector's cells, sensitivities by the box of
+    bounds and row range are those of the same weights held coordinate by coordinate."""
+    spec = Translator([MEASURED]).translate(sql)
+    vectors = [*spec.queries, *(q for row in spec.rows for ratio in row.ratios for q in ratio)]
+    assert vectors
+    reach = MEASURED.measure_reach
+    x = np.arange(3 * MEASURED.n_cells, dtype=np.float64) % 11
+    for q in vectors:
+        assert q.factored and q.shape == MEASURED.shape and q.measures == reach
+        assert q.core is not None and q.core.shape[0] == 1 + len(reach)
+        plain = LinearQuery.from_dense(q.to_dense(), q.offset, reach)
+        assert q == plain and plain == q and q.n_cells == plain.n_cells
+        assert np.array_equal(q.cells, plain.cells) and np.array_equal(q.weights, plain.weights)
+        for a, b in zip(q.cell_sensitivities(), plain.cell_sensitivities(), strict=True):
+            assert np.array_equal(a, b)
+        assert q.sensitivity == plain.sensitivity
+        assert q.row_range() == plain.row_range()
+        assert q.evaluate(x) == pytest.approx(plain.evaluate(x), rel=1e-12)
