@@ -171,6 +171,14 @@ def _cpu_ms(action: Callable[[], object]) -> tuple[float, object]:
     return 1e3 * (time.process_time() - start), result
 
 
+def _histogram(cube: Cube, seed: int) -> np.ndarray:
+    """Cell counts, then per measure of the cube sums its rows could have (the coordinates)."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 5, size=cube.n_cells)
+    sums = [rng.integers(lo * counts, hi * counts + 1) for lo, hi in cube.measure_reach]
+    return np.concatenate([counts, *sums]).astype(np.float64)
+
+
 def _history(
     translator: Translator, pool: list[str], m: int, x: np.ndarray, seed: int
 ) -> list[HistoryEntry]:
@@ -183,17 +191,18 @@ def _history(
         vectors.extend((q.without_offset(), spec.accuracy) for q in spec.queries)
     entries = []
     costs: dict[int, tuple[Fraction, Fraction, float]] = {}
-    marginals: dict[tuple[int, ...], np.ndarray] = {}  # the counts summed over other dimensions
+    # the counts and measures' sums summed over other dimensions
+    marginals: dict[tuple[int, ...], np.ndarray] = {}
     for i in rng.integers(0, len(vectors), size=m).tolist():
         query, accuracy = vectors[i]
         if i not in costs:
             step = noise_step(query, accuracy.eps)
             if query.core is not None and query.shape is not None:
-                others = tuple(d for d in range(len(query.shape)) if d not in query.axes)
+                others = tuple(1 + d for d in range(len(query.shape)) if d not in query.axes)
                 if query.axes not in marginals:
-                    marginals[query.axes] = x.reshape(query.shape).sum(axis=others)
-                assert not query.measures  # the bench's cubes count rows only
-                truth = float((marginals[query.axes] * query.core[0]).sum())
+                    coordinates = x.reshape((query.kinds, *query.shape))
+                    marginals[query.axes] = coordinates.sum(axis=others)
+                truth = float((marginals[query.axes] * query.core).sum())
             else:
                 truth = query.evaluate(x)
             costs[i] = (fresh_budget(query.sensitivity, step, accuracy), step, truth)
@@ -216,17 +225,18 @@ def run(
     translator = Translator([cube])
     statements = Statements(cube, seed)
     pool = [statements.sql() for _ in range(pool_size)]
-    x = np.random.default_rng(seed).integers(0, 5, size=cube.n_cells).astype(np.float64)
+    x = _histogram(cube, seed)
     history = _history(translator, pool, m, x, seed + 1)
     rss_before = _rss_mb()
     start = time.perf_counter()
     load_cpu, engine = _cpu_ms(
         lambda: PrivacyEngine(
             "adult",
-            cube.n_cells,
+            cube.n_coordinates,
             total_budget=Fraction(10**9),
             history=history,
             rng=SeededRandomSource(seed),
+            measures=cube.measure_reach,
             shape=cube.shape if factored else None,
         )
     )
