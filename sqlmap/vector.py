@@ -420,8 +420,10 @@ def _box(table: FloatArray, measures: Reach) -> tuple[FloatArray, tuple[float, f
     budget and the noise lattice read them) once per distinct weight pattern, then rounded up,
     so that neither the noise nor a cell's charge is ever below the true sensitivity.
     """
-    patterns, back = _distinct_rows(table)
-    bounds = [(Fraction(lo), Fraction(hi)) for lo, hi in measures]
+    # a measure no row weighs adds 0 at every corner: left out (a count over a measured cube)
+    weighed = [m for m in range(len(measures)) if np.any(table[:, 1 + m])]
+    patterns, back = _distinct_rows(table[:, [0, *(1 + m for m in weighed)]])
+    bounds = [(Fraction(measures[m][0]), Fraction(measures[m][1])) for m in weighed]
     magnitudes = []
     tops, bottoms = [], []
     for row in patterns.tolist():

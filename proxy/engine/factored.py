@@ -75,8 +75,10 @@ class AnovaCoordinates:
         assert core is not None
         chop = _CHOP * float(np.max(np.abs(core), initial=0.0))
         # ((kind, *S), tensor over S followed by the axes still to split)
+        # (a kind the vector does not weigh has no components: a count over a cube with
+        # measures is decomposed once, not once per kind)
         parts: list[tuple[tuple[int, ...], FloatArray]] = [
-            ((k,), core[k]) for k in range(len(core))
+            ((k,), core[k]) for k in range(len(core)) if np.any(core[k])
         ]
         for axis in axes:
             split = []
