@@ -19,8 +19,10 @@ with ``S_i = max_j s_ij``: for counts alone ``s_ij = |H_ij|``. Every charge goes
 Cells that every charged vector weighs alike have spent the same, so the budget keeps one
 number per atom (:class:`~proxy.engine.atoms.Partition`): a commit costs the atoms it touches,
 a check the cells of the batch, both as array operations. Given the cube's shape, it keeps
-every cell's spend in one array instead and charges factored vectors as tensors broadcast over
-it (a wide cube's range count covers a million cells, which a partition would have to list).
+the spend on a grid instead (per dimension, classes of values no charge has told apart: its
+size follows what charges distinguish, not the cube) and charges factored vectors as tensors
+broadcast over it (a wide cube's range count covers a million cells, which a partition would
+have to list).
 """
 
 from __future__ import annotations
@@ -217,6 +219,11 @@ class CellBudget:
         self._spent: Numerators = np.zeros(1, dtype=np.int64)
         self._max = 0  # the largest numerator of any atom
         self._shape = None if shape is None else tuple(int(s) for s in shape)
+        # with a shape: per dimension, each value's class (values no charge has told apart
+        # share one) and each class's smallest value; the spend per cell of the classes' grid
+        self._classes = [np.zeros(n, dtype=np.int64) for n in self._shape or ()]
+        self._firsts = [np.zeros(1, dtype=np.int64) for _ in self._shape or ()]
+        self._grid: Numerators = np.zeros((1,) * len(self._shape or ()), dtype=np.int64)
 
     @property
     def spent(self) -> Fraction:
@@ -231,7 +238,7 @@ class CellBudget:
     def spent_on(self, cell: int) -> Fraction:
         """``B_j``."""
         if self._shape is not None:
-            spent = self._spent[cell] if self._spent.size == math.prod(self._shape) else 0
+            spent = self._grid[self._grid_cells(np.array([cell], dtype=np.int64))][0]
             return self.carried + Fraction(int(spent), self._denominator)
         if self._partition is None:
             return self.carried
@@ -250,9 +257,7 @@ class CellBudget:
         if cells.size == 0:
             return self.carried
         if self._shape is not None:
-            if self._spent.size != math.prod(self._shape):  # nothing charged yet
-                return self.carried
-            most = int(self._spent[cells].max())
+            most = int(self._grid[self._grid_cells(cells)].max())
         elif self._partition is None:
             return self.carried
         else:
@@ -261,8 +266,8 @@ class CellBudget:
 
     def per_cell(self) -> dict[int, Fraction]:
         """A copy of every ``B_j`` charged since the cube was last defined (without ``carried``)."""
-        if self._shape is not None:
-            per_cell = self._spent_over(self._denominator)
+        if self._shape is not None:  # every cell of the cube: for tests and reports
+            per_cell = self._grid[np.ix_(*self._classes)].ravel()
         elif self._partition is None:
             return {}
         else:
@@ -379,76 +384,126 @@ class CellBudget:
             terms.append((axes, _narrowed(values).reshape(core_shape)))
         return terms, denominator
 
-    def _broadcast(self, axes: tuple[int, ...], tensor: Numerators) -> Numerators:
+    def _grid_cells(self, cells: IntArray) -> tuple[IntArray, ...]:
+        """The grid's index of each of ``cells``."""
         assert self._shape is not None
-        return tensor.reshape([n if d in axes else 1 for d, n in enumerate(self._shape)])
+        values = np.unravel_index(cells, self._shape)
+        return tuple(c[v] for c, v in zip(self._classes, values))
 
-    def _spent_over(self, denominator: int) -> Numerators:
-        """Every cell's spend as numerators over ``denominator`` (a multiple of the budget's)."""
-        assert self._shape is not None
-        if self._spent.size != math.prod(self._shape):
-            self._spent = np.zeros(math.prod(self._shape), dtype=np.int64)
+    def _refine(
+        self, terms: list[tuple[tuple[int, ...], Numerators]], *, each: bool = False
+    ) -> None:
+        """Split classes of values that ``terms`` tell apart (the grid's spend is copied).
+
+        Two values of a dimension stay in one class while the charges over each set of
+        dimensions, summed, have the same slice at both, so every cell's spend is the same with
+        either: the spend is constant on the grid's cells, and the grid grows with what charges
+        distinguish, not with the cube.
+        """
+        merged: dict[tuple[int, ...], Numerators] = {}
+        for axes, tensor in terms:
+            merged[axes] = merged[axes] + tensor if axes in merged else tensor
+        # ``each``: by every term alone (a term's own cells, which a refusal names)
+        for axes, tensor in terms if each else merged.items():
+            codes = np.unique(tensor.ravel(), return_inverse=True)[1].reshape(tensor.shape)
+            for position, d in enumerate(axes):
+                rows = np.moveaxis(codes, position, 0).reshape(codes.shape[position], -1)
+                keyed = np.ascontiguousarray(np.column_stack([self._classes[d], rows]))
+                as_bytes = keyed.view(np.dtype((np.void, keyed.dtype.itemsize * keyed.shape[1])))
+                _, first, classes = np.unique(
+                    as_bytes.ravel(), return_index=True, return_inverse=True
+                )
+                if first.size == self._firsts[d].size:
+                    continue  # nothing split
+                self._grid = np.take(self._grid, self._classes[d][first], axis=d)
+                self._classes[d] = classes.ravel().astype(np.int64)
+                self._firsts[d] = first.astype(np.int64)  # first occurrences: smallest values
+
+    def _on_grid(self, axes: tuple[int, ...], tensor: Numerators) -> Numerators:
+        """A term over ``axes`` (refined for) at each grid cell, broadcasting to the grid."""
+        for position, d in enumerate(axes):
+            tensor = np.take(tensor, self._firsts[d], axis=position)
+        shape = [self._firsts[d].size if d in axes else 1 for d in range(len(self._classes))]
+        return tensor.reshape(shape)
+
+    def _merged_on_grid(self, terms: list[tuple[tuple[int, ...], Numerators]]) -> list[Numerators]:
+        """The terms on the grid, those over the same dimensions added up first."""
+        merged: dict[tuple[int, ...], Numerators] = {}
+        for axes, tensor in terms:
+            merged[axes] = merged[axes] + tensor if axes in merged else tensor
+        return [self._on_grid(axes, tensor) for axes, tensor in merged.items()]
+
+    def _grid_over(self, denominator: int) -> Numerators:
+        """The grid's spend as numerators over ``denominator`` (a multiple of the budget's)."""
         if denominator == self._denominator:
-            return self._spent
-        return _narrowed(self._spent.astype(object) * (denominator // self._denominator))
+            return self._grid
+        return _narrowed(self._grid.astype(object) * (denominator // self._denominator))
 
     def _check_tensors(self, charges: Charges, request: str) -> None:
         terms, denominator = self._tensors(charges)
         if not terms:
             return
-        assert self._shape is not None
-        after = self._spent_over(denominator).reshape(self._shape)
-        merged: dict[tuple[int, ...], Numerators] = {}
-        for axes, tensor in terms:  # charges over the same dimensions add up before the cells
-            merged[axes] = merged[axes] + tensor if axes in merged else tensor
-        if any(t.dtype == object for t in merged.values()) or after.dtype == object:
-            after = after.astype(object)
-        else:
-            largest = sum(int(t.max()) for t in merged.values())
-            if int(after.max()) + largest >= _INT64_ROOM // 4:
-                after = after.astype(object)
-        after = after.copy() if after.dtype == np.int64 else after
-        support = np.zeros(self._shape, dtype=bool)
-        for axes, tensor in merged.items():
-            after += self._broadcast(axes, tensor)
-            support |= self._broadcast(axes, tensor != 0)
+        self._refine(terms)  # only a finer grid of the same spend: nothing is charged
+        after, support = self._after(terms, denominator)
         worst = int(after[support].max())
         if self.carried + Fraction(worst, denominator) <= self.total:
             return
         # the first of equals in the order cells were touched (charge by charge, cells
-        # increasing), as the partition's check reports it
+        # increasing), as the partition's check reports it: on a grid fine enough for each
+        # term's cells, a grid cell's first cell has each class's smallest value, and cells
+        # increase as their values do (C order)
+        self._refine(terms, each=True)
+        after, support = self._after(terms, denominator)
         at_worst = support & (after == worst)
-        for axes, tensor in terms:
-            (hit,) = np.nonzero((at_worst & self._broadcast(axes, tensor != 0)).ravel())
-            if hit.size:
-                cell = int(hit[0])
+        for axes, term in terms:
+            hit = np.nonzero(at_worst & (self._on_grid(axes, term) != 0))
+            if hit[0].size:
+                values = [f[h] for f, h in zip(self._firsts, hit)]
+                first = int(np.lexsort(values[::-1])[0])
+                assert self._shape is not None
+                cell = int(np.ravel_multi_index([v[first] for v in values], self._shape))
+                at = tuple(h[first] for h in hit)
                 break
-        spent = int(self._spent_over(denominator)[cell])
-        self._refuse(cell, Fraction(int(after.ravel()[cell]) - spent, denominator), request)
+        spent = int(self._grid_over(denominator)[at])
+        self._refuse(cell, Fraction(int(after[at]) - spent, denominator), request)
+
+    def _after(
+        self, terms: list[tuple[tuple[int, ...], Numerators]], denominator: int
+    ) -> tuple[Numerators, npt.NDArray[np.bool_]]:
+        """The grid's spend with ``terms`` added, and the grid cells they charge."""
+        after = self._grid_over(denominator)
+        on_grid = self._merged_on_grid(terms)
+        if any(t.dtype == object for t in on_grid) or after.dtype == object:
+            after = after.astype(object)
+        else:
+            largest = sum(int(t.max()) for t in on_grid)
+            if int(after.max()) + largest >= _INT64_ROOM // 4:
+                after = after.astype(object)
+        support = np.zeros(after.shape, dtype=bool)
+        for tensor in on_grid:
+            after = after + tensor
+            support = support | (tensor != 0)
+        return after, support
 
     def _commit_tensors(self, charges: Charges) -> None:
         terms, denominator = self._tensors(charges)
         if not terms:
             return
-        assert self._shape is not None
-        spent = self._spent_over(denominator)
+        self._refine(terms)
+        grid = self._grid_over(denominator)
         if denominator != self._denominator:
             self._max *= denominator // self._denominator
             self._denominator = denominator
-        merged: dict[tuple[int, ...], Numerators] = {}
-        for axes, tensor in terms:
-            merged[axes] = merged[axes] + tensor if axes in merged else tensor
-        largest = sum(int(t.max()) for t in merged.values())
-        if spent.dtype == np.int64 and (
-            self._max + largest >= _INT64_ROOM // 4
-            or any(t.dtype == object for t in merged.values())
+        on_grid = self._merged_on_grid(terms)
+        largest = sum(int(t.max()) for t in on_grid)
+        if grid.dtype == np.int64 and (
+            self._max + largest >= _INT64_ROOM // 4 or any(t.dtype == object for t in on_grid)
         ):
-            spent = spent.astype(object)
-        view = spent.reshape(self._shape)
-        for axes, tensor in merged.items():
-            view += self._broadcast(axes, tensor.astype(spent.dtype))
-        self._spent = spent
-        self._max = int(spent.max())
+            grid = grid.astype(object)
+        for tensor in on_grid:
+            grid = grid + tensor.astype(grid.dtype)
+        self._grid = grid
+        self._max = int(grid.max())
 
 
 @dataclass(frozen=True, slots=True)

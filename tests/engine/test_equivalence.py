@@ -26,7 +26,7 @@ from proxy.engine import (
     QueryRequest,
     SeededRandomSource,
 )
-from proxy.engine.budget import cell_charges
+from proxy.engine.budget import CellBudget, cell_charges
 from proxy.engine.decision import Decision
 from proxy.engine.engine import Plan, Reply
 from proxy.errors import BudgetExhausted
@@ -453,3 +453,39 @@ def test_past_the_span_solver_the_sparse_solver_agrees(monkeypatch: pytest.Monke
     monkeypatch.setattr("proxy.engine.estimator._SPAN_MAX_RANK", 4)
     for seed in range(0, WORKLOADS, 16):
         _run(seed)
+
+
+def test_a_factored_budget_grows_with_what_charges_tell_apart_not_the_cube() -> None:
+    """3.5 billion cells: charges, checks and a refusal on the grid of value classes."""
+    shape = (3,) * 20
+    budget = CellBudget("t", total=Fraction(1), shape=shape)
+
+    def count(**where: list[int]) -> LinearQuery:
+        tensor = np.ones((1,) * len(shape))
+        for name, values in where.items():
+            d = int(name[1:])
+            mask = np.isin(np.arange(3), values).reshape([3 if i == d else 1 for i in range(20)])
+            tensor = tensor * mask
+        return LinearQuery.from_tensor(shape, tensor)
+
+    budget.commit(cell_charges(count(d1=[0, 1], d7=[2]), Fraction(1, 4)))
+    budget.commit(cell_charges(count(d1=[0]), Fraction(1, 8)))
+    budget.commit(cell_charges(count(), Fraction(1, 16)))
+    assert budget._grid.size == 3 * 2  # d1: {0}, {1}, {2}; d7: {0, 1}, {2}
+    cell = int(np.ravel_multi_index([0] * 7 + [2] + [0] * 12, shape))
+    assert budget.spent_on(cell) == budget.spent == Fraction(7, 16)
+    assert budget.spent_on(cell + 1) == Fraction(7, 16)  # d19 is no charge's
+    assert budget.spent_on(0) == Fraction(3, 16)
+    assert budget.most_spent_on(np.array([3**18 * 2])) == Fraction(1, 16)  # d1 = 2
+    assert budget.most_spent_on(np.array([0, 3**18 * 2, cell])) == Fraction(7, 16)
+    with pytest.raises(BudgetExhausted) as refused:
+        budget.check(cell_charges(count(d7=[2]), Fraction(5, 8)), request="q")
+    # the first cell at the worst spend: d1 = 0 and d7 = 2, every other dimension 0
+    assert f"on cell {cell}," in (refused.value.detail or "")
+    # two charges over d3 whose sum cannot tell d3 = 0 from d3 = 2: the refusal still names
+    # the first charge's cell, as the cell-level check does
+    fresh = CellBudget("t", total=Fraction(1), shape=shape)
+    both = cell_charges(count(d3=[2]), Fraction(2)) + cell_charges(count(d3=[0]), Fraction(2))
+    with pytest.raises(BudgetExhausted) as refused:
+        fresh.check(both, request="q")
+    assert f"on cell {2 * 3**16}," in (refused.value.detail or "")
