@@ -43,7 +43,7 @@ from proxy.engine import (
 from proxy.engine.decision import fresh_budget
 from proxy.engine.noise import noise_step
 from sqlmap.cube import CategoricalDimension, Cube
-from sqlmap.translate import Translator
+from sqlmap.translate import AnswerSpec, Translator
 from sqlmap.vector import LinearQuery
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,6 +173,14 @@ def _cpu_ms(action: Callable[[], object]) -> tuple[float, object]:
     return 1e3 * (time.process_time() - start), result
 
 
+def _histogram(cube: Cube, seed: int) -> np.ndarray:
+    """Cell counts, then per measure of the cube sums its rows could have (the coordinates)."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 5, size=cube.n_cells)
+    sums = [rng.integers(lo * counts, hi * counts + 1) for lo, hi in cube.measure_reach]
+    return np.concatenate([counts, *sums]).astype(np.float64)
+
+
 def _history(
     translator: Translator, pool: list[str], m: int, x: np.ndarray, seed: int
 ) -> list[HistoryEntry]:
@@ -182,28 +190,44 @@ def _history(
     for sql in pool:
         spec = translator.translate(sql)
         assert spec.accuracy is not None
-        vectors.extend(
-            (LinearQuery(q.n_cells, q.cells, q.weights, measures=q.measures), spec.accuracy)
-            for q in spec.queries
-        )
+        vectors.extend((q.without_offset(), spec.accuracy) for q in spec.queries)
     entries = []
-    costs: dict[int, tuple[Fraction, Fraction]] = {}
+    costs: dict[int, tuple[Fraction, Fraction, float]] = {}
+    # the counts and measures' sums summed over other dimensions
+    marginals: dict[tuple[int, ...], np.ndarray] = {}
     for i in rng.integers(0, len(vectors), size=m).tolist():
         query, accuracy = vectors[i]
         if i not in costs:
             step = noise_step(query, accuracy.eps)
-            costs[i] = (fresh_budget(query.sensitivity, step, accuracy), step)
-        budget, step = costs[i]
-        noisy = query.evaluate(x) + float(rng.laplace(0, query.sensitivity / float(budget)))
+            if query.core is not None and query.shape is not None:
+                others = tuple(1 + d for d in range(len(query.shape)) if d not in query.axes)
+                if query.axes not in marginals:
+                    coordinates = x.reshape((query.kinds, *query.shape))
+                    marginals[query.axes] = coordinates.sum(axis=others)
+                truth = float((marginals[query.axes] * query.core).sum())
+            else:
+                truth = query.evaluate(x)
+            costs[i] = (fresh_budget(query.sensitivity, step, accuracy), step, truth)
+        budget, step, truth = costs[i]
+        noisy = truth + float(rng.laplace(0, query.sensitivity / float(budget)))
         entries.append(HistoryEntry("adult", query, budget, step, noisy))
     return entries
 
 
-def run(name: str, cube: Cube, m: int, stream: int, pool_size: int, seed: int = 7) -> list[str]:
+def run(
+    name: str,
+    cube: Cube,
+    m: int,
+    stream: int,
+    pool_size: int,
+    seed: int = 7,
+    *,
+    factored: bool = True,
+) -> list[str]:
     translator = Translator([cube])
     statements = Statements(cube, seed)
     pool = [statements.sql() for _ in range(pool_size)]
-    x = np.random.default_rng(seed).integers(0, 5, size=cube.n_coordinates)
+    x = _histogram(cube, seed)
     history = _history(translator, pool, m, x, seed + 1)
     rss_before = _rss_mb()
     start = time.perf_counter()
@@ -212,22 +236,32 @@ def run(name: str, cube: Cube, m: int, stream: int, pool_size: int, seed: int = 
             "adult",
             cube.n_coordinates,
             total_budget=Fraction(10**9),
-            measures=cube.measure_reach,
             history=history,
             rng=SeededRandomSource(seed),
+            measures=cube.measure_reach,
+            shape=cube.shape if factored else None,
         )
     )
     load_wall = time.perf_counter() - start
     assert isinstance(engine, PrivacyEngine)
 
+    measuring = [0.0]  # CPU ms of the stand-in for the database, left out of the engine's
+
     def measure(ms: object) -> list[float]:
-        return [q.evaluate(x) for q in ms]  # type: ignore[attr-defined]
+        spent, truths = _cpu_ms(lambda: [q.evaluate(x) for q in ms])  # type: ignore[attr-defined]
+        measuring[0] += spent
+        return truths  # type: ignore[return-value]
+
+    translations: list[float] = []
 
     def ask(sql: str) -> tuple[float, str, int]:
-        spec = translator.translate(sql)
-        assert spec.accuracy is not None
+        translate_ms, spec = _cpu_ms(lambda: translator.translate(sql))
+        translations.append(translate_ms)
+        assert isinstance(spec, AnswerSpec) and spec.accuracy is not None
         requests = [QueryRequest(q, spec.accuracy) for q in spec.queries]
+        measuring[0] = 0.0
         ms, replies = _cpu_ms(lambda: engine.answer(requests, measure))
+        ms -= measuring[0]
         sources = {r.source for r in replies}  # type: ignore[attr-defined]
         source = (
             "fresh" if "fresh" in sources else "combined" if "combined" in sources else "history"
@@ -262,7 +296,7 @@ def run(name: str, cube: Cube, m: int, stream: int, pool_size: int, seed: int = 
         f"{cell(times['combined'])} | {cell(times['fresh'])} | "
         f"{group_by[0]:.1f} / {np.percentile(group_by[1:], 50):.1f} | "
         f"{rss:.0f} ({rss_before:.0f}) | "
-        f"{distinct:,} / {'-' if rank is None else f'{rank:,}'} |"
+        f"{distinct:,} / {'-' if rank is None else f'{rank:,}'} | {cell(translations)} |"
     ]
 
 
@@ -273,6 +307,11 @@ def main() -> None:
     parser.add_argument("--m", default="1000,10000,100000", help="history sizes, comma-separated")
     parser.add_argument("--stream", type=int, default=200, help="statements decided per run")
     parser.add_argument("--pool", type=int, default=2_000, help="distinct statements at most")
+    parser.add_argument(
+        "--cells",
+        action="store_true",
+        help="the engine works cell by cell (not told the cube's shape): the demo cube only",
+    )
     args = parser.parse_args()
     chosen = cubes()
     names = ["demo", "wide"] if args.cube == "both" and not args.quick else [args.cube]
@@ -282,13 +321,14 @@ def main() -> None:
         "| cube | m | load s wall (CPU) | first statement CPU ms | single value p50 / p95 ms (n) "
         "| history p50 / p95 (n) | combined | fresh "
         "| GROUP BY 20 groups ms, first / again p50 "
-        "| RSS MB (before load) | distinct vectors / rank |"
+        "| RSS MB (before load) | distinct vectors / rank | translation p50 / p95 ms (n) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
         for m in sizes:
             pool = max(50, min(m // 5, args.pool))
-            for row in run(name, chosen[name], m, 60 if args.quick else args.stream, pool):
+            stream = 60 if args.quick else args.stream
+            for row in run(name, chosen[name], m, stream, pool, factored=not args.cells):
                 print(row, flush=True)
 
 

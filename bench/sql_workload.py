@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -263,7 +264,7 @@ def end_to_end(work: Path, admin_dsn: str, postmaster: int, n: int) -> list[Samp
     schema = f"ledger_{uuid.uuid4().hex[:8]}"
     server = start_dpproxy(work, admin_dsn, port, schema)
     samples: list[Sample] = []
-    refused = 0
+    refused: Counter[str] = Counter()  # SQLSTATE and message of each refusal
     try:
         proxy_dsn = f"postgresql://bench:bench@127.0.0.1:{port}/demo"
         with (
@@ -284,8 +285,8 @@ def end_to_end(work: Path, admin_dsn: str, postmaster: int, n: int) -> list[Samp
                 start = time.perf_counter()
                 try:
                     dp.execute(statement.dp).fetchall()
-                except psycopg.errors.Error:
-                    refused += 1
+                except psycopg.errors.Error as error:
+                    refused[f"{error.sqlstate}: {error.diag.message_primary}"] += 1
                     continue
                 wall = time.perf_counter() - start
                 after = cpu_ns(server.pid), postgres_ns(postmaster, backend)
@@ -319,7 +320,9 @@ def end_to_end(work: Path, admin_dsn: str, postmaster: int, n: int) -> list[Samp
         # the ledger lives in the analyst database
         with psycopg.connect(dsn_with(admin_dsn, dbname=ANALYST_DATABASE), autocommit=True) as conn:
             conn.execute(pgsql.SQL("DROP SCHEMA {} CASCADE").format(pgsql.Identifier(schema)))
-    print(f"\n{len(samples)} DP statements answered, {refused} refused\n")
+    print(f"\n{len(samples)} DP statements answered, {sum(refused.values())} refused\n")
+    for reason, count in refused.most_common():
+        print(f"- refused {count}x: {reason}")
     return samples
 
 

@@ -453,9 +453,8 @@ class _Query:
                 columns.append(OutputColumn(name, body.sql("postgres"), interval))
             elif parts is not None:
                 masked = []
-                kinds = 1 + len(self.cube.measures)
                 for weights, offset in parts:
-                    weights = np.broadcast_to(weights * rows_mask, (kinds, *self.cube.shape))
+                    weights = self._kinds_axis(weights * rows_mask)
                     self.limits.check_weights(self._effects(weights), body)
                     masked.append((weights, as_float(offset, body)))
                 ratios.append((masked[0], masked[1]))
@@ -467,8 +466,7 @@ class _Query:
                 ratio_bodies.append(body)
             elif _has_aggregate(body):
                 weights, offset = self._linear(body)
-                kinds = 1 + len(self.cube.measures)
-                weights = np.broadcast_to(weights * rows_mask, (kinds, *self.cube.shape))
+                weights = self._kinds_axis(weights * rows_mask)
                 largest = max(largest, self.limits.check_weights(self._effects(weights), body))
                 aggregates.append((weights, as_float(offset, body)))
                 aggregate_bodies.append(body)
@@ -499,6 +497,10 @@ class _Query:
             rows,
             tuple(self.evaluator.warnings),
         )
+
+    def _kinds_axis(self, weights: Floats) -> Floats:
+        """Weights with a full kind axis; the cube's axes stay broadcast (never made dense)."""
+        return np.broadcast_to(weights, (1 + len(self.cube.measures), *weights.shape[1:]))
 
     def _effects(self, weights: Floats) -> Floats:
         """Per cell, a bound on how much one row moves the aggregate.
@@ -713,18 +715,17 @@ class _Query:
             mask = np.ones((1,) * len(shape), dtype=bool)
             for key, group in zip(group_keys, combo):
                 mask = mask & (key.cells == group)
-            mask = np.broadcast_to(mask, shape)
             queries = tuple(
-                LinearQuery.from_dense(np.where(mask, weights, 0.0), offset, measures)
+                LinearQuery.from_tensor(shape, np.where(mask, weights, 0.0), offset, measures)
                 for weights, offset in aggregates
             )
             parts = tuple(
                 (
-                    LinearQuery.from_dense(
-                        np.where(mask, numerator[0], 0.0), numerator[1], measures
+                    LinearQuery.from_tensor(
+                        shape, np.where(mask, numerator[0], 0.0), numerator[1], measures
                     ),
-                    LinearQuery.from_dense(
-                        np.where(mask, denominator[0], 0.0), denominator[1], measures
+                    LinearQuery.from_tensor(
+                        shape, np.where(mask, denominator[0], 0.0), denominator[1], measures
                     ),
                 )
                 for numerator, denominator in ratios

@@ -1,4 +1,4 @@
-"""Sparse linear query vectors over the cells of a data cube.
+"""Linear query vectors over the coordinates of a data cube, sparse or factored.
 
 A query answer is ``q . x + offset`` where ``x`` is the histogram of cell counts. This is the
 papers' query vector (a row H_i of the history matrix) plus the constant part of the SQL
@@ -9,12 +9,16 @@ for each measure the ``n`` cells' clamped sums of it (coordinate ``k`` belongs t
 A row of cell ``c`` then moves ``c``'s count by 1 and each of ``c``'s sums by at most that
 measure's reach, so the answer moves by at most ``max |q_count + sum_m q_m v_m|`` over the box
 of those reaches: the cell's sensitivity, which the privacy accounting charges per cell.
+
+The coordinates are thus a tensor of shape ``(1 + measures, *cube.shape)`` in C order: the
+*kind* (count, then each measure) is one more axis before the cube's dimensions. A factored
+query (:meth:`LinearQuery.from_tensor`) keeps its weights as such a tensor over the kind axis
+and the few dimensions it depends on.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -22,84 +26,262 @@ import numpy.typing as npt
 
 __all__ = ["LinearQuery"]
 
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+Reach = tuple[tuple[int, int], ...]
 
-@dataclass(frozen=True, slots=True, eq=False)
+
 class LinearQuery:
-    """``answer = sum_j weights[k] * x[cells[k]] + offset`` over a cube of ``n_cells`` cells.
+    """``answer = sum_j weights[k] * x[cells[k]] + offset`` over ``n_cells`` coordinates.
 
     ``cells`` is strictly increasing and ``weights`` holds no zeros, so two equal queries have
     equal arrays. Both arrays are read-only. ``measures`` is, per measure of the cube, the least
     and greatest amount one row adds to its cell's sum (:attr:`sqlmap.cube.Measure.reach`);
     ``n_cells`` counts coordinates, ``(1 + len(measures))`` per cell of the cube.
 
+    A query over a cube can also be held *factored* (:meth:`from_tensor`): its weights are a
+    tensor ``core`` over the kind axis (count, then each measure) and the few dimensions of the
+    cube it depends on (``axes``), constant along every other one. SQL over a wide cube touches
+    millions of cells but depends on a handful of dimensions, so ``core`` stays small;
+    ``cells`` and ``weights`` are then built on first use (the reader's SQL needs them, the
+    engine does not), and the per-cell sensitivities are a tensor over ``axes`` too.
+
     >>> q = LinearQuery.from_dense(np.array([0.0, 2.0, 0.0, -3.0]), offset=5.0)
     >>> q
     LinearQuery(n_cells=4, nnz=2, sensitivity=3.0, offset=5.0)
     >>> q.evaluate(np.array([10, 20, 30, 40]))
     -75.0
+    >>> f = LinearQuery.from_tensor((2, 3), np.array([[1.0], [2.0]]))
+    >>> f.axes, f.core.tolist(), f.cells.tolist(), f.weights.tolist()
+    ((0,), [[1.0, 2.0]], [0, 1, 2, 3, 4, 5], [1.0, 1.0, 1.0, 2.0, 2.0, 2.0])
     """
 
-    n_cells: int
-    cells: npt.NDArray[np.int64]
-    weights: npt.NDArray[np.float64]
-    offset: float = 0.0
-    measures: tuple[tuple[int, int], ...] = ()
-    _cell_sensitivities: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = field(
-        init=False, repr=False, compare=False, default=None
-    )
-    _row_range: tuple[float, float] | None = field(
-        init=False, repr=False, compare=False, default=None
+    __slots__ = (
+        "n_cells",
+        "offset",
+        "measures",
+        "shape",
+        "axes",
+        "core",
+        "_cells",
+        "_weights",
+        "_cell_sensitivities",
+        "_magnitudes",
+        "_row_range",
     )
 
-    def __post_init__(self) -> None:
-        cells = np.asarray(self.cells, dtype=np.int64)
-        weights = np.asarray(self.weights, dtype=np.float64)
+    n_cells: int
+    offset: float
+    measures: Reach
+    shape: tuple[int, ...] | None  # the cube's, for a factored query
+    axes: tuple[int, ...]  # the cube's dimensions a factored query depends on, increasing
+    core: FloatArray | None  # its weights over (kind, *those dimensions)
+    _cells: IntArray | None  # built on first use for a factored query
+    _weights: FloatArray | None
+    _cell_sensitivities: tuple[IntArray, FloatArray] | None  # with measures, cell by cell
+    _magnitudes: FloatArray | None  # factored: each cell's sensitivity over ``axes``
+    _row_range: tuple[float, float]
+
+    def __init__(
+        self,
+        n_cells: int,
+        cells: npt.ArrayLike,
+        weights: npt.ArrayLike,
+        offset: float = 0.0,
+        measures: Reach = (),
+    ) -> None:
+        cells = np.asarray(cells, dtype=np.int64)
+        weights = np.asarray(weights, dtype=np.float64)
         if cells.ndim != 1 or cells.shape != weights.shape:
             raise ValueError("cells and weights must be 1-D arrays of equal length")
-        if cells.size and (cells[0] < 0 or cells[-1] >= self.n_cells):
-            raise ValueError(f"cell index out of range [0, {self.n_cells})")
+        if cells.size and (cells[0] < 0 or cells[-1] >= n_cells):
+            raise ValueError(f"cell index out of range [0, {n_cells})")
         if cells.size > 1 and not np.all(np.diff(cells) > 0):
             raise ValueError("cells must be strictly increasing")
         if not np.all(np.isfinite(weights)) or np.any(weights == 0):
             raise ValueError("weights must be finite and non-zero")
-        if not np.isfinite(self.offset):
-            raise ValueError("offset must be finite")
         cells.flags.writeable = False
         weights.flags.writeable = False
-        object.__setattr__(self, "cells", cells)
-        object.__setattr__(self, "weights", weights)
-        object.__setattr__(self, "offset", float(self.offset))
-        if self.measures:
-            reach = tuple((int(lo), int(hi)) for lo, hi in self.measures)
-            object.__setattr__(self, "measures", reach)
-            if self.n_cells % (1 + len(self.measures)):
-                raise ValueError("n_cells must be a whole number of cells per coordinate kind")
-            if not all(lo < hi for lo, hi in self.measures):
-                raise ValueError("a measure's reach must be a range lo < hi")
-            cells, magnitudes, row_range = _box_sensitivities(self)
-            object.__setattr__(self, "_cell_sensitivities", (cells, magnitudes))
-            object.__setattr__(self, "_row_range", row_range)
+        reach = _checked_reach(measures)
+        if n_cells % (1 + len(reach)):
+            raise ValueError("n_cells must be a whole number of cells per coordinate kind")
+        self._set(n_cells, offset, reach, None, (), None, cells, weights)
+        if reach:
+            owners, magnitudes, row_range = _cell_box(cells, weights, n_cells, reach)
+            object.__setattr__(self, "_cell_sensitivities", (owners, magnitudes))
+        else:
+            row_range = (float(weights.min(initial=0.0)), float(weights.max(initial=0.0)))
+        object.__setattr__(self, "_row_range", row_range)
+
+    def _set(
+        self,
+        n_cells: int,
+        offset: float,
+        measures: Reach,
+        shape: tuple[int, ...] | None,
+        axes: tuple[int, ...],
+        core: FloatArray | None,
+        cells: IntArray | None,
+        weights: FloatArray | None,
+    ) -> None:
+        if not np.isfinite(offset):
+            raise ValueError("offset must be finite")
+        for name, value in (
+            ("n_cells", n_cells),
+            ("offset", float(offset)),
+            ("measures", measures),
+            ("shape", shape),
+            ("axes", axes),
+            ("core", core),
+            ("_cells", cells),
+            ("_weights", weights),
+            ("_cell_sensitivities", None),
+            ("_magnitudes", None),
+        ):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"LinearQuery is immutable: cannot set {name}")
 
     @classmethod
     def from_dense(
-        cls, dense: npt.ArrayLike, offset: float = 0.0, measures: tuple[tuple[int, int], ...] = ()
+        cls, dense: npt.ArrayLike, offset: float = 0.0, measures: Reach = ()
     ) -> LinearQuery:
         """Build from a dense weight per coordinate (zeros dropped)."""
         dense_arr = np.asarray(dense, dtype=np.float64).ravel()
         (cells,) = np.nonzero(dense_arr)
         return cls(dense_arr.size, cells, dense_arr[cells], offset, measures)
 
+    @classmethod
+    def from_tensor(
+        cls,
+        shape: tuple[int, ...],
+        tensor: npt.ArrayLike,
+        offset: float = 0.0,
+        measures: Reach = (),
+    ) -> LinearQuery:
+        """A factored query over a cube of ``shape``.
+
+        ``tensor`` broadcasts to the coordinates' shape ``(1 + len(measures), *shape)`` (C
+        order, as coordinates are numbered); a tensor with fewer axes is aligned to the right,
+        so without measures one over the cube's dimensions will do. Dimensions along which the
+        weights do not vary are dropped, so one vector has one ``(axes, core)``.
+
+        COUNT(*) + SUM(v) / 2 over the first value of dimension 0, SUM(v) / 2 over its second,
+        with ``v`` in [0, 4]:
+
+        >>> tensor = [[[1.0], [0.0]], [[0.5], [0.5]]]  # (kind, dimension 0, dimension 1)
+        >>> q = LinearQuery.from_tensor((2, 3), tensor, measures=((0, 4),))
+        >>> q.axes, q.core.tolist(), q.sensitivity_tensor().tolist(), q.row_range()
+        ((0,), [[1.0, 0.0], [0.5, 0.5]], [3.0, 2.0], (0.0, 3.0))
+        """
+        shape = tuple(int(s) for s in shape)
+        reach = _checked_reach(measures)
+        full = (1 + len(reach), *shape)
+        t = np.asarray(tensor, dtype=np.float64)
+        if t.ndim > len(full):
+            raise ValueError("tensor has more dimensions than the cube's coordinates")
+        t = t.reshape((1,) * (len(full) - t.ndim) + t.shape)
+        if any(s not in (1, n) for s, n in zip(t.shape, full)):
+            raise ValueError(f"a tensor of shape {t.shape} does not broadcast to {full}")
+        if not np.all(np.isfinite(t)):
+            raise ValueError("weights must be finite")
+        t = np.broadcast_to(t, (full[0], *t.shape[1:]))  # every kind has its own weights
+        axes = []
+        for d in range(len(shape)):
+            position = 1 + d
+            if t.shape[position] == 1:
+                continue
+            first = t[(slice(None),) * position + (slice(0, 1),)]
+            if np.array_equal(t, np.broadcast_to(first, t.shape)):
+                t = first
+            else:
+                axes.append(d)
+        core = np.ascontiguousarray(t.reshape([full[0]] + [shape[d] for d in axes]))
+        core.flags.writeable = False
+        query = cls.__new__(cls)
+        query._set(math.prod(full), offset, reach, shape, tuple(axes), core, None, None)
+        per_cell = core.reshape(core.shape[0], -1).T  # a row per cell of ``axes``: its kinds
+        weighed = np.any(per_cell != 0, axis=1)
+        magnitudes = np.zeros(per_cell.shape[0])
+        if reach:
+            magnitudes[weighed], row_range = _box(per_cell[weighed], reach)
+        else:
+            magnitudes = np.abs(per_cell[:, 0])
+            row_range = (float(core.min(initial=0.0)), float(core.max(initial=0.0)))
+        over_axes = magnitudes.reshape(core.shape[1:])
+        over_axes.flags.writeable = False
+        object.__setattr__(query, "_magnitudes", over_axes)
+        object.__setattr__(query, "_row_range", row_range)
+        return query
+
+    @property
+    def factored(self) -> bool:
+        """Whether the query is held as ``(axes, core)`` over a cube."""
+        return self.core is not None
+
+    @property
+    def kinds(self) -> int:
+        """Coordinates per cell: the count, then each measure's sum."""
+        return 1 + len(self.measures)
+
     @property
     def cube_cells(self) -> int:
         """The number of cells of the cube (coordinates per kind: counts, each measure's sums)."""
-        return self.n_cells // (1 + len(self.measures))
+        return self.n_cells // self.kinds
 
-    def cell_sensitivities(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    def tensor(self) -> FloatArray:
+        """A factored query's weights, broadcasting to ``(kinds, *shape)``."""
+        assert self.core is not None and self.shape is not None
+        return self.core.reshape(
+            [self.kinds] + [n if d in self.axes else 1 for d, n in enumerate(self.shape)]
+        )
+
+    def sensitivity_tensor(self) -> FloatArray:
+        """A factored query's cell sensitivities over ``axes`` (0 where no cell is weighed)."""
+        assert self._magnitudes is not None
+        return self._magnitudes
+
+    @property
+    def cells(self) -> IntArray:
+        """The coordinates with a non-zero weight, increasing."""
+        if self._cells is None:
+            self._expand()
+        assert self._cells is not None
+        return self._cells
+
+    @property
+    def weights(self) -> FloatArray:
+        """Their weights."""
+        if self._weights is None:
+            self._expand()
+        assert self._weights is not None
+        return self._weights
+
+    def _expand(self) -> None:
+        dense = self.to_dense()
+        (cells,) = np.nonzero(dense)
+        weights = dense[cells]
+        cells = cells.astype(np.int64)
+        cells.flags.writeable = False
+        weights.flags.writeable = False
+        object.__setattr__(self, "_cells", cells)
+        object.__setattr__(self, "_weights", weights)
+
+    def cell_sensitivities(self) -> tuple[IntArray, FloatArray]:
         """Every cell a row of which moves the answer, and by how much at most (never less).
 
         Without measures, the cells weighed and ``|q_j|``; with them, the box maximum of
-        ``|q_count + sum_m q_m v_m|`` over each measure's reach, rounded up to float8.
+        ``|q_count + sum_m q_m v_m|`` over each measure's reach, rounded up to float8. (A
+        factored query's are built from its sensitivity tensor, cell by cell.)
         """
+        if self._magnitudes is not None and self.shape is not None:
+            spread = self._magnitudes.reshape(
+                [n if d in self.axes else 1 for d, n in enumerate(self.shape)]
+            )
+            dense = np.broadcast_to(spread, self.shape).ravel()
+            (owners,) = np.nonzero(dense)
+            return owners.astype(np.int64), dense[owners]
         if self._cell_sensitivities is not None:
             return self._cell_sensitivities
         return self.cells, np.abs(self.weights)
@@ -113,9 +295,37 @@ class LinearQuery:
         >>> LinearQuery.from_dense([2, 0, -1, 0], measures=((-3, 5),)).row_range()
         (-3.0, 5.0)
         """
-        if self._row_range is not None:
-            return self._row_range
-        return float(self.weights.min(initial=0.0)), float(self.weights.max(initial=0.0))
+        return self._row_range
+
+    def nonzero_weights(self) -> FloatArray:
+        """The non-zero weights, one per coordinate (or per entry of the core, if factored)."""
+        if self.core is not None:
+            nonzero: FloatArray = self.core[self.core != 0]
+            return nonzero
+        return self.weights
+
+    @property
+    def is_zero(self) -> bool:
+        """Whether every weight is zero."""
+        return not self.nonzero_weights().size
+
+    @property
+    def key(self) -> bytes:
+        """Equal for equal queries held the same way (factored or not), offset aside."""
+        if self.core is not None:
+            head = np.array((self.kinds, *self.axes), dtype=np.int64).tobytes()
+            return head + b"|" + self.core.tobytes()
+        return self.cells.tobytes() + self.weights.tobytes()
+
+    def without_offset(self) -> LinearQuery:
+        """The same weights, offset 0 (what is measured)."""
+        if self.offset == 0:
+            return self
+        query = LinearQuery.__new__(LinearQuery)
+        for name in self.__slots__:
+            object.__setattr__(query, name, getattr(self, name))
+        object.__setattr__(query, "offset", 0.0)
+        return query
 
     @property
     def sensitivity(self) -> float:
@@ -123,61 +333,97 @@ class LinearQuery:
 
         Without measures ``max_j |q_j|`` (papers' Lemma 3.1).
         """
+        if self._magnitudes is not None:
+            return float(np.max(self._magnitudes, initial=0.0))
         magnitudes = self.cell_sensitivities()[1]
         return float(np.max(magnitudes)) if magnitudes.size else 0.0
 
-    def to_dense(self) -> npt.NDArray[np.float64]:
-        """The weight of every cell, zeros included."""
+    def to_dense(self) -> FloatArray:
+        """The weight of every coordinate, zeros included."""
+        if self.shape is not None:
+            full = (self.kinds, *self.shape)
+            return np.broadcast_to(self.tensor(), full).ravel().copy()
         dense = np.zeros(self.n_cells)
         dense[self.cells] = self.weights
         return dense
 
     def evaluate(self, histogram: npt.ArrayLike) -> float:
-        """The exact answer on a dense histogram of cell counts."""
+        """The exact answer on a dense histogram of every coordinate (cell counts, sums)."""
         counts = np.asarray(histogram, dtype=np.float64)
+        if self.core is not None and self.shape is not None:
+            full = counts.reshape((self.kinds, *self.shape))
+            return float(np.sum(full * self.tensor())) + self.offset
         return float(self.weights @ counts[self.cells]) + self.offset
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, LinearQuery):
             return NotImplemented
+        if self.measures != other.measures or self.offset != other.offset:
+            return False
+        if self.core is not None and other.core is not None:
+            return (
+                self.shape == other.shape
+                and self.axes == other.axes
+                and np.array_equal(self.core, other.core)
+            )
         return (
             self.n_cells == other.n_cells
-            and self.measures == other.measures
-            and self.offset == other.offset
             and np.array_equal(self.cells, other.cells)
             and np.array_equal(self.weights, other.weights)
         )
 
+    __hash__ = None  # type: ignore[assignment]
+
     def __repr__(self) -> str:
+        nnz = (
+            f"axes={self.axes}, core={self.core.size}"
+            if self.core is not None
+            else f"nnz={self.cells.size}"
+        )
         return (
-            f"LinearQuery(n_cells={self.n_cells}, nnz={self.cells.size}, "
+            f"LinearQuery(n_cells={self.n_cells}, {nnz}, "
             f"sensitivity={self.sensitivity}, offset={self.offset})"
         )
 
 
-def _box_sensitivities(
-    query: LinearQuery,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], tuple[float, float]]:
-    """Per cell weighed, ``max |q_count + sum_m q_m v_m|`` with each ``v_m`` in its reach.
+def _checked_reach(measures: Reach) -> Reach:
+    reach = tuple((int(lo), int(hi)) for lo, hi in measures)
+    if not all(lo < hi for lo, hi in reach):
+        raise ValueError("a measure's reach must be a range lo < hi")
+    return reach
 
-    Also the least and greatest value of ``q_count + sum_m q_m v_m`` over the cells. A linear
-    function's extremes over a box lie at corners chosen per coordinate by the sign of its
-    weight. Computed exactly (in fractions, weights read as the decimals they print as, as the
-    budget and the noise lattice read them) once per distinct weight pattern, then rounded up,
-    so that neither the noise nor a cell's charge is ever below the true sensitivity.
+
+def _cell_box(
+    coordinates: IntArray, weights: FloatArray, n_coordinates: int, measures: Reach
+) -> tuple[IntArray, FloatArray, tuple[float, float]]:
+    """Per cell weighed (by any of its coordinates), its :func:`_box` sensitivity; the range.
 
     >>> q = LinearQuery.from_dense([-1, 0, 0.025, 0], measures=((0, 99),))
     >>> q.cell_sensitivities()
     (array([0]), array([1.475]))
     """
-    n = query.cube_cells
-    kinds = 1 + len(query.measures)
-    cell = query.cells % n
-    cells, inverse = np.unique(cell, return_inverse=True)
+    kinds = 1 + len(measures)
+    n = n_coordinates // kinds
+    cells, inverse = np.unique(coordinates % n, return_inverse=True)
     table = np.zeros((cells.size, kinds))
-    table[inverse, query.cells // n] = query.weights
-    patterns, back = _distinct_rows(table)
-    bounds = [(Fraction(lo), Fraction(hi)) for lo, hi in query.measures]
+    table[inverse, coordinates // n] = weights
+    magnitudes, row_range = _box(table, measures)
+    return cells.astype(np.int64), magnitudes, row_range
+
+
+def _box(table: FloatArray, measures: Reach) -> tuple[FloatArray, tuple[float, float]]:
+    """Per row of kinds' weights, ``max |q_count + sum_m q_m v_m|`` with each ``v_m`` in its reach.
+
+    Also the least and greatest value of ``q_count + sum_m q_m v_m`` over the rows. A linear
+    function's extremes over a box lie at corners chosen per coordinate by the sign of its
+    weight. Computed exactly (in fractions, weights read as the decimals they print as, as the
+    budget and the noise lattice read them) once per distinct weight pattern, then rounded up,
+    so that neither the noise nor a cell's charge is ever below the true sensitivity.
+    """
+    # a measure no row weighs adds 0 at every corner: left out (a count over a measured cube)
+    weighed = [m for m in range(len(measures)) if np.any(table[:, 1 + m])]
+    patterns, back = _distinct_rows(table[:, [0, *(1 + m for m in weighed)]])
+    bounds = [(Fraction(measures[m][0]), Fraction(measures[m][1])) for m in weighed]
     magnitudes = []
     tops, bottoms = [], []
     for row in patterns.tolist():
@@ -198,7 +444,7 @@ def _box_sensitivities(
         math.nextafter(low, -math.inf) if Fraction(low) > least else low,
         math.nextafter(high, math.inf) if Fraction(high) < largest else high,
     )
-    return cells.astype(np.int64), np.asarray(magnitudes, dtype=np.float64)[back], row_range
+    return np.asarray(magnitudes, dtype=np.float64)[back], row_range
 
 
 def _distinct_rows(

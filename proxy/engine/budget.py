@@ -18,7 +18,11 @@ with ``S_i = max_j s_ij``: for counts alone ``s_ij = |H_ij|``. Every charge goes
 
 Cells that every charged vector weighs alike have spent the same, so the budget keeps one
 number per atom (:class:`~proxy.engine.atoms.Partition`): a commit costs the atoms it touches,
-a check the cells of the batch, both as array operations.
+a check the cells of the batch, both as array operations. Given the cube's shape, it keeps
+the spend on a grid instead (per dimension, classes of values no charge has told apart: its
+size follows what charges distinguish, not the cube) and charges factored vectors as tensors
+broadcast over it (a wide cube's range count covers a million cells, which a partition would
+have to list).
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ class Charges:
         merged: dict[bytes, tuple[LinearQuery, Fraction]] = {}
         for entry in entries:
             query = entry.query
-            key = query.cells.tobytes() + query.weights.tobytes()
+            key = query.key
             known = merged.get(key)
             merged[key] = (query, entry.budget if known is None else known[1] + entry.budget)
         return cls(tuple(merged.values()))
@@ -194,8 +198,12 @@ class CellBudget:
         total: Fraction,
         carried: Fraction = Fraction(0),
         user: str | None = None,
+        shape: tuple[int, ...] | None = None,
     ) -> None:
-        """``user``: this budget is one analyst's share of the table (a per-user cap)."""
+        """``user``: this budget is one analyst's share of the table (a per-user cap).
+
+        ``shape``: the cube's; the spend is then kept per cell, charged tensor by tensor.
+        """
         if not isinstance(total, Fraction) or total <= 0:
             raise ValueError("total budget must be a positive Fraction")
         if carried < 0:
@@ -210,6 +218,12 @@ class CellBudget:
         self._denominator = 1
         self._spent: Numerators = np.zeros(1, dtype=np.int64)
         self._max = 0  # the largest numerator of any atom
+        self._shape = None if shape is None else tuple(int(s) for s in shape)
+        # with a shape: per dimension, each value's class (values no charge has told apart
+        # share one) and each class's smallest value; the spend per cell of the classes' grid
+        self._classes = [np.zeros(n, dtype=np.int64) for n in self._shape or ()]
+        self._firsts = [np.zeros(1, dtype=np.int64) for _ in self._shape or ()]
+        self._grid: Numerators = np.zeros((1,) * len(self._shape or ()), dtype=np.int64)
 
     @property
     def spent(self) -> Fraction:
@@ -223,6 +237,9 @@ class CellBudget:
 
     def spent_on(self, cell: int) -> Fraction:
         """``B_j``."""
+        if self._shape is not None:
+            spent = self._grid[self._grid_cells(np.array([cell], dtype=np.int64))][0]
+            return self.carried + Fraction(int(spent), self._denominator)
         if self._partition is None:
             return self.carried
         return self.carried + Fraction(
@@ -237,16 +254,24 @@ class CellBudget:
         >>> budget.most_spent_on(np.array([0, 2])), budget.most_spent_on(np.array([2]))
         (Fraction(7, 20), Fraction(1, 10))
         """
-        if self._partition is None or cells.size == 0:
+        if cells.size == 0:
             return self.carried
-        most = int(self._spent[self._partition.atom_of[cells]].max())
+        if self._shape is not None:
+            most = int(self._grid[self._grid_cells(cells)].max())
+        elif self._partition is None:
+            return self.carried
+        else:
+            most = int(self._spent[self._partition.atom_of[cells]].max())
         return self.carried + Fraction(most, self._denominator)
 
     def per_cell(self) -> dict[int, Fraction]:
         """A copy of every ``B_j`` charged since the cube was last defined (without ``carried``)."""
-        if self._partition is None:
+        if self._shape is not None:  # every cell of the cube: for tests and reports
+            per_cell = self._grid[np.ix_(*self._classes)].ravel()
+        elif self._partition is None:
             return {}
-        per_cell = self._spent[self._partition.atom_of]
+        else:
+            per_cell = self._spent[self._partition.atom_of]
         (cells,) = np.nonzero(per_cell)
         return {
             c: Fraction(int(n), self._denominator)
@@ -260,6 +285,9 @@ class CellBudget:
             charges: cost of everything about to be measured (one batch).
             request: what was asked, for the error message.
         """
+        if self._shape is not None:
+            self._check_tensors(charges, request)
+            return
         cells, nums, denominator = charges.numerators(self._denominator)
         if cells.size == 0:
             return
@@ -272,8 +300,9 @@ class CellBudget:
         worst = int(np.argmax(after))  # the first of equals, in the order cells were touched
         if self.carried + Fraction(int(after[worst]), denominator) <= self.total:
             return
-        worst_cell = int(cells[worst])
-        need = Fraction(int(nums[worst]), denominator)
+        self._refuse(int(cells[worst]), Fraction(int(nums[worst]), denominator), request)
+
+    def _refuse(self, worst_cell: int, need: Fraction, request: str) -> None:
         left = self.total - self.spent_on(worst_cell)
         holder = "table" if self.user is None else "user"
         whose = "table" if self.user is None else f'user "{self.user}" on table'
@@ -292,6 +321,9 @@ class CellBudget:
 
     def commit(self, charges: Charges) -> None:
         """Add ``charges`` to the cells (call :meth:`check` first)."""
+        if self._shape is not None:
+            self._commit_tensors(charges)
+            return
         for query, budget in charges:
             cells, magnitudes = _charged(query)
             if self._partition is None:
@@ -321,6 +353,157 @@ class CellBudget:
                 self._spent = self._spent.astype(object)
             self._spent[atoms] += adds[inverse].astype(self._spent.dtype)
             self._max = max(self._max, int(self._spent[atoms].max()))
+
+    # -- the spend per cell, charged by tensors (with the cube's shape) ---------------------
+
+    def _tensors(self, charges: Charges) -> tuple[list[tuple[tuple[int, ...], Numerators]], int]:
+        """Per charge, in order: its axes and numerators per cell of them; their denominator.
+
+        The denominator is common to all and a multiple of the budget's.
+        """
+        assert self._shape is not None
+        parts = []
+        denominator = self._denominator
+        for query, budget in charges:
+            if query.core is None:
+                full = (query.kinds, *self._shape)
+                query = LinearQuery.from_tensor(
+                    self._shape, query.to_dense().reshape(full), measures=query.measures
+                )
+            # the cells' sensitivities s_ij (measures: by the box of bounds) over its axes
+            magnitudes = query.sensitivity_tensor()
+            inverse, distinct = _distinct_charges(magnitudes.ravel(), query.sensitivity, budget)
+            for charge in distinct:
+                denominator = math.lcm(denominator, charge.denominator)
+            parts.append((query.axes, magnitudes.shape, inverse, distinct))
+        terms = []
+        for axes, core_shape, inverse, distinct in parts:
+            values = np.array(
+                [c.numerator * (denominator // c.denominator) for c in distinct], dtype=object
+            )[inverse]
+            terms.append((axes, _narrowed(values).reshape(core_shape)))
+        return terms, denominator
+
+    def _grid_cells(self, cells: IntArray) -> tuple[IntArray, ...]:
+        """The grid's index of each of ``cells``."""
+        assert self._shape is not None
+        values = np.unravel_index(cells, self._shape)
+        return tuple(c[v] for c, v in zip(self._classes, values))
+
+    def _refine(
+        self, terms: list[tuple[tuple[int, ...], Numerators]], *, each: bool = False
+    ) -> None:
+        """Split classes of values that ``terms`` tell apart (the grid's spend is copied).
+
+        Two values of a dimension stay in one class while the charges over each set of
+        dimensions, summed, have the same slice at both, so every cell's spend is the same with
+        either: the spend is constant on the grid's cells, and the grid grows with what charges
+        distinguish, not with the cube.
+        """
+        merged: dict[tuple[int, ...], Numerators] = {}
+        for axes, tensor in terms:
+            merged[axes] = merged[axes] + tensor if axes in merged else tensor
+        # ``each``: by every term alone (a term's own cells, which a refusal names)
+        for axes, tensor in terms if each else merged.items():
+            codes = np.unique(tensor.ravel(), return_inverse=True)[1].reshape(tensor.shape)
+            for position, d in enumerate(axes):
+                rows = np.moveaxis(codes, position, 0).reshape(codes.shape[position], -1)
+                keyed = np.ascontiguousarray(np.column_stack([self._classes[d], rows]))
+                as_bytes = keyed.view(np.dtype((np.void, keyed.dtype.itemsize * keyed.shape[1])))
+                _, first, classes = np.unique(
+                    as_bytes.ravel(), return_index=True, return_inverse=True
+                )
+                if first.size == self._firsts[d].size:
+                    continue  # nothing split
+                self._grid = np.take(self._grid, self._classes[d][first], axis=d)
+                self._classes[d] = classes.ravel().astype(np.int64)
+                self._firsts[d] = first.astype(np.int64)  # first occurrences: smallest values
+
+    def _on_grid(self, axes: tuple[int, ...], tensor: Numerators) -> Numerators:
+        """A term over ``axes`` (refined for) at each grid cell, broadcasting to the grid."""
+        for position, d in enumerate(axes):
+            tensor = np.take(tensor, self._firsts[d], axis=position)
+        shape = [self._firsts[d].size if d in axes else 1 for d in range(len(self._classes))]
+        return tensor.reshape(shape)
+
+    def _merged_on_grid(self, terms: list[tuple[tuple[int, ...], Numerators]]) -> list[Numerators]:
+        """The terms on the grid, those over the same dimensions added up first."""
+        merged: dict[tuple[int, ...], Numerators] = {}
+        for axes, tensor in terms:
+            merged[axes] = merged[axes] + tensor if axes in merged else tensor
+        return [self._on_grid(axes, tensor) for axes, tensor in merged.items()]
+
+    def _grid_over(self, denominator: int) -> Numerators:
+        """The grid's spend as numerators over ``denominator`` (a multiple of the budget's)."""
+        if denominator == self._denominator:
+            return self._grid
+        return _narrowed(self._grid.astype(object) * (denominator // self._denominator))
+
+    def _check_tensors(self, charges: Charges, request: str) -> None:
+        terms, denominator = self._tensors(charges)
+        if not terms:
+            return
+        self._refine(terms)  # only a finer grid of the same spend: nothing is charged
+        after, support = self._after(terms, denominator)
+        worst = int(after[support].max())
+        if self.carried + Fraction(worst, denominator) <= self.total:
+            return
+        # the first of equals in the order cells were touched (charge by charge, cells
+        # increasing), as the partition's check reports it: on a grid fine enough for each
+        # term's cells, a grid cell's first cell has each class's smallest value, and cells
+        # increase as their values do (C order)
+        self._refine(terms, each=True)
+        after, support = self._after(terms, denominator)
+        at_worst = support & (after == worst)
+        for axes, term in terms:
+            hit = np.nonzero(at_worst & (self._on_grid(axes, term) != 0))
+            if hit[0].size:
+                values = [f[h] for f, h in zip(self._firsts, hit)]
+                first = int(np.lexsort(values[::-1])[0])
+                assert self._shape is not None
+                cell = int(np.ravel_multi_index([v[first] for v in values], self._shape))
+                at = tuple(h[first] for h in hit)
+                break
+        spent = int(self._grid_over(denominator)[at])
+        self._refuse(cell, Fraction(int(after[at]) - spent, denominator), request)
+
+    def _after(
+        self, terms: list[tuple[tuple[int, ...], Numerators]], denominator: int
+    ) -> tuple[Numerators, npt.NDArray[np.bool_]]:
+        """The grid's spend with ``terms`` added, and the grid cells they charge."""
+        after = self._grid_over(denominator)
+        on_grid = self._merged_on_grid(terms)
+        if any(t.dtype == object for t in on_grid) or after.dtype == object:
+            after = after.astype(object)
+        else:
+            largest = sum(int(t.max()) for t in on_grid)
+            if int(after.max()) + largest >= _INT64_ROOM // 4:
+                after = after.astype(object)
+        support = np.zeros(after.shape, dtype=bool)
+        for tensor in on_grid:
+            after = after + tensor
+            support = support | (tensor != 0)
+        return after, support
+
+    def _commit_tensors(self, charges: Charges) -> None:
+        terms, denominator = self._tensors(charges)
+        if not terms:
+            return
+        self._refine(terms)
+        grid = self._grid_over(denominator)
+        if denominator != self._denominator:
+            self._max *= denominator // self._denominator
+            self._denominator = denominator
+        on_grid = self._merged_on_grid(terms)
+        largest = sum(int(t.max()) for t in on_grid)
+        if grid.dtype == np.int64 and (
+            self._max + largest >= _INT64_ROOM // 4 or any(t.dtype == object for t in on_grid)
+        ):
+            grid = grid.astype(object)
+        for tensor in on_grid:
+            grid = grid + tensor.astype(grid.dtype)
+        self._grid = grid
+        self._max = int(grid.max())
 
 
 @dataclass(frozen=True, slots=True)

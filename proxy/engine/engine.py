@@ -216,6 +216,10 @@ class PrivacyEngine:
         carried: budget spent on every cell before the table's cube was last redefined.
         measures: per measure of the cube, what one row can add to its cell's sum; every
             vector must carry exactly these (they decide its sensitivity).
+        shape: the cube's shape: vectors are then worked on factored (the history's span in
+            :mod:`proxy.engine.factored`'s coordinates, the budget as a tensor over the cells),
+            so that a decision never enumerates the cells a query covers (a wide cube's
+            millions). Measure coordinates are one more axis of those tensors.
     """
 
     def __init__(
@@ -230,6 +234,7 @@ class PrivacyEngine:
         tail: TailMethod = EXACT,
         carried: Fraction = Fraction(0),
         measures: tuple[tuple[int, int], ...] = (),
+        shape: tuple[int, ...] | None = None,
     ) -> None:
         self.table = table
         self.n_cells = n_cells
@@ -237,8 +242,8 @@ class PrivacyEngine:
         self._rng: RandomSource = rng if rng is not None else SystemRandomSource()
         self._nonnegative = nonnegative
         self._tail = tail
-        self._index = HistoryIndex(n_cells)
-        self._budget = CellBudget(table, total=total_budget, carried=carried)
+        self._index = HistoryIndex(n_cells, shape=shape)
+        self._budget = CellBudget(table, total=total_budget, carried=carried, shape=shape)
         self._answers = np.zeros(16)
         for entry in history:
             if entry.table != table:
@@ -330,9 +335,7 @@ class PrivacyEngine:
             raise InvalidParameterValue(
                 f"query has measures {query.measures} but table {self.table} has {self.measures}"
             )
-        if query.offset == 0.0 and type(query) is LinearQuery:
-            return query  # immutable: no need to redo its cell sensitivities
-        return LinearQuery(query.n_cells, query.cells, query.weights, measures=query.measures)
+        return query.without_offset()
 
     def execute(self, plan: Plan, true_answers: Sequence[TrueAnswer]) -> tuple[Reply, ...]:
         """Measure and record at once (nothing durable in between): :meth:`measure`, :meth:`record`.

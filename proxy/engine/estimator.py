@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from proxy.engine.factored import AnovaCoordinates
 from proxy.engine.solver import MinNormSolver
 from proxy.engine.span import SpanSolver
 from sqlmap.vector import LinearQuery
@@ -48,6 +49,9 @@ _REPEAT_SINGLES = 4
 _SPAN_MAX_RANK = 1500
 _CACHE_SIZE = 128  # a solution may hold a weight for every row,
 _CACHE_TERMS = 2_000_000  # so the cache is also bounded in terms (about 40 bytes each)
+# factored vectors' coordinates kept (a dashboard repeats its own), at most this many in all:
+# a GROUP BY over three of a wide cube's dimensions has thousands per group
+_COORDINATES_MEMO = 2_000_000
 # Stamps are unique across copies, so a cache shared by copies never confuses two histories.
 _STAMPS = itertools.count()
 
@@ -175,11 +179,26 @@ class HistoryIndex:
     0
     """
 
-    def __init__(self, n_cells: int) -> None:
+    def __init__(self, n_cells: int, *, shape: tuple[int, ...] | None = None) -> None:
+        """``shape``: the cube's; vectors are then taken factored, in ANOVA coordinates.
+
+        ``n_cells`` counts coordinates: a whole number of cube cells per kind (count, measures).
+        """
         if n_cells <= 0:
             raise ValueError("n_cells must be positive")
         self.n_cells = n_cells
-        self._covered = np.zeros(n_cells, dtype=bool)  # cells some row weighs
+        # the space the span is solved in: the cells, or (with a shape) the coordinates of
+        # proxy.engine.factored, numbered as they are met (``_space`` of them allowed for)
+        self._coordinates: AnovaCoordinates | None = None
+        self._memo: dict[bytes, tuple[IntArray, FloatArray]] = {}
+        self._memo_size = [0]  # coordinates in the memo (shared with copies, like the memo)
+        self._space = n_cells
+        if shape is not None:
+            if n_cells % int(np.prod(shape)):
+                raise ValueError(f"a cube of shape {shape} does not have {n_cells} coordinates")
+            self._coordinates = AnovaCoordinates(shape)
+            self._space = 4096
+        self._covered = np.zeros(self._space, dtype=bool)  # coordinates some row weighs
         self._size = 0
         self._precision = np.zeros(16)  # alpha_i / S_i
         self._steps = np.zeros(16)
@@ -189,8 +208,12 @@ class HistoryIndex:
         self._by_support: dict[bytes, tuple[int, ...]] = {}  # H_i's cells -> rows i
         self._groups: dict[bytes, int] = {}  # a vector scaled to first weight 1 -> its group
         self._group_vectors: list[tuple[IntArray, FloatArray]] = []
+        # factored vectors stay in the span solver at any rank: the sparse solver over cells
+        # would need the cells
         self._span: SpanSolver | None = SpanSolver(
-            n_cells, residual=ESTIMABLE_RESIDUAL, max_rank=_SPAN_MAX_RANK
+            self._space,
+            residual=ESTIMABLE_RESIDUAL,
+            max_rank=_SPAN_MAX_RANK if shape is None else None,
         )
         # the sparse solver over cells once the span is too large: its rows so far, and per row
         # its column and share p_i f_i / c of that column
@@ -221,6 +244,10 @@ class HistoryIndex:
         """An independent index with the same rows (the solution cache is shared)."""
         other = HistoryIndex.__new__(HistoryIndex)
         other.n_cells = self.n_cells
+        other._coordinates = self._coordinates  # numbering only grows: shared
+        other._memo = self._memo
+        other._memo_size = self._memo_size
+        other._space = self._space
         other._covered = self._covered.copy()
         other._size = self._size
         for name in ("_precision", "_steps", "_factor", "_group", "_column", "_share"):
@@ -238,7 +265,7 @@ class HistoryIndex:
 
     def append(self, query: LinearQuery, *, alpha: float, step: float) -> int:
         """Add row ``H_m = query``, measured with ``alpha`` on lattice ``step``; returns ``m``."""
-        if query.n_cells != self.n_cells or query.cells.size == 0:
+        if query.n_cells != self.n_cells or query.is_zero:
             raise ValueError("a history row is a non-zero vector over this table's cells")
         if not (alpha > 0 and step > 0):
             raise ValueError("alpha and step must be positive")
@@ -247,16 +274,20 @@ class HistoryIndex:
             for name in ("_precision", "_steps", "_factor", "_group", "_column", "_share"):
                 array = getattr(self, name)
                 setattr(self, name, np.concatenate([array, np.zeros_like(array)]))
-        factor = float(query.weights[0])
-        direction = query.weights / factor
-        key = query.cells.tobytes() + direction.tobytes()
+        query = self._held(query)
+        weights = self._nonzero(query)
+        factor = float(weights[0])
+        support = self._support(query)
+        key = support + (weights / factor).tobytes()
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = len(self._group_vectors)
-            self._group_vectors.append((query.cells, direction))
+            coords, values = self._vector(query)
+            direction = values / factor
+            self._group_vectors.append((coords, direction))
             if self._span is not None:
-                self._span.add(query.cells, direction)
-            self._covered[query.cells] = True
+                self._span.add(coords, direction)
+            self._covered[coords] = True
         precision = alpha / query.sensitivity
         if self._span is not None:
             self._span.weigh(group, (precision * factor) ** 2)
@@ -264,8 +295,7 @@ class HistoryIndex:
         self._steps[row] = step
         self._factor[row] = factor
         self._group[row] = group
-        self._weights.append(query.weights)
-        support = query.cells.tobytes()
+        self._weights.append(weights)
         self._by_support[support] = self._by_support.get(support, ()) + (row,)
         self._size += 1
         self._stamp = next(_STAMPS)
@@ -292,16 +322,20 @@ class HistoryIndex:
         """:meth:`solve` for a batch (a GROUP BY): the estimable ones share every solve."""
         found: dict[bytes, Solution | None] = {}
         pending: dict[bytes, LinearQuery] = {}
+        keys = []
         for query in queries:
             if query.n_cells != self.n_cells:
                 raise ValueError("query is over a different number of cells")
-            key = query.cells.tobytes() + query.weights.tobytes()
+            query = self._held(query)
+            key = query.key
+            keys.append(key)
             if key in found or key in pending:
                 continue
-            if query.cells.size == 0:
+            if query.is_zero:
                 found[key] = _EMPTY
                 continue
-            if not np.all(self._covered[query.cells]):
+            coords, _ = self._vector(query)
+            if not np.all(self._covered[coords]):
                 found[key] = None  # every row vanishes on a cell the query weighs
             elif (self._stamp, key) in self._solutions:
                 self._solutions.move_to_end((self._stamp, key))
@@ -309,7 +343,7 @@ class HistoryIndex:
             else:
                 pending[key] = query
         if pending:
-            vectors = [(q.cells, q.weights) for q in pending.values()]
+            vectors = [self._vector(q) for q in pending.values()]
             span = self._spanning()
             if span is not None:
                 per_vector, residuals = span.solve_many(vectors)
@@ -324,7 +358,49 @@ class HistoryIndex:
             while len(self._solutions) > _CACHE_SIZE or terms > _CACHE_TERMS:
                 _, evicted = self._solutions.popitem(last=False)
                 terms -= 0 if evicted is None else evicted.rows.size
-        return [found[q.cells.tobytes() + q.weights.tobytes()] for q in queries]
+        return [found[key] for key in keys]
+
+    def _held(self, query: LinearQuery) -> LinearQuery:
+        """The query as this index holds vectors: factored over its cube, or cell by cell."""
+        if self._coordinates is None or query.core is not None:
+            return query
+        shape = self._coordinates.shape
+        dense = query.to_dense().reshape((query.kinds, *shape))
+        return LinearQuery.from_tensor(shape, dense, query.offset, query.measures)
+
+    def _nonzero(self, query: LinearQuery) -> FloatArray:
+        """The non-zero weights, in the order :meth:`_support` lists them."""
+        return query.weights if self._coordinates is None else query.nonzero_weights()
+
+    def _support(self, query: LinearQuery) -> bytes:
+        """Equal for vectors that weigh the same cells (repeats are looked up by it)."""
+        if query.core is None or self._coordinates is None:
+            return query.cells.tobytes()
+        pattern: bytes = (query.core != 0).tobytes()
+        return np.array(query.axes, dtype=np.int64).tobytes() + pattern
+
+    def _vector(self, query: LinearQuery) -> tuple[IntArray, FloatArray]:
+        """The vector's non-zero coordinates in the solver's space, and their values."""
+        if self._coordinates is None:
+            return query.cells, query.weights
+        key = query.key
+        vector = self._memo.get(key)
+        if vector is None:
+            vector = self._coordinates.of(query)
+            if self._memo_size[0] + vector[0].size > _COORDINATES_MEMO:
+                self._memo.clear()
+                self._memo_size[0] = 0
+            self._memo[key] = vector
+            self._memo_size[0] += vector[0].size
+        space = self._coordinates.size
+        if space > self._space:  # new coordinates: room for them, doubling
+            self._space = max(space, 2 * self._space)
+            self._covered = np.concatenate(
+                [self._covered, np.zeros(self._space - self._covered.size, dtype=bool)]
+            )
+            if self._span is not None:
+                self._span.resize(self._space)
+        return vector
 
     def _solution(self, per_vector: FloatArray | None, residual: float) -> Solution | None:
         """Row weights ``t_i = (beta_j^T y) p_i^2 f_i`` for row ``i`` of vector ``j``.
@@ -398,13 +474,15 @@ class HistoryIndex:
         """
         if query.n_cells != self.n_cells:
             raise ValueError("query is over a different number of cells")
-        rows = np.array(self._by_support.get(query.cells.tobytes(), ()), dtype=np.int64)
+        query = self._held(query)
+        rows = np.array(self._by_support.get(self._support(query), ()), dtype=np.int64)
         if rows.size == 0:
             return ()
         weights = np.stack([self._weights[row] for row in rows.tolist()])
-        t = query.weights[0] / weights[:, 0]
-        residual = np.linalg.norm(t[:, None] * weights - query.weights, axis=1)
-        residual /= float(np.linalg.norm(query.weights))
+        wanted = self._nonzero(query)
+        t = wanted[0] / weights[:, 0]
+        residual = np.linalg.norm(t[:, None] * weights - wanted, axis=1)
+        residual /= float(np.linalg.norm(wanted))
         proportional = residual <= _REPEAT_RESIDUAL
         rows, t, residual = rows[proportional], t[proportional], residual[proportional]
         scales = np.abs(t) / self._precision[rows]

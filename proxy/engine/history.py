@@ -45,7 +45,7 @@ class HistoryEntry:
     def __post_init__(self) -> None:
         if not self.table:
             raise ValueError("table must be named")
-        if self.query.cells.size == 0 or self.query.offset != 0:
+        if self.query.is_zero or self.query.offset != 0:
             raise ValueError("a measured query has a non-zero vector and no constant part")
         if not isinstance(self.budget, Fraction) or self.budget <= 0:
             raise ValueError("budget must be a positive Fraction")
@@ -56,7 +56,7 @@ class HistoryEntry:
 
     def __repr__(self) -> str:
         return (
-            f"HistoryEntry(table={self.table!r}, cells={self.query.cells.size}, "
+            f"HistoryEntry(table={self.table!r}, cells={self.query.nonzero_weights().size}, "
             f"sensitivity={self.query.sensitivity}, budget={self.budget}, step={self.step}, "
             f"noisy_answer={self.noisy_answer})"
         )

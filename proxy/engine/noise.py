@@ -171,9 +171,10 @@ def granularity(query: LinearQuery) -> Fraction:
     >>> granularity(LinearQuery.from_dense([0.5, 1.5, 0.0, 2.0]))
     Fraction(1, 2)
     """
-    if query.weights.size == 0:
+    weights = query.nonzero_weights()
+    if weights.size == 0:
         raise ValueError("the zero query has no lattice")
-    return _gcd(public_fraction(w) for w in np.unique(np.abs(query.weights)).tolist())
+    return _gcd(public_fraction(w) for w in np.unique(np.abs(weights)).tolist())
 
 
 def noise_step(query: LinearQuery, half_width: float) -> Fraction:

@@ -122,6 +122,11 @@ class SpanSolver:
             setattr(other, name, getattr(self, name).copy())
         return other
 
+    def resize(self, n_cells: int) -> None:
+        """Allow for ``n_cells`` cells (coordinates), more than before."""
+        self.n_cells = n_cells
+        self._index = None  # rebuilt with as many rows at its next use
+
     @property
     def rank(self) -> int:
         """The number of basis vectors: the dimension of the span."""
@@ -253,9 +258,9 @@ class SpanSolver:
         if _REWEIGH * len(pending) > r:
             scaled = z[:r, : self.size] * np.sqrt(self._weight2[: self.size])
             k[...] = scaled @ scaled.T  # one operand twice: numpy takes BLAS's syrk, half the work
-        else:
-            for j, weight2 in pending:
-                k += weight2 * np.outer(z[:r, j], z[:r, j])
+        else:  # one rank-k product (BLAS 3), not k outer products
+            columns = z[:r, [j for j, _ in pending]]
+            k += (columns * np.array([w for _, w in pending])) @ columns.T
         if self._k_dim and self._k_updates + len(pending) <= _MAX_UPDATES:
             for j, weight2 in pending:
                 if not self._update(z[:r, j], weight2):

@@ -12,6 +12,7 @@ a query a dense least-squares check finds in the row space); the workload ends t
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from fractions import Fraction
 
@@ -25,7 +26,7 @@ from proxy.engine import (
     QueryRequest,
     SeededRandomSource,
 )
-from proxy.engine.budget import cell_charges
+from proxy.engine.budget import CellBudget, cell_charges
 from proxy.engine.decision import Decision
 from proxy.engine.engine import Plan, Reply
 from proxy.errors import BudgetExhausted
@@ -55,9 +56,16 @@ REACHES = ((0, 20), (-3, 5), (0, 1), (1, 99))
 
 
 class Cube:
-    """A random cube: 2-4 dimensions of 2-5 values, and with ``measured`` 1-2 measures."""
+    """A random cube: 2-4 dimensions of 2-5 values, and with ``measured`` 1-2 measures.
 
-    def __init__(self, rng: np.random.Generator, measured: bool = False) -> None:
+    ``factored``: its vectors are held factored (as sqlmap gives them: a tensor over the kind
+    axis and the dimensions they depend on), and the engine is told the cube's shape.
+    """
+
+    def __init__(
+        self, rng: np.random.Generator, measured: bool = False, factored: bool = False
+    ) -> None:
+        self.factored = factored
         self.shape = tuple(int(s) for s in rng.integers(2, 6, size=int(rng.integers(2, 5))))
         self.n = int(np.prod(self.shape))
         self.coords = np.array(list(itertools.product(*(range(s) for s in self.shape))))
@@ -80,7 +88,14 @@ class Cube:
             if kind > 0.8:  # SUM(m) - k COUNT(*), or two measures
                 other = int(self.rng.integers(1 + len(self.measures)))
                 lifted[other] += np.where(dense != 0, float(self.rng.choice([-2.0, 0.5])), 0.0)
-        return LinearQuery.from_dense(lifted.ravel(), measures=self.measures)
+        return self.vector(lifted.ravel())
+
+    def vector(self, coordinates: np.ndarray) -> LinearQuery:
+        """A vector from a weight per coordinate, held as the cube holds them."""
+        if self.factored:
+            tensor = coordinates.reshape((1 + len(self.measures), *self.shape))
+            return LinearQuery.from_tensor(self.shape, tensor, measures=self.measures)
+        return LinearQuery.from_dense(coordinates, measures=self.measures)
 
     def histogram(self) -> np.ndarray:
         """Counts, then per measure sums that one row of each count could add up to."""
@@ -120,11 +135,11 @@ class Cube:
             return [earlier[int(self.rng.integers(len(earlier)))]]
         if earlier and kind < 0.27:
             q = earlier[int(self.rng.integers(len(earlier)))]
-            return [LinearQuery(q.n_cells, q.cells, q.weights * 2.0, measures=q.measures)]
+            return [self.vector(q.to_dense() * 2.0)]
         if len(earlier) > 1 and kind < 0.35:
             a, b = (earlier[int(i)] for i in self.rng.choice(len(earlier), 2, replace=False))
             dense = a.to_dense() - b.to_dense()
-            return [LinearQuery.from_dense(dense, measures=self.measures)] if np.any(dense) else []
+            return [self.vector(dense)] if np.any(dense) else []
         where = self.box(self.dims()) if self.rng.random() < 0.7 else np.ones(self.n, bool)
         w = self.weights()
         if kind < 0.65:
@@ -246,17 +261,20 @@ def _fits(engine: PrivacyEngine, entry: HistoryEntry) -> bool:
     return True
 
 
-def _run(seed: int, measured: bool = False) -> None:
+def _run(seed: int, measured: bool = False, factored: bool = False) -> None:
     rng = np.random.default_rng(seed)
-    cube = Cube(rng, measured)
+    cube = Cube(rng, measured, factored)
     x = cube.histogram() if measured else rng.integers(0, 40, size=cube.n)
     total = Fraction(int(rng.choice([2, 10, 100])), 10)
-    engines = [
-        engine("t", cube.n_coordinates, total_budget=total, rng=source, measures=cube.measures)
-        for engine, source in ((PrivacyEngine, SeededRandomSource(seed)), (CellEngine, None))
-    ]
-    new, ref = engines
-    assert isinstance(new, PrivacyEngine) and isinstance(ref, CellEngine)
+    new = PrivacyEngine(
+        "t",
+        cube.n_coordinates,
+        total_budget=total,
+        rng=SeededRandomSource(seed),
+        measures=cube.measures,
+        shape=cube.shape if factored else None,
+    )
+    ref = CellEngine("t", cube.n_coordinates, total_budget=total, measures=cube.measures)
     asked: list[LinearQuery] = []
     history: list[LinearQuery] = []
     exact = True
@@ -319,6 +337,26 @@ def test_with_measures_the_charges_follow_the_cells_that_own_the_coordinates(blo
 
 
 @pytest.mark.parametrize(
+    "block", [0, *(pytest.param(b, marks=pytest.mark.slow) for b in range(1, BLOCKS))]
+)
+def test_factored_vectors_agree_with_the_cell_engine(block: int) -> None:
+    """Vectors held factored, the engine told the cube's shape (ANOVA coordinates for the span,
+    the budget charged by tensors): the same decisions, replies and ledgers."""
+    for seed in range(block, WORKLOADS, BLOCKS):
+        _run(seed, factored=True)
+
+
+@pytest.mark.parametrize(
+    "block", [0, *(pytest.param(b, marks=pytest.mark.slow) for b in range(1, BLOCKS))]
+)
+def test_factored_vectors_with_measures_agree_with_the_cell_engine(block: int) -> None:
+    """Measures as one more axis of the tensors: per-kind ANOVA blocks, the budget charged by
+    each cell's box sensitivity as a tensor over the vector's dimensions."""
+    for seed in range(block, WORKLOADS, BLOCKS):
+        _run(10_000 + seed, measured=True, factored=True)
+
+
+@pytest.mark.parametrize(
     ("rows", "alphas", "answers", "queries"),
     [
         (
@@ -368,12 +406,21 @@ def test_paper_examples_agree(
         _same_ledger(new, ref, exact=False)
 
 
-def test_a_restarted_engine_agrees_with_the_one_that_wrote_the_history() -> None:
+@pytest.mark.parametrize(("factored", "measured"), [(False, False), (True, False), (True, True)])
+def test_a_restarted_engine_agrees_with_the_one_that_wrote_the_history(
+    factored: bool, measured: bool
+) -> None:
+    """The restarted engine reads the history cell by cell (as the ledger stores it)."""
     rng = np.random.default_rng(99)
-    cube = Cube(rng)
+    cube = Cube(rng, measured, factored)
+    shape = cube.shape if factored else None
+    n, measures = cube.n_coordinates, cube.measures
+    total = Fraction(5000 if measured else 50)  # sums of measures up to 99 cost more
     kept = Recorder()
-    writer = PrivacyEngine("t", cube.n, total_budget=Fraction(50), rng=SeededRandomSource(1))
-    x = rng.integers(0, 40, size=cube.n)
+    writer = PrivacyEngine(
+        "t", n, total_budget=total, rng=SeededRandomSource(1), measures=measures, shape=shape
+    )
+    x = cube.histogram() if measured else rng.integers(0, 40, size=cube.n)
     asked: list[LinearQuery] = []
     for _ in range(40):
         batch = cube.batch(asked)
@@ -384,8 +431,14 @@ def test_a_restarted_engine_agrees_with_the_one_that_wrote_the_history() -> None
                 lambda ms: [m.evaluate(x) for m in ms],
             )
             asked.extend(batch)
-    restarted = PrivacyEngine("t", cube.n, total_budget=Fraction(50), history=kept.entries)
-    ref = CellEngine("t", cube.n, total_budget=Fraction(50), history=kept.entries)
+    stored = [
+        dataclasses.replace(e, query=LinearQuery(n, e.query.cells, e.query.weights, 0.0, measures))
+        for e in kept.entries
+    ]
+    restarted = PrivacyEngine(
+        "t", n, total_budget=total, history=stored, measures=measures, shape=shape
+    )
+    ref = CellEngine("t", n, total_budget=total, history=stored, measures=measures)
     assert restarted.budget.per_cell() == writer.budget.per_cell() == ref.budget.per_cell()
     assert restarted.budget.spent == ref.budget.spent
     for q in asked[:30]:
@@ -400,3 +453,39 @@ def test_past_the_span_solver_the_sparse_solver_agrees(monkeypatch: pytest.Monke
     monkeypatch.setattr("proxy.engine.estimator._SPAN_MAX_RANK", 4)
     for seed in range(0, WORKLOADS, 16):
         _run(seed)
+
+
+def test_a_factored_budget_grows_with_what_charges_tell_apart_not_the_cube() -> None:
+    """3.5 billion cells: charges, checks and a refusal on the grid of value classes."""
+    shape = (3,) * 20
+    budget = CellBudget("t", total=Fraction(1), shape=shape)
+
+    def count(**where: list[int]) -> LinearQuery:
+        tensor = np.ones((1,) * len(shape))
+        for name, values in where.items():
+            d = int(name[1:])
+            mask = np.isin(np.arange(3), values).reshape([3 if i == d else 1 for i in range(20)])
+            tensor = tensor * mask
+        return LinearQuery.from_tensor(shape, tensor)
+
+    budget.commit(cell_charges(count(d1=[0, 1], d7=[2]), Fraction(1, 4)))
+    budget.commit(cell_charges(count(d1=[0]), Fraction(1, 8)))
+    budget.commit(cell_charges(count(), Fraction(1, 16)))
+    assert budget._grid.size == 3 * 2  # d1: {0}, {1}, {2}; d7: {0, 1}, {2}
+    cell = int(np.ravel_multi_index([0] * 7 + [2] + [0] * 12, shape))
+    assert budget.spent_on(cell) == budget.spent == Fraction(7, 16)
+    assert budget.spent_on(cell + 1) == Fraction(7, 16)  # d19 is no charge's
+    assert budget.spent_on(0) == Fraction(3, 16)
+    assert budget.most_spent_on(np.array([3**18 * 2])) == Fraction(1, 16)  # d1 = 2
+    assert budget.most_spent_on(np.array([0, 3**18 * 2, cell])) == Fraction(7, 16)
+    with pytest.raises(BudgetExhausted) as refused:
+        budget.check(cell_charges(count(d7=[2]), Fraction(5, 8)), request="q")
+    # the first cell at the worst spend: d1 = 0 and d7 = 2, every other dimension 0
+    assert f"on cell {cell}," in (refused.value.detail or "")
+    # two charges over d3 whose sum cannot tell d3 = 0 from d3 = 2: the refusal still names
+    # the first charge's cell, as the cell-level check does
+    fresh = CellBudget("t", total=Fraction(1), shape=shape)
+    both = cell_charges(count(d3=[2]), Fraction(2)) + cell_charges(count(d3=[0]), Fraction(2))
+    with pytest.raises(BudgetExhausted) as refused:
+        fresh.check(both, request="q")
+    assert f"on cell {2 * 3**16}," in (refused.value.detail or "")
