@@ -84,9 +84,12 @@ class AnovaCoordinates:
             split = []
             for kept, tensor in parts:
                 position = len(kept) - 1
-                mean = tensor.mean(axis=position)
+                # np.mean's own arithmetic (a sum, then a division), without its per-call
+                # overhead: a restart decomposes thousands of small tensors
+                mean = np.add.reduce(tensor, axis=position) / tensor.shape[position]
+                kept_dims = (*tensor.shape[:position], 1, *tensor.shape[position + 1 :])
                 split.append((kept, mean))
-                split.append((kept + (axis,), tensor - np.expand_dims(mean, position)))
+                split.append((kept + (axis,), tensor - mean.reshape(kept_dims)))
             parts = split
         coords, values = [], []
         for kept, tensor in parts:
