@@ -150,6 +150,16 @@ class Charges:
         return iter(self.items)
 
 
+def _merged(
+    terms: list[tuple[tuple[int, ...], Numerators]],
+) -> dict[tuple[int, ...], Numerators]:
+    """Terms over the same dimensions added up (one tensor per set of dimensions)."""
+    merged: dict[tuple[int, ...], Numerators] = {}
+    for axes, tensor in terms:
+        merged[axes] = merged[axes] + tensor if axes in merged else tensor
+    return merged
+
+
 def _narrowed(values: Numerators) -> Numerators:
     """``values`` as int64 when every one fits with room to add, else as Python integers."""
     if values.size == 0 or values.dtype == np.int64:
@@ -400,11 +410,8 @@ class CellBudget:
         either: the spend is constant on the grid's cells, and the grid grows with what charges
         distinguish, not with the cube.
         """
-        merged: dict[tuple[int, ...], Numerators] = {}
-        for axes, tensor in terms:
-            merged[axes] = merged[axes] + tensor if axes in merged else tensor
         # ``each``: by every term alone (a term's own cells, which a refusal names)
-        for axes, tensor in terms if each else merged.items():
+        for axes, tensor in terms if each else _merged(terms).items():
             codes = np.unique(tensor.ravel(), return_inverse=True)[1].reshape(tensor.shape)
             for position, d in enumerate(axes):
                 rows = np.moveaxis(codes, position, 0).reshape(codes.shape[position], -1)
@@ -428,10 +435,7 @@ class CellBudget:
 
     def _merged_on_grid(self, terms: list[tuple[tuple[int, ...], Numerators]]) -> list[Numerators]:
         """The terms on the grid, those over the same dimensions added up first."""
-        merged: dict[tuple[int, ...], Numerators] = {}
-        for axes, tensor in terms:
-            merged[axes] = merged[axes] + tensor if axes in merged else tensor
-        return [self._on_grid(axes, tensor) for axes, tensor in merged.items()]
+        return [self._on_grid(axes, tensor) for axes, tensor in _merged(terms).items()]
 
     def _grid_over(self, denominator: int) -> Numerators:
         """The grid's spend as numerators over ``denominator`` (a multiple of the budget's)."""
