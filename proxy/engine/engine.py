@@ -66,6 +66,9 @@ __all__ = [
 
 TrueAnswer = float | int | Fraction
 
+_NO_SCALES: FloatArray = np.zeros(0)  # an exact reply's error law
+_NO_SCALES.flags.writeable = False
+
 
 class StalePlanError(RuntimeError):
     """A plan was executed after another batch changed the history (a caller bug: re-plan)."""
@@ -101,6 +104,7 @@ class Reply:
             ``sum_k scales[k] L_k`` for independent standard Laplace ``L_k`` (empty: exact).
             The noise lies on a lattice whose step is far below these scales
             (:func:`~proxy.engine.noise.noise_step`); the law is that of its continuous twin.
+            A read-only array (a BLUE's has a term per history row): not compared by ``==``.
         unbiased: the unbiased estimate, once :meth:`within` moved ``estimate`` into the
             values the true answer can take (None: ``estimate`` is the unbiased one).
     """
@@ -112,10 +116,14 @@ class Reply:
     source: Source
     budget_charged: Fraction
     budget_remaining: Fraction
-    scales: tuple[float, ...] = ()
+    scales: FloatArray = field(default_factory=lambda: _NO_SCALES, compare=False)
     unbiased: float | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.scales, np.ndarray) or self.scales.flags.writeable:
+            scales = np.array(self.scales, dtype=np.float64)
+            scales.flags.writeable = False
+            object.__setattr__(self, "scales", scales)
         if not all(math.isfinite(v) for v in (self.estimate, self.low, self.high)):
             raise ValueError("estimate and interval must be finite")
         if not self.low <= self.estimate <= self.high:
@@ -248,6 +256,12 @@ class PrivacyEngine:
         for entry in history:
             if entry.table != table:
                 raise ValueError(f"history entry of table {entry.table!r}, engine of {table!r}")
+        # the vectors decomposed together (those over other cubes are refused one by one)
+        fitting = [
+            e.query for e in history if (e.query.n_cells, e.query.measures) == (n_cells, measures)
+        ]
+        self._index.remember(fitting)
+        for entry in history:
             self._append(entry)
         self._budget.commit(Charges.of(history))  # one charge per distinct vector
         self._index.prepare()  # the first decision then costs what later ones do
@@ -444,21 +458,27 @@ class PrivacyEngine:
         return reply.within(feasible_range(request.query)) if self._nonnegative else reply
 
 
-def _error_scales(query: LinearQuery, decision: Decision) -> tuple[float, ...]:
+def _error_scales(query: LinearQuery, decision: Decision) -> FloatArray:
     """The Laplace scales of a reply's error: the history estimate's and the fresh answer's.
 
     The reply weighs them ``1 - fresh_weight`` and ``fresh_weight``; the fresh measurement's
     noise has scale ``S / alpha``.
     """
+    if decision.history is not None and decision.budget == 0:  # history alone
+        scales = decision.history.scales
+        if np.all(scales > 0):
+            return scales  # read-only, as a reply's are
     parts = []
     if decision.history is not None:
         parts.append((1.0 - decision.fresh_weight) * decision.history.scales)
     if decision.budget > 0:
         parts.append(np.array([decision.fresh_weight * query.sensitivity / float(decision.budget)]))
     if not parts:
-        return ()
+        return _NO_SCALES
     scales = np.concatenate(parts)
-    return tuple(scales[scales > 0].tolist())  # a BLUE may weigh every row: no Python loop
+    scales = scales[scales > 0]
+    scales.flags.writeable = False
+    return scales
 
 
 def describe_batch(requests: Sequence[QueryRequest]) -> str:

@@ -323,10 +323,12 @@ class HistoryIndex:
         found: dict[bytes, Solution | None] = {}
         pending: dict[bytes, LinearQuery] = {}
         keys = []
-        for query in queries:
-            if query.n_cells != self.n_cells:
-                raise ValueError("query is over a different number of cells")
-            query = self._held(query)
+        if any(query.n_cells != self.n_cells for query in queries):
+            raise ValueError("query is over a different number of cells")
+        held = [self._held(query) for query in queries]
+        nonzero = [query for query in held if not query.is_zero]
+        vectors = dict(zip((q.key for q in nonzero), self._vectors(nonzero)))
+        for query in held:
             key = query.key
             keys.append(key)
             if key in found or key in pending:
@@ -334,7 +336,7 @@ class HistoryIndex:
             if query.is_zero:
                 found[key] = _EMPTY
                 continue
-            coords, _ = self._vector(query)
+            coords, _ = vectors[key]
             if not np.all(self._covered[coords]):
                 found[key] = None  # every row vanishes on a cell the query weighs
             elif (self._stamp, key) in self._solutions:
@@ -343,13 +345,12 @@ class HistoryIndex:
             else:
                 pending[key] = query
         if pending:
-            vectors = [self._vector(q) for q in pending.values()]
             span = self._spanning()
             if span is not None:
-                per_vector, residuals = span.solve_many(vectors)
-                solutions = [self._solution(g, r) for g, r in zip(per_vector, residuals)]
+                per_vector, residuals = span.solve_many([vectors[key] for key in pending])
+                solutions = self._solutions_of(per_vector, residuals)
             else:
-                us, residuals = self._sync_cells().solve_many(vectors)
+                us, residuals = self._sync_cells().solve_many([vectors[k] for k in pending])
                 solutions = [self._cell_solution(u, r) for u, r in zip(us, residuals)]
             for key, solution in zip(pending, solutions):
                 found[key] = solution
@@ -381,42 +382,67 @@ class HistoryIndex:
 
     def _vector(self, query: LinearQuery) -> tuple[IntArray, FloatArray]:
         """The vector's non-zero coordinates in the solver's space, and their values."""
-        if self._coordinates is None:
-            return query.cells, query.weights
-        key = query.key
-        vector = self._memo.get(key)
-        if vector is None:
-            vector = self._coordinates.of(query)
-            if self._memo_size[0] + vector[0].size > _COORDINATES_MEMO:
-                self._memo.clear()
-                self._memo_size[0] = 0
-            self._memo[key] = vector
-            self._memo_size[0] += vector[0].size
-        space = self._coordinates.size
-        if space > self._space:  # new coordinates: room for them, doubling
-            self._space = max(space, 2 * self._space)
-            self._covered = np.concatenate(
-                [self._covered, np.zeros(self._space - self._covered.size, dtype=bool)]
-            )
-            if self._span is not None:
-                self._span.resize(self._space)
+        (vector,) = self._vectors([query])
         return vector
 
-    def _solution(self, per_vector: FloatArray | None, residual: float) -> Solution | None:
-        """Row weights ``t_i = (beta_j^T y) p_i^2 f_i`` for row ``i`` of vector ``j``.
+    def _vectors(self, queries: Sequence[LinearQuery]) -> list[tuple[IntArray, FloatArray]]:
+        """:meth:`_vector` of each query; those not yet known decomposed together."""
+        if self._coordinates is None:
+            return [(query.cells, query.weights) for query in queries]
+        keys = [query.key for query in queries]
+        found = {key: self._memo.get(key) for key in keys}
+        missing = {key: query for key, query in zip(keys, queries) if found[key] is None}
+        if missing:
+            for key, vector in zip(missing, self._coordinates.of_many(list(missing.values()))):
+                found[key] = vector
+                if self._memo_size[0] + vector[0].size > _COORDINATES_MEMO:
+                    self._memo.clear()
+                    self._memo_size[0] = 0
+                self._memo[key] = vector
+                self._memo_size[0] += vector[0].size
+            space = self._coordinates.size
+            if space > self._space:  # new coordinates: room for them, doubling
+                self._space = max(space, 2 * self._space)
+                self._covered = np.concatenate(
+                    [self._covered, np.zeros(self._space - self._covered.size, dtype=bool)]
+                )
+                if self._span is not None:
+                    self._span.resize(self._space)
+        return [found[key] for key in keys]  # type: ignore[misc]
+
+    def remember(self, queries: Sequence[LinearQuery]) -> None:
+        """Decompose many vectors at once, ahead of their :meth:`append` (a restart's)."""
+        if self._coordinates is not None:
+            distinct = {query.key: query for query in queries}
+            self._vectors([self._held(query) for query in distinct.values()])
+
+    def _solutions_of(
+        self, per_vector: Sequence[FloatArray | None], residuals: Sequence[float]
+    ) -> list[Solution | None]:
+        """Row weights ``t_i = (beta_j^T y) p_i^2 f_i`` for row ``i`` of vector ``j``, per query.
 
         Row ``i`` measures ``f_i h_j`` with Laplace scale ``1 / p_i``; within vector ``j`` the
         least-variance split of ``u_j c_j`` gives each row ``u_j p_i f_i / c_j``, and
-        ``u_j = c_j beta_j^T y`` (:mod:`proxy.engine.span`).
+        ``u_j = c_j beta_j^T y`` (:mod:`proxy.engine.span`). The estimable queries of a batch
+        are weighed in one array operation over the rows.
         """
-        if per_vector is None or not residual <= ESTIMABLE_RESIDUAL:
-            return None
+        solved = [
+            i
+            for i, (g, residual) in enumerate(zip(per_vector, residuals))
+            if g is not None and residual <= ESTIMABLE_RESIDUAL
+        ]
+        found: list[Solution | None] = [None] * len(per_vector)
+        if not solved:
+            return found
         m = self._size
-        precision = self._precision[:m]
-        t = per_vector[self._group[:m]] * np.square(precision) * self._factor[:m]
-        (rows,) = np.nonzero(t)
-        rows = rows.astype(np.int64)
-        return self.estimator(rows, t[rows], residual)
+        group = self._group[:m]
+        stacked = np.stack([per_vector[i] for i in solved])  # type: ignore[misc]
+        t = stacked[:, group] * np.square(self._precision[:m]) * self._factor[:m]
+        for row, i in enumerate(solved):
+            (rows,) = np.nonzero(t[row])
+            rows = rows.astype(np.int64)
+            found[i] = self.estimator(rows, t[row, rows], residuals[i])
+        return found
 
     def _cell_solution(self, u: FloatArray, residual: float) -> Solution | None:
         """Row weights from the sparse solver's ``u``: ``t_i = u_k share_i p_i``."""

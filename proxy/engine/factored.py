@@ -28,6 +28,7 @@ vector and its multiples have the same coordinates.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +65,60 @@ class AnovaCoordinates:
 
     def of(self, query: LinearQuery) -> tuple[IntArray, FloatArray]:
         """The query's non-zero coordinates (increasing) and their values."""
+        (coordinates,) = self.of_many([query])
+        return coordinates
+
+    def of_many(self, queries: Sequence[LinearQuery]) -> list[tuple[IntArray, FloatArray]]:
+        """:meth:`of` for each query, vectors over the same axes decomposed in one tensor op.
+
+        A GROUP BY's vectors, or a restart's history, share a few sets of axes: each set's
+        cores are stacked and split together, so the cost per vector is a few array slices,
+        not the averaging's Python loop. New blocks are numbered as :meth:`of` would number
+        them taking the queries one by one.
+        """
+        held = [self._factored(query) for query in queries]
+        batches: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
+        for i, query in enumerate(held):
+            assert query.core is not None
+            batches.setdefault((query.axes, query.core.shape), []).append(i)
+        split = {key: self._split(held, members) for key, members in batches.items()}
+        # a block not yet numbered: the first query that weighs it, its place in that query's parts
+        new: dict[tuple[int, ...], tuple[int, int]] = {}
+        sizes: dict[tuple[int, ...], int] = {}
+        for (_, members), parts in zip(batches.items(), split.values()):
+            for place, (kept, flat, mask) in enumerate(parts):
+                if kept in self._blocks:
+                    continue
+                weighing = np.flatnonzero(mask.any(axis=1))
+                if weighing.size:
+                    first = (members[int(weighing[0])], place)
+                    new[kept] = min(new.get(kept, first), first)
+                    sizes[kept] = flat.shape[1]
+        for kept in sorted(new, key=new.__getitem__):
+            self._blocks[kept] = self.size
+            self.size += sizes[kept]
+        out = [(np.zeros(0, dtype=np.int64), np.zeros(0)) for _ in held]
+        for (_, members), parts in zip(batches.items(), split.values()):
+            numbered = [(kept, flat, mask) for kept, flat, mask in parts if kept in self._blocks]
+            if not numbered:
+                continue
+            coords = np.concatenate(
+                [self._blocks[kept] + np.arange(flat.shape[1]) for kept, flat, _ in numbered]
+            )
+            values = np.concatenate(
+                [flat * math.sqrt(self.n_cells / flat.shape[1]) for _, flat, _ in numbered], axis=1
+            )
+            masks = np.concatenate([mask for _, _, mask in numbered], axis=1)
+            ordered = coords.size < 2 or bool(np.all(coords[1:] > coords[:-1]))
+            order = None if ordered else np.argsort(coords, kind="stable")
+            if order is not None:
+                coords, values, masks = coords[order], values[:, order], masks[:, order]
+            for row, i in enumerate(members):
+                (nonzero,) = np.nonzero(masks[row])
+                out[i] = (coords[nonzero].astype(np.int64), values[row, nonzero])
+        return out
+
+    def _factored(self, query: LinearQuery) -> LinearQuery:
         if query.core is None:  # over this cube's cells, but held cell by cell
             full = (query.kinds, *self.shape)
             query = LinearQuery.from_tensor(
@@ -71,42 +126,38 @@ class AnovaCoordinates:
             )
         if query.shape != self.shape:
             raise ValueError(f"query over a cube of shape {query.shape}, not {self.shape}")
-        core, axes = query.core, query.axes
-        assert core is not None
-        chop = _CHOP * float(np.max(np.abs(core), initial=0.0))
-        # ((kind, *S), tensor over S followed by the axes still to split)
-        # (a kind the vector does not weigh has no components: a count over a cube with
-        # measures is decomposed once, not once per kind)
+        return query
+
+    @staticmethod
+    def _split(
+        held: list[LinearQuery], members: list[int]
+    ) -> list[tuple[tuple[int, ...], FloatArray, npt.NDArray[np.bool_]]]:
+        """Per block ``(kind, *S)``: the members' components flattened, and which are kept."""
+        cores = np.stack([held[i].core for i in members])  # type: ignore[misc]
+        axes = held[members[0]].axes
+        batch, kinds = cores.shape[:2]
+        flat_cores = np.abs(cores.reshape(batch, kinds, -1))
+        chop = _CHOP * flat_cores.max(axis=(1, 2), initial=0.0)
+        # ((kind, *S), tensor over the batch, S and the axes still to split); a kind no member
+        # weighs has no components (a count over a cube with measures is split once, not once
+        # per kind)
+        weighed: npt.NDArray[np.bool_] = np.any(flat_cores, axis=(0, 2))
         parts: list[tuple[tuple[int, ...], FloatArray]] = [
-            ((k,), core[k]) for k in range(len(core)) if np.any(core[k])
+            ((k,), cores[:, k]) for k in range(kinds) if weighed[k]
         ]
         for axis in axes:
-            split = []
+            parts_split = []
             for kept, tensor in parts:
-                position = len(kept) - 1
+                position = len(kept)  # after the batch and the dimensions kept
                 # np.mean's own arithmetic (a sum, then a division), without its per-call
-                # overhead: a restart decomposes thousands of small tensors
+                # overhead
                 mean = np.add.reduce(tensor, axis=position) / tensor.shape[position]
                 kept_dims = (*tensor.shape[:position], 1, *tensor.shape[position + 1 :])
-                split.append((kept, mean))
-                split.append((kept + (axis,), tensor - mean.reshape(kept_dims)))
-            parts = split
-        coords, values = [], []
+                parts_split.append((kept, mean))
+                parts_split.append((kept + (axis,), tensor - mean.reshape(kept_dims)))
+            parts = parts_split
+        out = []
         for kept, tensor in parts:
-            flat = tensor.ravel()
-            (nonzero,) = np.nonzero(np.abs(flat) > chop)
-            if not nonzero.size:
-                continue
-            block = self._blocks.get(kept)
-            if block is None:
-                block = self._blocks[kept] = self.size
-                self.size += flat.size
-            scale = math.sqrt(self.n_cells / flat.size)
-            coords.append(block + nonzero)
-            values.append(flat[nonzero] * scale)
-        if not coords:
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
-        coord_array = np.concatenate(coords).astype(np.int64)
-        value_array = np.concatenate(values)
-        order = np.argsort(coord_array, kind="stable")
-        return coord_array[order], value_array[order]
+            flat = tensor.reshape(batch, -1)
+            out.append((kept, flat, np.abs(flat) > chop[:, None]))
+        return out

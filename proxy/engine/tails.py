@@ -430,6 +430,14 @@ class ExactTail:
         if not _separated(b):
             return None
         top = float(b.values[0])
+        # -log(1 - z) <= z / (1 - z_2) for the rest's z = (b_k / b_1)^2 <= z_2 bounds ``w``
+        # from above at the cost of a sum; the test below only grows with ``w``, so failing it
+        # there (with a margin for rounding) settles it without the rest's log-MGF
+        z_2 = (_second(b) / top) ** 2
+        rest_square = max(0.0, float(b.moments()[0][0]) - top * top) / (top * top)
+        above = top * (math.log(1.0 / delta) + rest_square / (1.0 - z_2)) * (1.0 + 1e-9)
+        if not _may_dominate(b, above, self.trunc_tol):
+            return None
         w = float(top * (math.log(1.0 / delta) + _log_mgf(b.rest(), 1.0 / top)))
         if not (_may_dominate(b, w, self.trunc_tol) and _dominant_error(b, w) <= self.trunc_tol):
             return None
