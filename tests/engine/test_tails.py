@@ -197,3 +197,33 @@ def test_papers_methods_approximate_the_exact_tail() -> None:
     assert ConvolutionTail().tail(scales, x) == pytest.approx(0.05, rel=0.1)
     assert ConvolutionTail(gamma=1e-9, step=0.02).tail(scales, x) == pytest.approx(0.05, rel=5e-3)
     assert mc.quantile(scales, 0.05) == pytest.approx(x, rel=0.02)
+
+
+def test_the_dominant_quantile_is_skipped_only_where_it_would_be_refused() -> None:
+    # The bound on the dominant form's width may settle that it cannot apply; where it does,
+    # the full test (the rest's log-MGF) must refuse it too, and where it does not, the result
+    # is the one the full test gives.
+    from proxy.engine.tails import _dominant_error, _log_mgf, _may_dominate, _Runs, _separated
+
+    rng = np.random.default_rng(11)
+    skipped = taken = 0
+    for _ in range(400):
+        n = int(rng.integers(3, 200))
+        scales = rng.exponential(1.0, n) * rng.choice([1e-3, 1e-2, 0.1, 1.0], n)
+        scales[0] = float(rng.choice([1.0, 5.0, 50.0, 500.0]))
+        delta = float(rng.choice([0.5, 0.05, 1e-3, 1e-6]))
+        b = _Runs.of(scales)
+        found = EXACT._dominant_quantile(b, delta)
+        if not _separated(b):
+            assert found is None
+            continue
+        top = float(b.values[0])
+        w = top * (math.log(1.0 / delta) + _log_mgf(b.rest(), 1.0 / top))
+        applies = _may_dominate(b, w, EXACT.trunc_tol) and _dominant_error(b, w) <= EXACT.trunc_tol
+        assert (found is not None) == applies
+        if found is None:
+            skipped += 1
+        else:
+            taken += 1
+            assert EXACT.tail(scales, found) <= delta
+    assert skipped > 50 and taken > 50  # both ways exercised
