@@ -416,11 +416,14 @@ class SpanSolver:
             out[:indexed, 0] = index[cells].T @ weights
             if recent is not None:
                 out[indexed:, 0] = recent[cells].T @ weights
-        else:  # one sparse product for the batch
-            columns = _row_index(list(vectors), self.n_cells).tocsc()
-            out[:indexed] = (index.T @ columns).toarray()
+        else:  # the basis on the cells the batch touches, against the batch densely there
+            touched = np.unique(np.concatenate([cells for cells, _ in vectors]))
+            dense = np.zeros((touched.size, len(vectors)))
+            for k, (cells, weights) in enumerate(vectors):
+                dense[np.searchsorted(touched, cells), k] = weights
+            out[:indexed] = index[touched].T @ dense
             if recent is not None:
-                out[indexed:] = (recent.T @ columns).toarray()
+                out[indexed:] = recent[touched].T @ dense
         return out
 
 
