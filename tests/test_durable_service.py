@@ -12,10 +12,10 @@ import pytest
 
 from proxy.config import load_config
 from proxy.dp.answering import DpService
-from proxy.engine.budget import CellBudget, UserCaps, cell_charges
+from proxy.engine.budget import CellBudget, UserCaps, cell_charges, float_up
 from proxy.engine.engine import Plan, QueryRequest
 from proxy.errors import BudgetExhausted
-from proxy.storage.postgres_ledger import PostgresLedgerStore
+from proxy.storage.postgres_ledger import PostgresLedgerStore, stored_query
 from proxy.storage.provision import BackendRoles
 from proxy.storage.reader import Reader
 from sqlmap.cube import Cube
@@ -111,20 +111,22 @@ def test_two_services_sharing_a_ledger_never_overspend(
 
     ok, refused = asyncio.run(run())
     assert ok + refused == len(queries) and refused > 0 and ok > 0
-    # independent recomputation of every cell's spend from the stored measurements
+    # independent recomputation of every cell's spend from the stored measurements, cell by
+    # cell; the ledger's most_spent, written by both, is the most of it
     recomputed = CellBudget("check", total=Fraction(10**9))
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute(
-            f'SELECT cells, weights, budget FROM "{ledger_schema}".measurements'
+            "SELECT t.n_cells, t.measures, t.shape, m.axes, m.core, m.budget "
+            f'FROM "{ledger_schema}".measurements m JOIN "{ledger_schema}".tables t '
+            "ON t.id = m.table_id"
         ).fetchall()
-    for cells, weights, budget in rows:
-        recomputed.commit(
-            cell_charges(
-                LinearQuery(tight.n_coordinates, cells, weights, measures=tight.measure_reach),
-                Fraction(budget),
-            )
-        )
+        (most_spent,) = conn.execute(f'SELECT most_spent FROM "{ledger_schema}".tables').fetchone()
+    for n_cells, measures, shape, axes, core, budget in rows:
+        query = stored_query(n_cells, measures, shape, axes=axes, core=core)
+        listed = LinearQuery(query.n_cells, query.cells, query.weights, measures=query.measures)
+        recomputed.commit(cell_charges(listed, Fraction(budget)))
     assert 0 < recomputed.spent <= Fraction(tight.total_budget)
+    assert most_spent == float_up(recomputed.spent)
 
 
 def test_refusal_is_decided_on_the_shared_history(
