@@ -231,3 +231,67 @@ def test_user_caps_survive_restart(pg_dsn: str, roles: BackendRoles, ledger_sche
         await reader.close()
 
     asyncio.run(run())
+
+
+def test_a_restarted_service_decides_as_the_one_that_wrote_the_ledger(
+    pg_dsn: str, roles: BackendRoles, ledger_schema: str
+) -> None:
+    """Factored vectors over a cube with measures (counts, sums, GROUP BYs, a SUM(CASE ...)),
+    read back from the ledger: the same history, budget per cell and decisions as before."""
+    stream = [
+        "SELECT sex, COUNT(*) FROM adult GROUP BY sex WITH ACCURACY 40",
+        "SELECT COUNT(*) FROM adult WHERE age >= 25 AND age < 45 AND race = 'White' "
+        "WITH ACCURACY 30",
+        "SELECT income, SUM(capital_gain) FROM adult GROUP BY income WITH ACCURACY 400000",
+        "SELECT SUM(hours_per_week) FROM adult WHERE education IN ('Bachelors', 'Masters') "
+        "WITH ACCURACY 20000",
+        "SELECT race, sex, COUNT(*) FROM adult WHERE income = '>50K' GROUP BY race, sex "
+        "WITH ACCURACY 60",
+        "SELECT SUM(CASE WHEN sex = 'Female' THEN age ELSE 0 END) FROM adult WITH ACCURACY 30000",
+        "SELECT COUNT(*) FROM adult WHERE hours_per_week >= 41 WITH ACCURACY 25",
+    ]
+    probes = [
+        *stream,
+        "SELECT COUNT(*) FROM adult WITH ACCURACY 30",  # the groups by sex add up to it
+        "SELECT COUNT(*) FROM adult WHERE sex = 'Male' WITH ACCURACY 20",  # combined or fresh
+        "SELECT education, SUM(capital_loss) FROM adult GROUP BY education WITH ACCURACY 100000",
+        "SELECT race, COUNT(*) FROM adult WHERE income = '>50K' GROUP BY race WITH ACCURACY 80",
+    ]
+
+    def plan(service: DpService, sql: str) -> Plan:
+        spec = TRANSLATOR.translate(sql)
+        return service.engine(CUBE).plan([QueryRequest(q, spec.accuracy) for q in spec.queries])
+
+    async def run() -> None:
+        writer, ledger, reader = await open_service(pg_dsn, roles, ledger_schema)
+        for sql in stream:
+            await writer.answer(TRANSLATOR.translate(sql), user="analyst", sql=sql)
+        restarted, other_ledger, other_reader = await open_service(pg_dsn, roles, ledger_schema)
+        before, after = writer.engine(CUBE), restarted.engine(CUBE)
+        assert after.history_shape == before.history_shape and before.history_size > 10
+        assert after.budget.spent == before.budget.spent
+        assert after.budget.per_cell() == before.budget.per_cell()
+        sources = set()
+        for sql in probes:
+            planned, replanned = plan(writer, sql), plan(restarted, sql)
+            assert replanned.measurements == planned.measurements
+            assert replanned.charges.items == planned.charges.items
+            sources |= {d.source for d in planned.decisions}
+            for a, b in zip(planned.decisions, replanned.decisions, strict=True):
+                assert (b.source, b.budget, b.step) == (a.source, a.budget, a.step), sql
+                assert b.half_width == pytest.approx(a.half_width, rel=1e-9)
+                assert b.confidence == pytest.approx(a.confidence, rel=1e-9)
+        assert sources == {"history", "fresh", "combined"}
+        # what history answers, it answers alike
+        sql = stream[0]
+        again = await restarted.answer(TRANSLATOR.translate(sql))
+        replies = list(again.replies)
+        assert {r.source for r in replies} == {"history"}
+        first = await writer.answer(TRANSLATOR.translate(sql))
+        assert [r.estimate for r in replies] == pytest.approx(
+            [r.estimate for r in first.replies], rel=1e-9
+        )
+        for closing in (ledger, reader, other_ledger, other_reader):
+            await closing.close()
+
+    asyncio.run(run())
