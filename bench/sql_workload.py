@@ -14,6 +14,7 @@
    is all the work).
 
     uv run python -m bench.sql_workload [--statements 240] [--rows 5000000] [--repeats 5]
+        [--skip-backend] [--data-dir DIR] [--profile STACKS]
 
 Prints markdown; record the figures in docs/benchmarks.md with the machine, date and load.
 """
@@ -24,6 +25,7 @@ import argparse
 import os
 import platform
 import random
+import signal
 import socket
 import statistics
 import subprocess
@@ -55,6 +57,7 @@ AGE_EDGES = (17, 25, 35, 45, 55, 65, 91)
 RACES = ("White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other")
 EDUCATION = ("HS-grad", "Some-college", "Bachelors", "Masters", "Doctorate", "11th", "Assoc-voc")
 GROUP_COLUMNS = ("sex", "race", "income", "education")
+PY_SPY = os.environ.get("PY_SPY", str(Path.home() / ".local/bin/py-spy"))
 
 
 # -- the workload ---------------------------------------------------------------------------
@@ -259,10 +262,23 @@ def statement_source(notices: list[str]) -> str:
     return "unknown"
 
 
-def end_to_end(work: Path, admin_dsn: str, postmaster: int, n: int) -> list[Sample]:
+def end_to_end(
+    work: Path, admin_dsn: str, postmaster: int, n: int, profile: Path | None = None
+) -> list[Sample]:
     port = free_port()
     schema = f"ledger_{uuid.uuid4().hex[:8]}"
     server = start_dpproxy(work, admin_dsn, port, schema)
+    # py-spy's collapsed stacks of dpproxy (every thread, idle ones left out) over the stream
+    spy = (
+        subprocess.Popen(
+            [PY_SPY, "record", "--pid", str(server.pid), "--format", "raw", "-o", str(profile)]
+            + ["--rate", "200", "--nonblocking"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        if profile is not None
+        else None
+    )
     samples: list[Sample] = []
     refused: Counter[str] = Counter()  # SQLSTATE and message of each refusal
     try:
@@ -315,6 +331,9 @@ def end_to_end(work: Path, admin_dsn: str, postmaster: int, n: int) -> list[Samp
                     )
                 )
     finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            spy.wait(60)
         server.terminate()
         server.wait(30)
         # the ledger lives in the analyst database
@@ -488,6 +507,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-backend", action="store_true", help="end to end only")
     parser.add_argument("--skip-e2e", action="store_true", help="the backend query only")
     parser.add_argument("--no-histogram", action="store_true", help="skip the old whole query")
+    parser.add_argument(
+        "--profile", type=Path, help=f"py-spy's collapsed stacks of dpproxy here ({PY_SPY})"
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="dpproxy-sql-") as tmp:
@@ -500,7 +522,8 @@ def main(argv: list[str] | None = None) -> None:
         print(machine())
         if not args.skip_e2e:
             print(f"\n## End to end: {args.statements} dashboard statements through dpproxy")
-            report_end_to_end(end_to_end(work, admin, postmaster, args.statements))
+            samples = end_to_end(work, admin, postmaster, args.statements, args.profile)
+            report_end_to_end(samples)
         if not args.skip_backend:
             print(f"\n## The fresh answer's backend query on {args.rows:,} rows\n")
             started = time.perf_counter()

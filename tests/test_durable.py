@@ -70,14 +70,15 @@ def test_entries_survive_reopening(pg_dsn: str, ledger_schema: str) -> None:
     asyncio.run(run())
     with psycopg.connect(pg_dsn) as conn:
         vectors = conn.execute(
-            f'SELECT cells, weights, axes, core FROM "{ledger_schema}".measurements'
+            "SELECT cells, weights, axes, core_index, core_weights, n_weighed "
+            f'FROM "{ledger_schema}".measurements'
         ).fetchall()
         spent = conn.execute(f'SELECT most_spent FROM "{ledger_schema}".tables').fetchall()
         sources = conn.execute(
             f'SELECT source FROM "{ledger_schema}".answers ORDER BY id'
         ).fetchall()
-    # sex = 'M': the sex dimension alone, a weight per sex
-    assert vectors == [(None, None, [0], [1.0, 0.0, 0.0, 0.0])]
+    # sex = 'M': the sex dimension alone, its first value (5 cells, one per age)
+    assert vectors == [(None, None, [0], [0], [1.0], 5)]
     assert spent == [(0.1,)]  # the retry wrote nothing, so it spent nothing
     assert sources == [("fresh",), ("history",)]
 
@@ -110,17 +111,16 @@ def test_a_batch_is_written_in_order_and_a_retry_only_adds_what_is_missing(
     asyncio.run(run())
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute(
-            f'SELECT axes, core, sql_text, source FROM "{ledger_schema}".measurements ORDER BY id'
+            "SELECT axes, core_index, core_weights, sql_text, source "
+            f'FROM "{ledger_schema}".measurements ORDER BY id'
         ).fetchall()
         spent = conn.execute(f'SELECT most_spent FROM "{ledger_schema}".tables').fetchall()
-    cell_3 = [0.0] * 20
-    cell_3[3] = 1.0  # sex 0, age 3: both dimensions
-    assert [r[:2] for r in rows] == [
-        ([], [1.0]),
-        ([1], [1.0, 0.0, 2.5, 0.0, 0.0]),
-        ([0, 1], cell_3),
+    assert [r[:3] for r in rows] == [
+        ([], [0], [1.0]),
+        ([1], [0, 2], [1.0, 2.5]),
+        ([0, 1], [3], [1.0]),  # sex 0, age 3: both dimensions
     ]
-    assert {r[2:] for r in rows} == {("SELECT ...", "fresh")}
+    assert {r[3:] for r in rows} == {("SELECT ...", "fresh")}
     assert spent == [(0.875,)]  # the most of what each write said
 
 
@@ -186,15 +186,17 @@ def test_views_show_budget_and_history(pg_dsn: str, ledger_schema: str) -> None:
             "FROM dp.budget"
         ).fetchall()
         history = conn.execute(
-            "SELECT h.table_name, user_name, source, n_cells, axes, core_shape, core, budget, "
+            "SELECT h.table_name, user_name, source, n_cells, axes, core_shape, core_index, "
+            "core_weights, budget, "
             "noisy_answer, half_width, confidence, reusable "
             "FROM dp.history h JOIN dp.history_vectors USING (id) ORDER BY id"
         ).fetchall()
     assert budget == [("public.people", 1.0, 0.375, 0.625, 1, 1, 1, 1)]
-    by_sex, by_age = [1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0, 0.0]
     assert history == [  # n_cells: the cells weighed (5 ages of one sex; 2 ages of 4 sexes)
-        ("public.people", "analyst", "fresh", 5, [0], [1, 4], by_sex, 0.25, 12.0, 10.0, 0.95, True),
-        ("public.people", "analyst", "fresh", 8, [1], [1, 5], by_age, 0.125, 3.0, 10.0, 0.95, True),
+        ("public.people", "analyst", "fresh", 5, [0], [1, 4], [0], [1.0])
+        + (0.25, 12.0, 10.0, 0.95, True),
+        ("public.people", "analyst", "fresh", 8, [1], [1, 5], [1, 2], [1.0, 1.0])
+        + (0.125, 3.0, 10.0, 0.95, True),
     ]
 
 
@@ -350,10 +352,10 @@ def test_a_ledger_of_cell_lists_is_upgraded_and_its_rows_still_load(
         ).fetchone() == (None,)
         assert conn.execute("SELECT spent FROM dp.budget").fetchall() == [(0.25,)]
         vectors = conn.execute(
-            "SELECT n_cells, cells, weights, axes, core FROM dp.history "
+            "SELECT n_cells, cells, weights, axes, core_index, core_weights FROM dp.history "
             "JOIN dp.history_vectors USING (id) ORDER BY id"
         ).fetchall()
     assert vectors == [
-        (3, [0, 1, 7], [1.0, 1.0, 0.5], None, None),
-        (5, None, None, [0], [0.0, 1.0, 0.0, 0.0]),
+        (3, [0, 1, 7], [1.0, 1.0, 0.5], None, None, None),
+        (5, None, None, [0], [1], [1.0]),
     ]

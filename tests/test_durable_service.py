@@ -116,13 +116,16 @@ def test_two_services_sharing_a_ledger_never_overspend(
     recomputed = CellBudget("check", total=Fraction(10**9))
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute(
-            "SELECT t.n_cells, t.measures, t.shape, m.axes, m.core, m.budget "
+            "SELECT t.n_cells, t.measures, t.shape, m.axes, m.core_index, m.core_weights, "
+            "m.budget "
             f'FROM "{ledger_schema}".measurements m JOIN "{ledger_schema}".tables t '
             "ON t.id = m.table_id"
         ).fetchall()
         (most_spent,) = conn.execute(f'SELECT most_spent FROM "{ledger_schema}".tables').fetchone()
-    for n_cells, measures, shape, axes, core, budget in rows:
-        query = stored_query(n_cells, measures, shape, axes=axes, core=core)
+    for n_cells, measures, shape, axes, index, weights, budget in rows:
+        query = stored_query(
+            n_cells, measures, shape, axes=axes, core_index=index, core_weights=weights
+        )
         listed = LinearQuery(query.n_cells, query.cells, query.weights, measures=query.measures)
         recomputed.commit(cell_charges(listed, Fraction(budget)))
     assert 0 < recomputed.spent <= Fraction(tight.total_budget)

@@ -63,13 +63,17 @@ async def _spent(
 ) -> Fraction:
     """max_j B_j over every measurement of the cube, any data version, plus what was carried."""
     # a ledger no dpproxy has opened since vectors were stored factored has only cell lists
-    factored = await has_column(conn, schema, "measurements", "core")
+    factored = await has_column(conn, schema, "measurements", "n_weighed")
     shape = (
         await conn.fetchval(f"SELECT shape FROM {schema}.tables WHERE id = $1", table_id)
         if factored
         else None
     )
-    vectors = "axes, core" if factored else "NULL AS axes, NULL AS core"
+    vectors = (
+        "axes, core_index, core_weights"
+        if factored
+        else "NULL AS axes, NULL AS core_index, NULL AS core_weights"
+    )
     ledger = CellBudget(
         "status",
         total=Fraction(10**12),
@@ -90,7 +94,8 @@ async def _spent(
             cells=r["cells"],
             weights=r["weights"],
             axes=r["axes"],
-            core=r["core"],
+            core_index=r["core_index"],
+            core_weights=r["core_weights"],
         )
         ledger.commit(cell_charges(query, Fraction(r["budget"])))
     return ledger.spent

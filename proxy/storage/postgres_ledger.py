@@ -12,9 +12,10 @@ Layout, in a schema of its own (``dpproxy`` by default) that analysts cannot rea
   the request and the answer it served; noise is drawn once per entry and stored, keyed by an id
   drawn before the write, so a retried write never creates a second, independently noised entry.
   A vector is stored as SQL over the cube produces it, factored: the dimensions it depends on
-  (``axes``) and its weights over (kind, *those dimensions) (``core``, C order), constant along
-  the others; a range count over a wide cube covers a million cells but has a core of a few
-  numbers. Rows written before that list every coordinate (``cells``, ``weights``).
+  (``axes``), constant along the others, and its weights over (kind, *those dimensions), its
+  *core*, by their non-zero entries (``core_index`` in C order, ``core_weights``). A range count
+  over a wide cube covers a million cells but is a few numbers; a GROUP BY's groups one each.
+  Rows written before that list every coordinate (``cells``, ``weights``).
 * ``answers``: one row per answer given or refused (history, fresh, combined, refused).
 
 Two read-only views in schema ``dp``, ``dp.budget`` and ``dp.history``, are granted to the
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -95,7 +97,9 @@ CREATE TABLE IF NOT EXISTS {schema}.measurements (
     sql_text text,
     created_at timestamptz NOT NULL DEFAULT now(),
     axes integer[],
-    core float8[]
+    core_index integer[],
+    core_weights float8[],
+    n_weighed bigint
 );
 CREATE TABLE IF NOT EXISTS {schema}.answers (
     id bigserial PRIMARY KEY,
@@ -129,7 +133,9 @@ ALTER TABLE {schema}.measurements ADD COLUMN IF NOT EXISTS source text,
 #: the most a cell spent moves to ``tables.most_spent``. Run only when needed (ALTER TABLE).
 _FACTORED_UPGRADE = """
 ALTER TABLE {schema}.measurements ADD COLUMN IF NOT EXISTS axes integer[],
-    ADD COLUMN IF NOT EXISTS core float8[], ALTER COLUMN cells DROP NOT NULL,
+    ADD COLUMN IF NOT EXISTS core_index integer[],
+    ADD COLUMN IF NOT EXISTS core_weights float8[],
+    ADD COLUMN IF NOT EXISTS n_weighed bigint, ALTER COLUMN cells DROP NOT NULL,
     ALTER COLUMN weights DROP NOT NULL;
 ALTER TABLE {schema}.tables ADD COLUMN IF NOT EXISTS shape integer[],
     ADD COLUMN IF NOT EXISTS most_spent float8 NOT NULL DEFAULT 0;
@@ -168,9 +174,7 @@ CROSS JOIN LATERAL (
     FROM {schema}.answers WHERE table_id = t.id) a;
 CREATE OR REPLACE VIEW dp.history AS
 SELECT m.id, t.name AS table_name, m.created_at, m.user_name, m.source, m.sql_text,
-       coalesce(cardinality(m.cells), ((SELECT count(*) FROM unnest(m.core) w WHERE w <> 0)
-           * (1 + json_array_length(t.measures::json)) * t.n_cells / cardinality(m.core))::integer)
-           AS n_cells, """
+       coalesce(cardinality(m.cells), m.n_weighed::integer) AS n_cells, """
     + _AS_FLOAT.format("m.budget")
     + """ AS budget,
        m.noisy_answer, m.requested_eps AS requested_accuracy, m.requested_confidence,
@@ -179,12 +183,13 @@ SELECT m.id, t.name AS table_name, m.created_at, m.user_name, m.source, m.sql_te
 FROM {schema}.measurements m JOIN {schema}.tables t ON t.id = m.table_id;
 CREATE OR REPLACE VIEW dp.history_vectors AS
 SELECT m.id, t.name AS table_name, m.cells, m.weights, m.query_offset, m.sensitivity,
-       m.axes, m.core,
-       CASE WHEN m.core IS NOT NULL THEN
+       m.axes,
+       CASE WHEN m.axes IS NOT NULL THEN
            ARRAY[1 + json_array_length(t.measures::json)]
            || ARRAY(SELECT t.shape[a + 1] FROM unnest(m.axes) WITH ORDINALITY AS x(a, n)
                     ORDER BY n)
-       END AS core_shape
+       END AS core_shape,
+       m.core_index, m.core_weights
 FROM {schema}.measurements m JOIN {schema}.tables t ON t.id = m.table_id;
 """
 )
@@ -203,6 +208,7 @@ class _Table:
     cube: Cube
     data_version: int
     carried: Fraction
+    fingerprint: str  # the cube's (a hash: worked out once)
 
 
 class PostgresLedgerStore:
@@ -350,39 +356,46 @@ class Spend:
         vectors = [_as_factored(table.cube, m.entry.query) for m in measurements]
         axes = [np.asarray(v.axes, dtype=np.int64) for v in vectors]
         cores = [v.core.ravel() for v in vectors if v.core is not None]
+        index = [np.flatnonzero(c) for c in cores]
         axes_ends = np.cumsum([a.size for a in axes]).tolist()
-        core_ends = np.cumsum([c.size for c in cores]).tolist()
+        core_ends = np.cumsum([i.size for i in index]).tolist()
+        # coordinates weighed: each entry of a core stands for the cells of the other dimensions
+        weighed = [i.size * v.n_cells // c.size for v, c, i in zip(vectors, cores, index)]
         rows = await self._conn.fetch(
             "WITH written AS (INSERT INTO "
-            f"{s}.measurements (entry_key, table_id, fingerprint, data_version, axes, core, "
-            "sensitivity, budget, step, noisy_answer, requested_eps, requested_confidence, "
-            "user_name, sql_text, source, query_offset, half_width, confidence) "
+            f"{s}.measurements (entry_key, table_id, fingerprint, data_version, axes, "
+            "core_index, core_weights, n_weighed, sensitivity, budget, step, noisy_answer, "
+            "requested_eps, requested_confidence, user_name, sql_text, source, query_offset, "
+            "half_width, confidence) "
             "SELECT u.entry_key, $1, $2, $3, ($4::int[])[u.axes_first:u.axes_last], "
-            "($5::float8[])[u.core_first:u.core_last], "
-            "u.sensitivity, u.budget, u.step, u.noisy_answer, "
+            "($5::int[])[u.core_first:u.core_last], ($6::float8[])[u.core_first:u.core_last], "
+            "u.n_weighed, u.sensitivity, u.budget, u.step, u.noisy_answer, "
             "u.requested_eps, u.requested_confidence, u.user_name, u.sql_text, u.source, "
             "u.query_offset, u.half_width, u.confidence "
-            "FROM unnest($6::uuid[], $7::int[], $8::int[], $9::int[], $10::int[], "
-            "$11::float8[], $12::text[], $13::text[], $14::float8[], $15::float8[], "
-            "$16::float8[], $17::text[], $18::text[], $19::text[], $20::float8[], "
-            "$21::float8[], $22::float8[]) "
+            "FROM unnest($7::uuid[], $8::int[], $9::int[], $10::int[], $11::int[], "
+            "$12::int8[], $13::float8[], $14::text[], $15::text[], $16::float8[], "
+            "$17::float8[], $18::float8[], $19::text[], $20::text[], $21::text[], "
+            "$22::float8[], $23::float8[], $24::float8[]) "
             "WITH ORDINALITY AS u(entry_key, axes_first, axes_last, core_first, core_last, "
-            "sensitivity, budget, step, noisy_answer, requested_eps, requested_confidence, "
-            "user_name, sql_text, source, query_offset, half_width, confidence, n) "
+            "n_weighed, sensitivity, budget, step, noisy_answer, requested_eps, "
+            "requested_confidence, user_name, sql_text, source, query_offset, half_width, "
+            "confidence, n) "
             "ORDER BY u.n ON CONFLICT (entry_key) DO NOTHING RETURNING id, entry_key), "
-            f"spent AS (UPDATE {s}.tables SET most_spent = greatest(most_spent, $23) "
+            f"spent AS (UPDATE {s}.tables SET most_spent = greatest(most_spent, $25) "
             "WHERE id = $1 AND EXISTS (SELECT FROM written)) "
             "SELECT id, entry_key FROM written",
             table.id,
-            table.cube.fingerprint,
+            table.fingerprint,
             table.data_version,
             np.concatenate(axes).tolist(),
-            np.concatenate(cores).tolist(),
+            np.concatenate(index).tolist(),
+            np.concatenate([c[i] for c, i in zip(cores, index)]).tolist(),
             [m.key for m in measurements],
             [end - a.size + 1 for end, a in zip(axes_ends, axes)],
             axes_ends,
-            [end - c.size + 1 for end, c in zip(core_ends, cores)],
+            [end - i.size + 1 for end, i in zip(core_ends, index)],
             core_ends,
+            weighed,
             [m.entry.query.sensitivity for m in measurements],
             [str(m.entry.budget) for m in measurements],
             [str(m.entry.step) for m in measurements],
@@ -470,7 +483,11 @@ async def _register_locked(
                 "history for this table (spent budget is carried over)",
             )
         tables[cube.qualified_name] = _Table(
-            int(row["id"]), cube, int(row["data_version"]), Fraction(row["carried"])
+            int(row["id"]),
+            cube,
+            int(row["data_version"]),
+            Fraction(row["carried"]),
+            row["fingerprint"],
         )
     return tables
 
@@ -496,7 +513,7 @@ async def upgrade_columns(conn: asyncpg.Connection, schema: str) -> None:
             f"ALTER TABLE {schema}.tables ADD COLUMN measures text NOT NULL DEFAULT '[]'"
         )
     if not (
-        await has_column(conn, schema, "measurements", "core")
+        await has_column(conn, schema, "measurements", "n_weighed")
         and await has_column(conn, schema, "tables", "shape")
     ):
         await conn.execute(_FACTORED_UPGRADE.format(schema=schema))
@@ -521,15 +538,23 @@ def stored_query(
     cells: npt.ArrayLike | None = None,
     weights: npt.ArrayLike | None = None,
     axes: Sequence[int] | None = None,
-    core: npt.ArrayLike | None = None,
+    core_index: npt.ArrayLike | None = None,
+    core_weights: npt.ArrayLike | None = None,
 ) -> LinearQuery:
     """A stored vector over a ledger table's coordinates (its ``n_cells``, measures, shape).
 
-    Factored (``axes``, ``core``), or listed (``cells``, ``weights``) in rows from before.
+    Factored (``axes``, ``core_index``, ``core_weights``), or listed (``cells``, ``weights``)
+    in rows from before.
     """
     reach = tuple((int(lo), int(hi)) for lo, hi in json.loads(measures))
-    if axes is not None and core is not None and shape is not None:
-        return _factored(tuple(int(n) for n in shape), reach, axes, np.asarray(core))
+    if axes is not None and shape is not None:
+        return _factored(
+            tuple(int(n) for n in shape),
+            reach,
+            axes,
+            np.asarray(core_index, dtype=np.int64),
+            np.asarray(core_weights, dtype=np.float64),
+        )
     return LinearQuery(
         n_cells * (1 + len(reach)), np.asarray(cells), np.asarray(weights), 0.0, reach
     )
@@ -547,10 +572,13 @@ def _factored(
     shape: tuple[int, ...],
     measures: tuple[tuple[int, int], ...],
     axes: Sequence[int],
-    core: npt.NDArray[np.float64],
+    index: npt.NDArray[np.int64],
+    weights: npt.NDArray[np.float64],
 ) -> LinearQuery:
-    """A vector from its stored axes and core (flat, C order over (kind, *axes))."""
+    """A vector from its stored axes and its core's non-zero entries (C order, (kind, *axes))."""
     spread = [n if d in axes else 1 for d, n in enumerate(shape)]
+    core = np.zeros(math.prod(spread) * (1 + len(measures)))
+    core[index] = weights
     tensor = core.reshape([1 + len(measures), *spread])
     return LinearQuery.from_tensor(shape, tensor, measures=measures)
 
@@ -567,11 +595,12 @@ async def _entries(
     version = "data_version < $3" if outdated else "data_version = $3"
     rows = await conn.fetch(
         "SELECT id, entry_key, array_send(cells) AS cells, array_send(weights) AS weights, "
-        "array_send(axes) AS axes, array_send(core) AS core, "
+        "array_send(axes) AS axes, array_send(core_index) AS core_index, "
+        "array_send(core_weights) AS core_weights, "
         f"budget, step, noisy_answer, user_name FROM {schema}.measurements "
         f"WHERE table_id = $1 AND fingerprint = $2 AND {version} AND id > $4 ORDER BY id",
         table.id,
-        table.cube.fingerprint,
+        table.fingerprint,
         table.data_version,
         after_id,
     )
@@ -581,14 +610,22 @@ async def _entries(
     fractions: dict[str, Fraction] = {}
     entries = []
     for r in rows:
-        factored = r["core"] is not None
-        key = r["axes"] + r["core"] if factored else r["cells"] + r["weights"]
+        factored = r["axes"] is not None
+        key = (
+            r["axes"] + r["core_index"] + r["core_weights"]
+            if factored
+            else r["cells"] + r["weights"]
+        )
         query = vectors.get(key)
         if query is None:
             if factored:
-                axes = _binary_array(r["axes"], _INT4).tolist()
-                core = _binary_array(r["core"], _FLOAT8).astype(np.float64)
-                query = _factored(cube.shape, measures, axes, core)
+                query = _factored(
+                    cube.shape,
+                    measures,
+                    _binary_array(r["axes"], _INT4).tolist(),
+                    _binary_array(r["core_index"], _INT4).astype(np.int64),
+                    _binary_array(r["core_weights"], _FLOAT8).astype(np.float64),
+                )
             else:
                 cells = _binary_array(r["cells"], _INT4).astype(np.int64)
                 weights = _binary_array(r["weights"], _FLOAT8).astype(np.float64)

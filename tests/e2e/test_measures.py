@@ -57,7 +57,8 @@ def test_sum_of_a_measure_by_group(durable: BackendConfig, roles: BackendRoles) 
     with psycopg.connect(roles.analyst_admin_dsn, autocommit=True) as conn:
         schema = durable.ledger_schema
         stored = conn.execute(
-            "SELECT t.n_cells, t.measures, t.shape, m.axes, m.core, m.budget, m.sensitivity "
+            "SELECT t.n_cells, t.measures, t.shape, m.axes, m.core_index, m.core_weights, "
+            "m.budget, m.sensitivity "
             f'FROM "{schema}".measurements m JOIN "{schema}".tables t ON t.id = m.table_id '
             "ORDER BY m.id"
         ).fetchall()
@@ -75,8 +76,10 @@ def test_sum_of_a_measure_by_group(durable: BackendConfig, roles: BackendRoles) 
     # the most a cell spent what their charges add up to
     assert len(stored) == 2
     recomputed = CellBudget("check", total=Fraction(10**9), shape=CUBE.shape)
-    for n_cells, measures, shape, axes, core, budget, sensitivity in stored:
-        query = stored_query(n_cells, measures, shape, axes=axes, core=core)
+    for n_cells, measures, shape, axes, index, weights, budget, sensitivity in stored:
+        query = stored_query(
+            n_cells, measures, shape, axes=axes, core_index=index, core_weights=weights
+        )
         assert query.measures == CUBE.measure_reach and sensitivity == 20000
         assert query.axes == ([d.name for d in CUBE.dimensions].index("sex"),)
         assert not query.core[0].any()  # sums of a measure, no counts
