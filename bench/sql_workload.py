@@ -22,6 +22,7 @@ Prints markdown; record the figures in docs/benchmarks.md with the machine, date
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import random
@@ -42,6 +43,7 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 
+from bench import engine_sql_bench
 from proxy.auth import make_verifier
 from proxy.config import dsn_with, load_config
 from proxy.demo import ADULT_COLUMNS, ADULT_ROWS, load_adult
@@ -57,6 +59,10 @@ AGE_EDGES = (17, 25, 35, 45, 55, 65, 91)
 RACES = ("White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other")
 EDUCATION = ("HS-grad", "Some-college", "Bachelors", "Masters", "Doctorate", "11th", "Assoc-voc")
 GROUP_COLUMNS = ("sex", "race", "income", "education")
+# the 10-dimension cube (bench/engine_sql_bench.py's "wide", 4,354,560 cells): the demo's and
+# three more of Adult's columns; its NULLs ('?' in adult.data) get a bin of their own
+WIDE = {name: [v for v in values if v != "?"] for name, values in engine_sql_bench.WIDE.items()}
+WIDE_GROUP_COLUMNS = ("marital_status", "relationship")
 PY_SPY = os.environ.get("PY_SPY", str(Path.home() / ".local/bin/py-spy"))
 
 
@@ -65,6 +71,9 @@ PY_SPY = os.environ.get("PY_SPY", str(Path.home() / ".local/bin/py-spy"))
 
 def condition(rng: random.Random, column: str) -> str:
     """A filter an analyst would write on ``column``, on the cube's bin edges."""
+    if column in WIDE:
+        chosen = ", ".join(f"'{v}'" for v in rng.sample(WIDE[column], rng.randint(1, 2)))
+        return f"{column} IN ({chosen})"
     if column == "age":
         lo, hi = sorted(rng.sample(AGE_EDGES, 2))
         return f"age >= {lo} AND age < {hi}" if lo > 17 else f"age < {hi}"
@@ -96,23 +105,23 @@ class Statement:
         return f"{self.sql} WITH ACCURACY {self.accuracy}"
 
 
-def panel(rng: random.Random) -> Statement:
+def panel(rng: random.Random, wide: bool = False) -> Statement:
     """One dashboard panel: a count, a GROUP BY or a SUM(CASE ...), over 1-3 dimensions."""
+    filters = (*FILTER_COLUMNS, *WIDE) if wide else FILTER_COLUMNS
+    groups = (*GROUP_COLUMNS, *WIDE_GROUP_COLUMNS) if wide else GROUP_COLUMNS
     kind = rng.choice(("count", "count", "group by", "group by", "sum case"))
     if kind == "count":
-        where = " AND ".join(
-            condition(rng, c) for c in rng.sample(FILTER_COLUMNS, rng.randint(1, 3))
-        )
+        where = " AND ".join(condition(rng, c) for c in rng.sample(filters, rng.randint(1, 3)))
         return Statement(kind, f"SELECT COUNT(*) FROM adult WHERE {where}", 400)
     if kind == "group by":
-        keys = rng.sample(GROUP_COLUMNS, rng.randint(1, 3))
-        others = [c for c in FILTER_COLUMNS if c not in keys]
+        keys = rng.sample(groups, rng.randint(1, 3))
+        others = [c for c in filters if c not in keys]
         where = f" WHERE {condition(rng, rng.choice(others))}" if rng.random() < 0.5 else ""
         listed = ", ".join(keys)
         return Statement(
             kind, f"SELECT {listed}, COUNT(*) FROM adult{where} GROUP BY {listed}", 600
         )
-    inner, outer = rng.sample(FILTER_COLUMNS, 2)
+    inner, outer = rng.sample(filters, 2)
     where = f" WHERE {condition(rng, outer)}" if rng.random() < 0.5 else ""
     return Statement(
         kind,
@@ -121,7 +130,7 @@ def panel(rng: random.Random) -> Statement:
     )
 
 
-def stream(n: int, seed: int = 10) -> list[Statement]:
+def stream(n: int, seed: int = 10, wide: bool = False) -> list[Statement]:
     """``n`` statements: new panels, and refreshes of panels already shown (half the time)."""
     rng = random.Random(seed)
     shown: list[Statement] = []
@@ -130,7 +139,7 @@ def stream(n: int, seed: int = 10) -> list[Statement]:
         if shown and rng.random() < 0.5:
             out.append(rng.choice(shown))
         else:
-            shown.append(panel(rng))
+            shown.append(panel(rng, wide))
             out.append(shown[-1])
     return out
 
@@ -188,11 +197,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_dpproxy(work: Path, admin_dsn: str, port: int, schema: str) -> subprocess.Popen[bytes]:
+def wide_config(text: str) -> str:
+    """config.yaml with the wide cube's three more dimensions in the demo table's."""
+    anchor = "      capital_gain: {bins:"
+    at = text.index("\n", text.index(anchor)) + 1
+    extra = "".join(
+        f"      {name}: {{values: {json.dumps(values)}, closed: true, "
+        f"nullable: {'true' if len(values) < len(engine_sql_bench.WIDE[name]) else 'false'}}}\n"
+        for name, values in WIDE.items()
+    )
+    return text[:at] + extra + text[at:]
+
+
+def start_dpproxy(
+    work: Path, admin_dsn: str, port: int, schema: str, wide: bool = False
+) -> subprocess.Popen[bytes]:
     """``dpproxy serve`` with an empty ledger (in ``schema``), listening on ``port``."""
-    roles = provision_roles(admin_dsn, CONFIG.cubes, schema, users=["bench"])
+    text = (ROOT / "config.yaml").read_text()
+    if wide:
+        text = wide_config(text)
+        (work / "cube.yaml").write_text(text)
+    cubes = load_config(work / "cube.yaml").cubes if wide else CONFIG.cubes
+    roles = provision_roles(admin_dsn, cubes, schema, users=["bench"])
     config = (
-        (ROOT / "config.yaml").read_text()
+        text
         + f"""
 listen:
   port: {port}
@@ -263,11 +291,16 @@ def statement_source(notices: list[str]) -> str:
 
 
 def end_to_end(
-    work: Path, admin_dsn: str, postmaster: int, n: int, profile: Path | None = None
+    work: Path,
+    admin_dsn: str,
+    postmaster: int,
+    n: int,
+    profile: Path | None = None,
+    wide: bool = False,
 ) -> list[Sample]:
     port = free_port()
     schema = f"ledger_{uuid.uuid4().hex[:8]}"
-    server = start_dpproxy(work, admin_dsn, port, schema)
+    server = start_dpproxy(work, admin_dsn, port, schema, wide)
     # py-spy's collapsed stacks of dpproxy (every thread, idle ones left out) over the stream
     spy = (
         subprocess.Popen(
@@ -294,7 +327,7 @@ def end_to_end(
             backend = int(row[0])
             for warm in ("SELECT 1", "SELECT COUNT(*) FROM adult WITH ACCURACY 2000"):
                 dp.execute(warm).fetchall()
-            for statement in stream(n):
+            for statement in stream(n, wide=wide):
                 notices.clear()
                 roles = backend_roles(direct)
                 before = cpu_ns(server.pid), postgres_ns(postmaster, backend)
@@ -508,6 +541,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-e2e", action="store_true", help="the backend query only")
     parser.add_argument("--no-histogram", action="store_true", help="skip the old whole query")
     parser.add_argument(
+        "--wide", action="store_true", help="end to end on the 10-dimension cube (4.35M cells)"
+    )
+    parser.add_argument(
         "--profile", type=Path, help=f"py-spy's collapsed stacks of dpproxy here ({PY_SPY})"
     )
     args = parser.parse_args(argv)
@@ -521,8 +557,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"# SQL workload ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n")
         print(machine())
         if not args.skip_e2e:
-            print(f"\n## End to end: {args.statements} dashboard statements through dpproxy")
-            samples = end_to_end(work, admin, postmaster, args.statements, args.profile)
+            cube = "the 10-dimension cube" if args.wide else "the demo cube"
+            print(
+                f"\n## End to end: {args.statements} dashboard statements through dpproxy ({cube})"
+            )
+            samples = end_to_end(work, admin, postmaster, args.statements, args.profile, args.wide)
             report_end_to_end(samples)
         if not args.skip_backend:
             print(f"\n## The fresh answer's backend query on {args.rows:,} rows\n")
