@@ -12,9 +12,14 @@
    aggregate against the measurement SQL the reader runs for a fresh answer of it, and the
    whole-histogram SQL it ran before (interleaved; parallel workers off, so one backend's CPU
    is all the work).
+3. Restart (``--restart M``): a ledger of M measurements of the stream's vectors, stored as
+   dpproxy writes them and as ledgers before factored vectors held them; the time to open it
+   and a service on it (the exact budget recomputed, the history's span prepared), and the
+   CPU of the first decisions after.
 
     uv run python -m bench.sql_workload [--statements 240] [--rows 5000000] [--repeats 5]
-        [--skip-backend] [--data-dir DIR] [--profile STACKS]
+        [--skip-backend] [--skip-e2e] [--data-dir DIR] [--profile STACKS] [--wide]
+        [--restart M ...]
 
 Prints markdown; record the figures in docs/benchmarks.md with the machine, date and load.
 """
@@ -22,6 +27,7 @@ Prints markdown; record the figures in docs/benchmarks.md with the machine, date
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -36,8 +42,10 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
+import asyncpg
 import numpy as np
 import psycopg
 from psycopg import sql as pgsql
@@ -47,9 +55,16 @@ from bench import engine_sql_bench
 from proxy.auth import make_verifier
 from proxy.config import dsn_with, load_config
 from proxy.demo import ADULT_COLUMNS, ADULT_ROWS, load_adult
+from proxy.dp.answering import DpService
 from proxy.embedded import start_embedded
+from proxy.engine.engine import QueryRequest
+from proxy.engine.history import HistoryEntry
+from proxy.storage.ledger_store import NewMeasurement
+from proxy.storage.postgres_ledger import PostgresLedgerStore
 from proxy.storage.provision import ANALYST_DATABASE, READER_ROLE, provision_roles
+from proxy.storage.reader import Reader
 from sqlmap.canonical import histogram_sql, measurement_sql
+from sqlmap.vector import LinearQuery
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = load_config(ROOT / "config.yaml")
@@ -526,6 +541,125 @@ def backend_queries(dsn: str, repeats: int, with_histogram: bool) -> None:
 # -- main -----------------------------------------------------------------------------------
 
 
+# -- part 3: a restart from the durable ledger ------------------------------------------------
+
+
+async def fill_ledger(dsn: str, schema: str, m: int, listed: bool) -> None:
+    """``m`` measurements of the stream's vectors in a new ledger, as dpproxy writes them, or
+    (``listed``) as ledgers before factored vectors held them: every coordinate listed."""
+    translator = CONFIG.translator()
+    vectors: list[LinearQuery] = []
+    for statement in stream(400, seed=11):
+        vectors.extend(q.without_offset() for q in translator.translate(statement.dp).queries)
+    rng = random.Random(12)
+    entries = [
+        HistoryEntry(
+            CUBE.qualified_name,
+            vectors[i % len(vectors)],
+            Fraction(1, 10**6),
+            Fraction(1, 1024),
+            rng.gauss(1000.0, 50.0),
+        )
+        for i in range(m)
+    ]
+    ledger = await PostgresLedgerStore.open(dsn, [CUBE], schema)
+    try:
+        if not listed:
+            for start in range(0, m, 500):
+                batch = [
+                    NewMeasurement(uuid.uuid4(), e, 400.0, 0.95, "bench", None, "fresh", 0, 1, 1)
+                    for e in entries[start : start + 500]
+                ]
+                async with ledger.spending(CUBE) as spend:
+                    await spend.append(batch, Fraction(0))
+            return
+    finally:
+        await ledger.close()
+    conn = await asyncpg.connect(dsn)
+    try:
+        table_id = await conn.fetchval(f'SELECT id FROM "{schema}".tables')
+        await conn.copy_records_to_table(
+            "measurements",
+            schema_name=schema,
+            columns=[
+                "entry_key",
+                "table_id",
+                "fingerprint",
+                "data_version",
+                "cells",
+                "weights",
+                "sensitivity",
+                "budget",
+                "step",
+                "noisy_answer",
+            ],  # fmt: skip
+            records=[
+                (
+                    uuid.uuid4(),
+                    table_id,
+                    CUBE.fingerprint,
+                    1,
+                    e.query.cells.tolist(),
+                    e.query.weights.tolist(),
+                    e.query.sensitivity,
+                    str(e.budget),
+                    str(e.step),
+                    e.noisy_answer,
+                )  # fmt: skip
+                for e in entries
+            ],
+        )
+    finally:
+        await conn.close()
+
+
+async def restart(dsn: str, schema: str) -> tuple[float, float, float, float, int]:
+    """Open the ledger and a service on it; time it, then its first decisions (CPU)."""
+    started, cpu = time.perf_counter(), time.process_time()
+    ledger = await PostgresLedgerStore.open(dsn, [CUBE], schema)
+    reader = await Reader.connect(dsn)  # measures nothing here: the decisions are planned
+    service = await DpService.open_durable([CUBE], reader, ledger)
+    ready_wall, ready_cpu = time.perf_counter() - started, time.process_time() - cpu
+    engine = service.engine(CUBE)
+    first: list[float] = []
+    for sql in (
+        "SELECT COUNT(*) FROM adult WHERE age >= 35 AND sex = 'Female' WITH ACCURACY 200",
+        "SELECT race, sex, income, COUNT(*) FROM adult GROUP BY race, sex, income "
+        "WITH ACCURACY 300",
+    ):
+        spec = CONFIG.translator().translate(sql)
+        assert spec.accuracy is not None
+        cpu = time.process_time()
+        engine.plan([QueryRequest(q, spec.accuracy) for q in spec.queries])
+        first.append((time.process_time() - cpu) * 1e3)
+    size = engine.history_size
+    await ledger.close()
+    await reader.close()
+    return ready_wall, ready_cpu, first[0], first[1], size
+
+
+def restarts(admin_dsn: str, sizes: list[int]) -> None:
+    print(
+        "| m | stored vectors | ready (s wall) | ready (s CPU) | first count (ms CPU) "
+        "| first GROUP BY race, sex, income (ms CPU) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for m in sizes:
+        for listed in (False, True):
+            schema = f"restart_{uuid.uuid4().hex[:8]}"
+            asyncio.run(fill_ledger(admin_dsn, schema, m, listed))
+            try:
+                wall, cpu, count, group_by, size = asyncio.run(restart(admin_dsn, schema))
+            finally:
+                with psycopg.connect(admin_dsn, autocommit=True) as conn:
+                    conn.execute(
+                        pgsql.SQL("DROP SCHEMA {} CASCADE").format(pgsql.Identifier(schema))
+                    )
+            assert size == m
+            form = "cells listed (before)" if listed else "factored"
+            print(f"| {m:,} | {form} | {wall:.2f} | {cpu:.2f} | {count:.1f} | {group_by:.1f} |")
+
+
 def machine() -> str:
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     return f"{platform.node()}, {os.cpu_count()} CPUs, {platform.python_version()}; uptime: {load}"
@@ -540,6 +674,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-backend", action="store_true", help="end to end only")
     parser.add_argument("--skip-e2e", action="store_true", help="the backend query only")
     parser.add_argument("--no-histogram", action="store_true", help="skip the old whole query")
+    parser.add_argument(
+        "--restart",
+        type=int,
+        nargs="*",
+        metavar="M",
+        help="time a restart from a ledger of M measurements (each as stored now and before)",
+    )
     parser.add_argument(
         "--wide", action="store_true", help="end to end on the 10-dimension cube (4.35M cells)"
     )
@@ -563,6 +704,9 @@ def main(argv: list[str] | None = None) -> None:
             )
             samples = end_to_end(work, admin, postmaster, args.statements, args.profile, args.wide)
             report_end_to_end(samples)
+        if args.restart:
+            print("\n## Restart from the durable ledger (the stream's vectors, demo cube)\n")
+            restarts(admin, args.restart)
         if not args.skip_backend:
             print(f"\n## The fresh answer's backend query on {args.rows:,} rows\n")
             started = time.perf_counter()
