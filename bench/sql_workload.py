@@ -29,9 +29,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import platform
 import random
+import resource
 import signal
 import socket
 import statistics
@@ -613,8 +615,9 @@ async def fill_ledger(dsn: str, schema: str, m: int, listed: bool) -> None:
         await conn.close()
 
 
-async def restart(dsn: str, schema: str) -> tuple[float, float, float, float, int]:
-    """Open the ledger and a service on it; time it, then its first decisions (CPU)."""
+async def restart(dsn: str, schema: str) -> tuple[float, float, float, float, float, int]:
+    """Open the ledger and a service on it; time it, then its first decisions (CPU), and
+    the ledger's part of it: reading the measurements back (once more, after)."""
     started, cpu = time.perf_counter(), time.process_time()
     ledger = await PostgresLedgerStore.open(dsn, [CUBE], schema)
     reader = await Reader.connect(dsn)  # measures nothing here: the decisions are planned
@@ -633,23 +636,38 @@ async def restart(dsn: str, schema: str) -> tuple[float, float, float, float, in
         engine.plan([QueryRequest(q, spec.accuracy) for q in spec.queries])
         first.append((time.process_time() - cpu) * 1e3)
     size = engine.history_size
+    started = time.perf_counter()
+    await ledger.load(CUBE)
+    load_wall = time.perf_counter() - started
     await ledger.close()
     await reader.close()
-    return ready_wall, ready_cpu, first[0], first[1], size
+    return ready_wall, ready_cpu, load_wall, first[0], first[1], size
+
+
+def restarted(dsn: str, schema: str) -> tuple[float, float, float, float, float, int, float]:
+    """:func:`restart` in this (fresh) process, with its peak RSS in MB."""
+    figures = asyncio.run(restart(dsn, schema))
+    return (*figures, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def restarts(admin_dsn: str, sizes: list[int]) -> None:
     print(
-        "| m | stored vectors | ready (s wall) | ready (s CPU) | first count (ms CPU) "
-        "| first GROUP BY race, sex, income (ms CPU) |"
+        "| m | stored vectors | ready (s wall) | ready (s CPU) | of which reading the ledger "
+        "(s wall) | first count (ms CPU) | first GROUP BY race, sex, income (ms CPU) "
+        "| peak RSS (MB) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
+    # each restart in a process of its own, as dpproxy starts
+    fresh = multiprocessing.get_context("spawn")
     for m in sizes:
         for listed in (False, True):
             schema = f"restart_{uuid.uuid4().hex[:8]}"
             asyncio.run(fill_ledger(admin_dsn, schema, m, listed))
             try:
-                wall, cpu, count, group_by, size = asyncio.run(restart(admin_dsn, schema))
+                with fresh.Pool(1) as pool:
+                    wall, cpu, load, count, group_by, size, rss = pool.apply(
+                        restarted, (admin_dsn, schema)
+                    )
             finally:
                 with psycopg.connect(admin_dsn, autocommit=True) as conn:
                     conn.execute(
@@ -657,7 +675,11 @@ def restarts(admin_dsn: str, sizes: list[int]) -> None:
                     )
             assert size == m
             form = "cells listed (before)" if listed else "factored"
-            print(f"| {m:,} | {form} | {wall:.2f} | {cpu:.2f} | {count:.1f} | {group_by:.1f} |")
+            print(
+                f"| {m:,} | {form} | {wall:.2f} | {cpu:.2f} | {load:.2f} | {count:.1f} "
+                f"| {group_by:.1f} "
+                f"| {rss:.0f} |"
+            )
 
 
 def machine() -> str:
