@@ -63,6 +63,12 @@ def test_sum_of_a_measure_by_group(durable: BackendConfig, roles: BackendRoles) 
             "ORDER BY m.id"
         ).fetchall()
         (most_spent,) = conn.execute(f'SELECT most_spent FROM "{schema}".tables').fetchone()
+        # what analysts see of the vectors (the ledger is in the analyst database)
+        shown = conn.execute(
+            "SELECT n_cells, core_shape, core_index, core_weights, cells FROM dp.history "
+            "JOIN dp.history_vectors USING (id) ORDER BY id"
+        ).fetchall()
+        (budget_spent,) = conn.execute("SELECT spent FROM dp.budget").fetchone()
     assert [r[0] for r in rows] == ["Male", "Female"]
     for sex, estimate, low, high in rows:
         assert high - low == pytest.approx(800000)  # +-400000 in the measure's units
@@ -86,7 +92,10 @@ def test_sum_of_a_measure_by_group(durable: BackendConfig, roles: BackendRoles) 
         recomputed.commit(cell_charges(query, Fraction(budget)))
     per_cell = recomputed.per_cell()
     assert len(per_cell) == CUBE.n_cells  # Male and Female together: every cell, once
-    assert most_spent == float_up(recomputed.spent)
+    assert most_spent == float_up(recomputed.spent) == budget_spent
+    # kinds (the count, 4 measures' sums) by sex; capital_gain's sum (kind 1) of one sex: the
+    # sums of half the cube's 11,520 cells
+    assert shown == [(5760, [5, 2], [2 + sex], [1.0], None) for sex in (0, 1)], shown
     assert float(recomputed.spent) == pytest.approx(charged, rel=1e-5)
 
     proxy, thread = start_proxy(CONFIG, durable)  # a restart reads the vectors back
