@@ -12,8 +12,14 @@
    aggregate against the measurement SQL the reader runs for a fresh answer of it, and the
    whole-histogram SQL it ran before (interleaved; parallel workers off, so one backend's CPU
    is all the work).
+3. Restart (``--restart M``): a ledger of M measurements of the stream's vectors, stored as
+   dpproxy writes them and as ledgers before factored vectors held them; the time to open it
+   and a service on it (the exact budget recomputed, the history's span prepared), and the
+   CPU of the first decisions after.
 
     uv run python -m bench.sql_workload [--statements 240] [--rows 5000000] [--repeats 5]
+        [--skip-backend] [--skip-e2e] [--data-dir DIR] [--profile STACKS] [--wide]
+        [--restart M ...]
 
 Prints markdown; record the figures in docs/benchmarks.md with the machine, date and load.
 """
@@ -21,9 +27,14 @@ Prints markdown; record the figures in docs/benchmarks.md with the machine, date
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import multiprocessing
 import os
 import platform
 import random
+import resource
+import signal
 import socket
 import statistics
 import subprocess
@@ -33,19 +44,29 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
+import asyncpg
 import numpy as np
 import psycopg
 from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 
+from bench import engine_sql_bench
 from proxy.auth import make_verifier
 from proxy.config import dsn_with, load_config
 from proxy.demo import ADULT_COLUMNS, ADULT_ROWS, load_adult
+from proxy.dp.answering import DpService
 from proxy.embedded import start_embedded
+from proxy.engine.engine import QueryRequest
+from proxy.engine.history import HistoryEntry
+from proxy.storage.ledger_store import NewMeasurement
+from proxy.storage.postgres_ledger import PostgresLedgerStore
 from proxy.storage.provision import ANALYST_DATABASE, READER_ROLE, provision_roles
+from proxy.storage.reader import Reader
 from sqlmap.canonical import histogram_sql, measurement_sql
+from sqlmap.vector import LinearQuery
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = load_config(ROOT / "config.yaml")
@@ -55,6 +76,11 @@ AGE_EDGES = (17, 25, 35, 45, 55, 65, 91)
 RACES = ("White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other")
 EDUCATION = ("HS-grad", "Some-college", "Bachelors", "Masters", "Doctorate", "11th", "Assoc-voc")
 GROUP_COLUMNS = ("sex", "race", "income", "education")
+# the 10-dimension cube (bench/engine_sql_bench.py's "wide", 4,354,560 cells): the demo's and
+# three more of Adult's columns; its NULLs ('?' in adult.data) get a bin of their own
+WIDE = {name: [v for v in values if v != "?"] for name, values in engine_sql_bench.WIDE.items()}
+WIDE_GROUP_COLUMNS = ("marital_status", "relationship")
+PY_SPY = os.environ.get("PY_SPY", str(Path.home() / ".local/bin/py-spy"))
 
 
 # -- the workload ---------------------------------------------------------------------------
@@ -62,6 +88,9 @@ GROUP_COLUMNS = ("sex", "race", "income", "education")
 
 def condition(rng: random.Random, column: str) -> str:
     """A filter an analyst would write on ``column``, on the cube's bin edges."""
+    if column in WIDE:
+        chosen = ", ".join(f"'{v}'" for v in rng.sample(WIDE[column], rng.randint(1, 2)))
+        return f"{column} IN ({chosen})"
     if column == "age":
         lo, hi = sorted(rng.sample(AGE_EDGES, 2))
         return f"age >= {lo} AND age < {hi}" if lo > 17 else f"age < {hi}"
@@ -93,23 +122,23 @@ class Statement:
         return f"{self.sql} WITH ACCURACY {self.accuracy}"
 
 
-def panel(rng: random.Random) -> Statement:
+def panel(rng: random.Random, wide: bool = False) -> Statement:
     """One dashboard panel: a count, a GROUP BY or a SUM(CASE ...), over 1-3 dimensions."""
+    filters = (*FILTER_COLUMNS, *WIDE) if wide else FILTER_COLUMNS
+    groups = (*GROUP_COLUMNS, *WIDE_GROUP_COLUMNS) if wide else GROUP_COLUMNS
     kind = rng.choice(("count", "count", "group by", "group by", "sum case"))
     if kind == "count":
-        where = " AND ".join(
-            condition(rng, c) for c in rng.sample(FILTER_COLUMNS, rng.randint(1, 3))
-        )
+        where = " AND ".join(condition(rng, c) for c in rng.sample(filters, rng.randint(1, 3)))
         return Statement(kind, f"SELECT COUNT(*) FROM adult WHERE {where}", 400)
     if kind == "group by":
-        keys = rng.sample(GROUP_COLUMNS, rng.randint(1, 3))
-        others = [c for c in FILTER_COLUMNS if c not in keys]
+        keys = rng.sample(groups, rng.randint(1, 3))
+        others = [c for c in filters if c not in keys]
         where = f" WHERE {condition(rng, rng.choice(others))}" if rng.random() < 0.5 else ""
         listed = ", ".join(keys)
         return Statement(
             kind, f"SELECT {listed}, COUNT(*) FROM adult{where} GROUP BY {listed}", 600
         )
-    inner, outer = rng.sample(FILTER_COLUMNS, 2)
+    inner, outer = rng.sample(filters, 2)
     where = f" WHERE {condition(rng, outer)}" if rng.random() < 0.5 else ""
     return Statement(
         kind,
@@ -118,7 +147,7 @@ def panel(rng: random.Random) -> Statement:
     )
 
 
-def stream(n: int, seed: int = 10) -> list[Statement]:
+def stream(n: int, seed: int = 10, wide: bool = False) -> list[Statement]:
     """``n`` statements: new panels, and refreshes of panels already shown (half the time)."""
     rng = random.Random(seed)
     shown: list[Statement] = []
@@ -127,7 +156,7 @@ def stream(n: int, seed: int = 10) -> list[Statement]:
         if shown and rng.random() < 0.5:
             out.append(rng.choice(shown))
         else:
-            shown.append(panel(rng))
+            shown.append(panel(rng, wide))
             out.append(shown[-1])
     return out
 
@@ -185,11 +214,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_dpproxy(work: Path, admin_dsn: str, port: int, schema: str) -> subprocess.Popen[bytes]:
+def wide_config(text: str) -> str:
+    """config.yaml with the wide cube's three more dimensions in the demo table's."""
+    anchor = "      capital_gain: {bins:"
+    at = text.index("\n", text.index(anchor)) + 1
+    extra = "".join(
+        f"      {name}: {{values: {json.dumps(values)}, closed: true, "
+        f"nullable: {'true' if len(values) < len(engine_sql_bench.WIDE[name]) else 'false'}}}\n"
+        for name, values in WIDE.items()
+    )
+    return text[:at] + extra + text[at:]
+
+
+def start_dpproxy(
+    work: Path, admin_dsn: str, port: int, schema: str, wide: bool = False
+) -> subprocess.Popen[bytes]:
     """``dpproxy serve`` with an empty ledger (in ``schema``), listening on ``port``."""
-    roles = provision_roles(admin_dsn, CONFIG.cubes, schema, users=["bench"])
+    text = (ROOT / "config.yaml").read_text()
+    if wide:
+        text = wide_config(text)
+        (work / "cube.yaml").write_text(text)
+    cubes = load_config(work / "cube.yaml").cubes if wide else CONFIG.cubes
+    roles = provision_roles(admin_dsn, cubes, schema, users=["bench"])
     config = (
-        (ROOT / "config.yaml").read_text()
+        text
         + f"""
 listen:
   port: {port}
@@ -259,10 +307,28 @@ def statement_source(notices: list[str]) -> str:
     return "unknown"
 
 
-def end_to_end(work: Path, admin_dsn: str, postmaster: int, n: int) -> list[Sample]:
+def end_to_end(
+    work: Path,
+    admin_dsn: str,
+    postmaster: int,
+    n: int,
+    profile: Path | None = None,
+    wide: bool = False,
+) -> list[Sample]:
     port = free_port()
     schema = f"ledger_{uuid.uuid4().hex[:8]}"
-    server = start_dpproxy(work, admin_dsn, port, schema)
+    server = start_dpproxy(work, admin_dsn, port, schema, wide)
+    # py-spy's collapsed stacks of dpproxy (every thread, idle ones left out) over the stream
+    spy = (
+        subprocess.Popen(
+            [PY_SPY, "record", "--pid", str(server.pid), "--format", "raw", "-o", str(profile)]
+            + ["--rate", "200", "--nonblocking"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        if profile is not None
+        else None
+    )
     samples: list[Sample] = []
     refused: Counter[str] = Counter()  # SQLSTATE and message of each refusal
     try:
@@ -278,7 +344,7 @@ def end_to_end(work: Path, admin_dsn: str, postmaster: int, n: int) -> list[Samp
             backend = int(row[0])
             for warm in ("SELECT 1", "SELECT COUNT(*) FROM adult WITH ACCURACY 2000"):
                 dp.execute(warm).fetchall()
-            for statement in stream(n):
+            for statement in stream(n, wide=wide):
                 notices.clear()
                 roles = backend_roles(direct)
                 before = cpu_ns(server.pid), postgres_ns(postmaster, backend)
@@ -315,6 +381,9 @@ def end_to_end(work: Path, admin_dsn: str, postmaster: int, n: int) -> list[Samp
                     )
                 )
     finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            spy.wait(60)
         server.terminate()
         server.wait(30)
         # the ledger lives in the analyst database
@@ -474,6 +543,145 @@ def backend_queries(dsn: str, repeats: int, with_histogram: bool) -> None:
 # -- main -----------------------------------------------------------------------------------
 
 
+# -- part 3: a restart from the durable ledger ------------------------------------------------
+
+
+async def fill_ledger(dsn: str, schema: str, m: int, listed: bool) -> None:
+    """``m`` measurements of the stream's vectors in a new ledger, as dpproxy writes them, or
+    (``listed``) as ledgers before factored vectors held them: every coordinate listed."""
+    translator = CONFIG.translator()
+    vectors: list[LinearQuery] = []
+    for statement in stream(400, seed=11):
+        vectors.extend(q.without_offset() for q in translator.translate(statement.dp).queries)
+    rng = random.Random(12)
+    entries = [
+        HistoryEntry(
+            CUBE.qualified_name,
+            vectors[i % len(vectors)],
+            Fraction(1, 10**6),
+            Fraction(1, 1024),
+            rng.gauss(1000.0, 50.0),
+        )
+        for i in range(m)
+    ]
+    ledger = await PostgresLedgerStore.open(dsn, [CUBE], schema)
+    try:
+        if not listed:
+            for start in range(0, m, 500):
+                batch = [
+                    NewMeasurement(uuid.uuid4(), e, 400.0, 0.95, "bench", None, "fresh", 0, 1, 1)
+                    for e in entries[start : start + 500]
+                ]
+                async with ledger.spending(CUBE) as spend:
+                    await spend.append(batch, Fraction(0))
+            return
+    finally:
+        await ledger.close()
+    conn = await asyncpg.connect(dsn)
+    try:
+        table_id = await conn.fetchval(f'SELECT id FROM "{schema}".tables')
+        await conn.copy_records_to_table(
+            "measurements",
+            schema_name=schema,
+            columns=[
+                "entry_key",
+                "table_id",
+                "fingerprint",
+                "data_version",
+                "cells",
+                "weights",
+                "sensitivity",
+                "budget",
+                "step",
+                "noisy_answer",
+            ],  # fmt: skip
+            records=[
+                (
+                    uuid.uuid4(),
+                    table_id,
+                    CUBE.fingerprint,
+                    1,
+                    e.query.cells.tolist(),
+                    e.query.weights.tolist(),
+                    e.query.sensitivity,
+                    str(e.budget),
+                    str(e.step),
+                    e.noisy_answer,
+                )  # fmt: skip
+                for e in entries
+            ],
+        )
+    finally:
+        await conn.close()
+
+
+async def restart(dsn: str, schema: str) -> tuple[float, float, float, float, float, int]:
+    """Open the ledger and a service on it; time it, then its first decisions (CPU), and
+    the ledger's part of it: reading the measurements back (once more, after)."""
+    started, cpu = time.perf_counter(), time.process_time()
+    ledger = await PostgresLedgerStore.open(dsn, [CUBE], schema)
+    reader = await Reader.connect(dsn)  # measures nothing here: the decisions are planned
+    service = await DpService.open_durable([CUBE], reader, ledger)
+    ready_wall, ready_cpu = time.perf_counter() - started, time.process_time() - cpu
+    engine = service.engine(CUBE)
+    first: list[float] = []
+    for sql in (
+        "SELECT COUNT(*) FROM adult WHERE age >= 35 AND sex = 'Female' WITH ACCURACY 200",
+        "SELECT race, sex, income, COUNT(*) FROM adult GROUP BY race, sex, income "
+        "WITH ACCURACY 300",
+    ):
+        spec = CONFIG.translator().translate(sql)
+        assert spec.accuracy is not None
+        cpu = time.process_time()
+        engine.plan([QueryRequest(q, spec.accuracy) for q in spec.queries])
+        first.append((time.process_time() - cpu) * 1e3)
+    size = engine.history_size
+    started = time.perf_counter()
+    await ledger.load(CUBE)
+    load_wall = time.perf_counter() - started
+    await ledger.close()
+    await reader.close()
+    return ready_wall, ready_cpu, load_wall, first[0], first[1], size
+
+
+def restarted(dsn: str, schema: str) -> tuple[float, float, float, float, float, int, float]:
+    """:func:`restart` in this (fresh) process, with its peak RSS in MB."""
+    figures = asyncio.run(restart(dsn, schema))
+    return (*figures, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def restarts(admin_dsn: str, sizes: list[int]) -> None:
+    print(
+        "| m | stored vectors | ready (s wall) | ready (s CPU) | of which reading the ledger "
+        "(s wall) | first count (ms CPU) | first GROUP BY race, sex, income (ms CPU) "
+        "| peak RSS (MB) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    # each restart in a process of its own, as dpproxy starts
+    fresh = multiprocessing.get_context("spawn")
+    for m in sizes:
+        for listed in (False, True):
+            schema = f"restart_{uuid.uuid4().hex[:8]}"
+            asyncio.run(fill_ledger(admin_dsn, schema, m, listed))
+            try:
+                with fresh.Pool(1) as pool:
+                    wall, cpu, load, count, group_by, size, rss = pool.apply(
+                        restarted, (admin_dsn, schema)
+                    )
+            finally:
+                with psycopg.connect(admin_dsn, autocommit=True) as conn:
+                    conn.execute(
+                        pgsql.SQL("DROP SCHEMA {} CASCADE").format(pgsql.Identifier(schema))
+                    )
+            assert size == m
+            form = "cells listed (before)" if listed else "factored"
+            print(
+                f"| {m:,} | {form} | {wall:.2f} | {cpu:.2f} | {load:.2f} | {count:.1f} "
+                f"| {group_by:.1f} "
+                f"| {rss:.0f} |"
+            )
+
+
 def machine() -> str:
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     return f"{platform.node()}, {os.cpu_count()} CPUs, {platform.python_version()}; uptime: {load}"
@@ -488,6 +696,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-backend", action="store_true", help="end to end only")
     parser.add_argument("--skip-e2e", action="store_true", help="the backend query only")
     parser.add_argument("--no-histogram", action="store_true", help="skip the old whole query")
+    parser.add_argument(
+        "--restart",
+        type=int,
+        nargs="*",
+        metavar="M",
+        help="time a restart from a ledger of M measurements (each as stored now and before)",
+    )
+    parser.add_argument(
+        "--wide", action="store_true", help="end to end on the 10-dimension cube (4.35M cells)"
+    )
+    parser.add_argument(
+        "--profile", type=Path, help=f"py-spy's collapsed stacks of dpproxy here ({PY_SPY})"
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="dpproxy-sql-") as tmp:
@@ -499,8 +720,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"# SQL workload ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n")
         print(machine())
         if not args.skip_e2e:
-            print(f"\n## End to end: {args.statements} dashboard statements through dpproxy")
-            report_end_to_end(end_to_end(work, admin, postmaster, args.statements))
+            cube = "the 10-dimension cube" if args.wide else "the demo cube"
+            print(
+                f"\n## End to end: {args.statements} dashboard statements through dpproxy ({cube})"
+            )
+            samples = end_to_end(work, admin, postmaster, args.statements, args.profile, args.wide)
+            report_end_to_end(samples)
+        if args.restart:
+            print("\n## Restart from the durable ledger (the stream's vectors, demo cube)\n")
+            restarts(admin, args.restart)
         if not args.skip_backend:
             print(f"\n## The fresh answer's backend query on {args.rows:,} rows\n")
             started = time.perf_counter()

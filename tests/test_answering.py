@@ -13,6 +13,7 @@ import pytest
 
 from proxy.config import load_config
 from proxy.dp.answering import ColumnType, DpResult, DpService
+from proxy.engine.budget import format_budget
 from proxy.errors import BudgetExhausted, DpproxyError, QueryCanceled
 from proxy.storage.postgres_ledger import PostgresLedgerStore
 from proxy.storage.provision import provision_roles
@@ -204,3 +205,20 @@ def test_a_failed_ledger_write_releases_and_charges_nothing(
             await reader.close()
 
     asyncio.run(scenario())
+
+
+def test_explain_names_the_most_a_cell_is_charged_and_then_it_is(
+    run: tuple[asyncio.AbstractEventLoop, DpService],
+) -> None:
+    """The preview's charge is the most any cell pays: a GROUP BY's groups touch disjoint
+    cells, so that is the largest group's charge, not their sum; the answer then spends it."""
+    loop, service = run
+    sql = "SELECT race, COUNT(*) FROM adult WHERE age < 35 GROUP BY race WITH ACCURACY 40"
+    preview = loop.run_until_complete(service.preview([TRANSLATOR.translate(sql)]))
+    (budget_line,) = [row[0] for row in preview.rows if str(row[0]).startswith("Budget:")]
+    before = service.engine(CONFIG.cubes[0]).budget.spent
+    result = answer(run, sql)
+    charged = max(r.budget_charged for r in result.replies)
+    assert {r.source for r in result.replies} == {"fresh"} and len(result.replies) == 5
+    assert f"charges up to {format_budget(charged, up=True)} on the cells" in str(budget_line)
+    assert service.engine(CONFIG.cubes[0]).budget.spent - before == charged

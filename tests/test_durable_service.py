@@ -12,10 +12,10 @@ import pytest
 
 from proxy.config import load_config
 from proxy.dp.answering import DpService
-from proxy.engine.budget import CellBudget, UserCaps, cell_charges
+from proxy.engine.budget import CellBudget, UserCaps, cell_charges, float_up
 from proxy.engine.engine import Plan, QueryRequest
 from proxy.errors import BudgetExhausted
-from proxy.storage.postgres_ledger import PostgresLedgerStore
+from proxy.storage.postgres_ledger import PostgresLedgerStore, stored_query
 from proxy.storage.provision import BackendRoles
 from proxy.storage.reader import Reader
 from sqlmap.cube import Cube
@@ -111,20 +111,25 @@ def test_two_services_sharing_a_ledger_never_overspend(
 
     ok, refused = asyncio.run(run())
     assert ok + refused == len(queries) and refused > 0 and ok > 0
-    # independent recomputation of every cell's spend from the stored measurements
+    # independent recomputation of every cell's spend from the stored measurements, cell by
+    # cell; the ledger's most_spent, written by both, is the most of it
     recomputed = CellBudget("check", total=Fraction(10**9))
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute(
-            f'SELECT cells, weights, budget FROM "{ledger_schema}".measurements'
+            "SELECT t.n_cells, t.measures, t.shape, m.axes, m.core_index, m.core_weights, "
+            "m.budget "
+            f'FROM "{ledger_schema}".measurements m JOIN "{ledger_schema}".tables t '
+            "ON t.id = m.table_id"
         ).fetchall()
-    for cells, weights, budget in rows:
-        recomputed.commit(
-            cell_charges(
-                LinearQuery(tight.n_coordinates, cells, weights, measures=tight.measure_reach),
-                Fraction(budget),
-            )
+        (most_spent,) = conn.execute(f'SELECT most_spent FROM "{ledger_schema}".tables').fetchone()
+    for n_cells, measures, shape, axes, index, weights, budget in rows:
+        query = stored_query(
+            n_cells, measures, shape, axes=axes, core_index=index, core_weights=weights
         )
+        listed = LinearQuery(query.n_cells, query.cells, query.weights, measures=query.measures)
+        recomputed.commit(cell_charges(listed, Fraction(budget)))
     assert 0 < recomputed.spent <= Fraction(tight.total_budget)
+    assert most_spent == float_up(recomputed.spent)
 
 
 def test_refusal_is_decided_on_the_shared_history(
@@ -227,5 +232,69 @@ def test_user_caps_survive_restart(pg_dsn: str, roles: BackendRoles, ledger_sche
         assert (await service.answer(tight, user="dba")).replies[0].budget_charged > caps.default
         await ledger.close()
         await reader.close()
+
+    asyncio.run(run())
+
+
+def test_a_restarted_service_decides_as_the_one_that_wrote_the_ledger(
+    pg_dsn: str, roles: BackendRoles, ledger_schema: str
+) -> None:
+    """Factored vectors over a cube with measures (counts, sums, GROUP BYs, a SUM(CASE ...)),
+    read back from the ledger: the same history, budget per cell and decisions as before."""
+    stream = [
+        "SELECT sex, COUNT(*) FROM adult GROUP BY sex WITH ACCURACY 40",
+        "SELECT COUNT(*) FROM adult WHERE age >= 25 AND age < 45 AND race = 'White' "
+        "WITH ACCURACY 30",
+        "SELECT income, SUM(capital_gain) FROM adult GROUP BY income WITH ACCURACY 400000",
+        "SELECT SUM(hours_per_week) FROM adult WHERE education IN ('Bachelors', 'Masters') "
+        "WITH ACCURACY 20000",
+        "SELECT race, sex, COUNT(*) FROM adult WHERE income = '>50K' GROUP BY race, sex "
+        "WITH ACCURACY 60",
+        "SELECT SUM(CASE WHEN sex = 'Female' THEN age ELSE 0 END) FROM adult WITH ACCURACY 30000",
+        "SELECT COUNT(*) FROM adult WHERE hours_per_week >= 41 WITH ACCURACY 25",
+    ]
+    probes = [
+        *stream,
+        "SELECT COUNT(*) FROM adult WITH ACCURACY 30",  # the groups by sex add up to it
+        "SELECT COUNT(*) FROM adult WHERE sex = 'Male' WITH ACCURACY 20",  # combined or fresh
+        "SELECT education, SUM(capital_loss) FROM adult GROUP BY education WITH ACCURACY 100000",
+        "SELECT race, COUNT(*) FROM adult WHERE income = '>50K' GROUP BY race WITH ACCURACY 80",
+    ]
+
+    def plan(service: DpService, sql: str) -> Plan:
+        spec = TRANSLATOR.translate(sql)
+        return service.engine(CUBE).plan([QueryRequest(q, spec.accuracy) for q in spec.queries])
+
+    async def run() -> None:
+        writer, ledger, reader = await open_service(pg_dsn, roles, ledger_schema)
+        for sql in stream:
+            await writer.answer(TRANSLATOR.translate(sql), user="analyst", sql=sql)
+        restarted, other_ledger, other_reader = await open_service(pg_dsn, roles, ledger_schema)
+        before, after = writer.engine(CUBE), restarted.engine(CUBE)
+        assert after.history_shape == before.history_shape and before.history_size > 10
+        assert after.budget.spent == before.budget.spent
+        assert after.budget.per_cell() == before.budget.per_cell()
+        sources = set()
+        for sql in probes:
+            planned, replanned = plan(writer, sql), plan(restarted, sql)
+            assert replanned.measurements == planned.measurements
+            assert replanned.charges.items == planned.charges.items
+            sources |= {d.source for d in planned.decisions}
+            for a, b in zip(planned.decisions, replanned.decisions, strict=True):
+                assert (b.source, b.budget, b.step) == (a.source, a.budget, a.step), sql
+                assert b.half_width == pytest.approx(a.half_width, rel=1e-9)
+                assert b.confidence == pytest.approx(a.confidence, rel=1e-9)
+        assert sources == {"history", "fresh", "combined"}
+        # what history answers, it answers alike
+        sql = stream[0]
+        again = await restarted.answer(TRANSLATOR.translate(sql))
+        replies = list(again.replies)
+        assert {r.source for r in replies} == {"history"}
+        first = await writer.answer(TRANSLATOR.translate(sql))
+        assert [r.estimate for r in replies] == pytest.approx(
+            [r.estimate for r in first.replies], rel=1e-9
+        )
+        for closing in (ledger, reader, other_ledger, other_reader):
+            await closing.close()
 
     asyncio.run(run())

@@ -9,6 +9,7 @@ inputs only, and only then, if a fresh measurement is needed, does the privilege
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import uuid
 from collections import Counter
@@ -223,6 +224,7 @@ class DpService:
                 nonnegative=False,
                 carried=(carried or {}).get(c.qualified_name, Fraction(0)),
                 measures=c.measure_reach,
+                shape=c.shape,
             )
             for c in cubes
         }
@@ -448,10 +450,11 @@ class DpService:
                 for spec in specs
                 for label in _value_labels(spec, OutputKind.RATIO)
             )
-            _, numerators, denominator = plan.charges.numerators()
-            charged = Fraction(int(numerators.max()), denominator) if numerators.size else 0
+            # the most a cell pays: charged on a budget of its own, cell by cell never listed
+            unspent = CellBudget(cube.qualified_name, total=engine.budget.total, shape=cube.shape)
+            charged = _most_spent_after(unspent, plan.charges)
             lines.append(
-                f"Budget: charges up to {format_budget(Fraction(charged), up=True)} on the cells "
+                f"Budget: charges up to {format_budget(charged, up=True)} on the cells "
                 f"it reads; remaining now {format_budget(engine.budget.remaining, up=False)} "
                 "for the most-charged cell"
             )
@@ -559,10 +562,14 @@ class DpService:
                 planned = await self._in_gate(cube, plan, self._planning_timeout)
                 self._check_user(cube, user, planned)
                 true_answers = await self._measure(cube, planned)
-                entries = await self._in_gate(cube, lambda: engine.measure(planned, true_answers))
-                ids = await spend.append(
-                    _new_measurements(planned, entries, user, sql), planned.charges
+                entries, most_spent = await self._in_gate(
+                    cube,
+                    lambda: (
+                        engine.measure(planned, true_answers),
+                        _most_spent_after(engine.budget, planned.charges),
+                    ),
                 )
+                ids = await spend.append(_new_measurements(planned, entries, user, sql), most_spent)
                 # held from the commit to the record, with no wait in between
                 held = await self._enter(cube)
         except BaseException:
@@ -584,7 +591,9 @@ class DpService:
             return None
         key = (cube.qualified_name, user)
         if key not in self._user_ledgers:
-            self._user_ledgers[key] = CellBudget(cube.qualified_name, total=cap, user=user)
+            self._user_ledgers[key] = CellBudget(
+                cube.qualified_name, total=cap, user=user, shape=cube.shape
+            )
         return self._user_ledgers[key]
 
     def _check_user(self, cube: Cube, user: str | None, plan: Plan) -> None:
@@ -638,6 +647,16 @@ class DpService:
                 for r in replies
             ]
         await self._ledger.record_answers(cube, records)
+
+
+def _most_spent_after(budget: CellBudget, charges: Charges) -> Fraction:
+    """The most any cell will have spent once ``charges`` are committed, carried aside.
+
+    Worked out on a copy: the budget itself is charged only once the write has committed.
+    """
+    after = copy.deepcopy(budget)
+    after.commit(charges)
+    return after.spent - after.carried
 
 
 def _new_measurements(

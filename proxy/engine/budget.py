@@ -139,13 +139,6 @@ class Charges:
         cells, nums, denominator = self.numerators()
         return {c: Fraction(int(n), denominator) for c, n in zip(cells.tolist(), nums.tolist())}
 
-    def rounded_up(self) -> tuple[list[int], list[float]]:
-        """Every touched cell and its charge rounded up to float8 (for ``cell_spend``)."""
-        cells, nums, denominator = self.numerators()
-        distinct, inverse = np.unique(nums, return_inverse=True)
-        up = [float_up(Fraction(int(n), denominator)) for n in distinct.tolist()]
-        return cells.tolist(), [up[i] for i in inverse.tolist()]
-
     def __iter__(self) -> Iterator[tuple[LinearQuery, Fraction]]:
         return iter(self.items)
 

@@ -16,7 +16,12 @@ import asyncpg
 
 from proxy.engine.budget import CellBudget, cell_charges
 from proxy.errors import ConfigError
-from proxy.storage.postgres_ledger import measures_json, stored_query
+from proxy.storage.postgres_ledger import (
+    has_column,
+    measures_json,
+    stored_query,
+    upgrade_columns,
+)
 from sqlmap.canonical import quote_ident
 from sqlmap.cube import Cube
 
@@ -57,15 +62,41 @@ async def _spent(
     carried: Fraction,
 ) -> Fraction:
     """max_j B_j over every measurement of the cube, any data version, plus what was carried."""
-    ledger = CellBudget("status", total=Fraction(10**12), carried=carried)
+    # a ledger no dpproxy has opened since vectors were stored factored has only cell lists
+    factored = await has_column(conn, schema, "measurements", "n_weighed")
+    shape = (
+        await conn.fetchval(f"SELECT shape FROM {schema}.tables WHERE id = $1", table_id)
+        if factored
+        else None
+    )
+    vectors = (
+        "axes, core_index, core_weights"
+        if factored
+        else "NULL AS axes, NULL AS core_index, NULL AS core_weights"
+    )
+    ledger = CellBudget(
+        "status",
+        total=Fraction(10**12),
+        carried=carried,
+        shape=None if shape is None else tuple(shape),
+    )
     rows = await conn.fetch(
-        f"SELECT cells, weights, budget FROM {schema}.measurements "
+        f"SELECT cells, weights, {vectors}, budget FROM {schema}.measurements "
         "WHERE table_id = $1 AND fingerprint = $2",
         table_id,
         fingerprint,
     )
     for r in rows:
-        query = stored_query(n_cells, measures, r["cells"], r["weights"])
+        query = stored_query(
+            n_cells,
+            measures,
+            shape,
+            cells=r["cells"],
+            weights=r["weights"],
+            axes=r["axes"],
+            core_index=r["core_index"],
+            core_weights=r["core_weights"],
+        )
         ledger.commit(cell_charges(query, Fraction(r["budget"])))
     return ledger.spent
 
@@ -158,10 +189,7 @@ async def rekey(dsn: str, cube: Cube, schema: str = "dpproxy") -> Fraction:
     try:
         async with conn.transaction():
             row = await _table(conn, s, cube.qualified_name)
-            await conn.execute(  # a ledger from before measures gets the column (with none)
-                f"ALTER TABLE {s}.tables ADD COLUMN IF NOT EXISTS measures text NOT NULL "
-                "DEFAULT '[]'"
-            )
+            await upgrade_columns(conn, s)
             if row["fingerprint"] == cube.fingerprint:
                 raise ConfigError(
                     f"tables.{cube.qualified_name}: the cube has not changed; nothing to rekey"
@@ -175,17 +203,21 @@ async def rekey(dsn: str, cube: Cube, schema: str = "dpproxy") -> Fraction:
                 row["measures"],
                 Fraction(row["carried"]),
             )
+            if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{s}.cell_spend"):
+                # not yet replaced by `most_spent` (when dpproxy next opens the ledger)
+                await conn.execute(f"DELETE FROM {s}.cell_spend WHERE table_id = $1", row["id"])
             await conn.execute(
+                # the old cells mean nothing over the new cube; what they spent is in `carried`
                 f"UPDATE {s}.tables SET fingerprint = $2, n_cells = $3, measures = $4, "
-                "carried = $5, data_version = data_version + 1 WHERE id = $1",
+                "carried = $5, shape = $6, most_spent = 0, data_version = data_version + 1 "
+                "WHERE id = $1",
                 row["id"],
                 cube.fingerprint,
                 cube.n_cells,
                 measures_json(cube),
                 str(carried),
+                list(cube.shape),
             )
-            # the old cells mean nothing over the new cube; what they spent is in `carried`
-            await conn.execute(f"DELETE FROM {s}.cell_spend WHERE table_id = $1", row["id"])
             return carried
     finally:
         await conn.close()

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol
 
-from proxy.engine.budget import Charges
 from proxy.engine.history import HistoryEntry
 from sqlmap.cube import Cube
 
@@ -83,8 +82,10 @@ class Spending(Protocol):
     async def since(self, after_id: int) -> list[StoredEntry]:
         """Entries other processes appended after ``after_id``."""
 
-    async def append(self, measurements: Sequence[NewMeasurement], charges: Charges) -> list[int]:
-        """Record measurements and what they charge each cell; returns their row ids."""
+    async def append(
+        self, measurements: Sequence[NewMeasurement], most_spent: Fraction
+    ) -> list[int]:
+        """Record measurements and the most a cell has spent with them; returns their row ids."""
 
 
 class LedgerStore(Protocol):
@@ -119,5 +120,7 @@ class _Alone:
     async def since(self, after_id: int) -> list[StoredEntry]:
         return []  # no other process writes
 
-    async def append(self, measurements: Sequence[NewMeasurement], charges: Charges) -> list[int]:
+    async def append(
+        self, measurements: Sequence[NewMeasurement], most_spent: Fraction
+    ) -> list[int]:
         return []  # the engine records them; there are no rows

@@ -3,15 +3,19 @@
 Layout, in a schema of its own (``dpproxy`` by default) that analysts cannot reach:
 
 * ``tables``: one row per protected table: the fingerprint of its cube (history vectors are
-  only meaningful over the cube they were computed on), its cells and its measures' reaches
-  (JSON: what one row adds to a cell's sum, which decides what a vector charged each cell),
-  its data version and total budget.
-* ``cell_spend``: the budget each cell has spent, rounded up to float8, updated for the cells a
-  measurement touches (for inspection and ``dp.budget``; the exact ledger is recomputed from the
-  measurements on load).
+  only meaningful over the cube they were computed on), its shape (values per dimension), its
+  cells and its measures' reaches (JSON: what one row adds to a cell's sum, which decides what a
+  vector charged each cell), its data version and total budget, and the most any cell has spent
+  (rounded up to float8, for ``dp.budget``: the exact ledger is recomputed from the measurements
+  on load).
 * ``measurements``: one row per released noisy measurement, the papers' (H_i, alpha_i, y_i), with
   the request and the answer it served; noise is drawn once per entry and stored, keyed by an id
   drawn before the write, so a retried write never creates a second, independently noised entry.
+  A vector is stored as SQL over the cube produces it, factored: the dimensions it depends on
+  (``axes``), constant along the others, and its weights over (kind, *those dimensions), its
+  *core*, by their non-zero entries (``core_index`` in C order, ``core_weights``). A range count
+  over a wide cube covers a million cells but is a few numbers; a GROUP BY's groups one each.
+  Rows written before that list every coordinate (``cells``, ``weights``).
 * ``answers``: one row per answer given or refused (history, fresh, combined, refused).
 
 Two read-only views in schema ``dp``, ``dp.budget`` and ``dp.history``, are granted to the
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -39,7 +44,7 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
-from proxy.engine.budget import Charges
+from proxy.engine.budget import float_up
 from proxy.engine.history import HistoryEntry
 from proxy.errors import ConfigError
 from proxy.storage.ledger_store import AnswerRecord, NewMeasurement, StoredEntry
@@ -47,7 +52,14 @@ from sqlmap.canonical import quote_ident
 from sqlmap.cube import Cube
 from sqlmap.vector import LinearQuery
 
-__all__ = ["PostgresLedgerStore", "Spend", "measures_json", "stored_query"]
+__all__ = [
+    "PostgresLedgerStore",
+    "Spend",
+    "has_column",
+    "measures_json",
+    "stored_query",
+    "upgrade_columns",
+]
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS {schema}.tables (
@@ -59,13 +71,9 @@ CREATE TABLE IF NOT EXISTS {schema}.tables (
     data_version integer NOT NULL DEFAULT 1,
     carried text NOT NULL DEFAULT '0',
     total_budget float8,
-    created_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS {schema}.cell_spend (
-    table_id integer NOT NULL REFERENCES {schema}.tables (id),
-    cell integer NOT NULL,
-    spent float8 NOT NULL,
-    PRIMARY KEY (table_id, cell)
+    created_at timestamptz NOT NULL DEFAULT now(),
+    shape integer[],
+    most_spent float8 NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS {schema}.measurements (
     id bigserial PRIMARY KEY,
@@ -73,8 +81,8 @@ CREATE TABLE IF NOT EXISTS {schema}.measurements (
     table_id integer NOT NULL REFERENCES {schema}.tables (id),
     fingerprint text NOT NULL,
     data_version integer NOT NULL,
-    cells integer[] NOT NULL,
-    weights float8[] NOT NULL,
+    cells integer[],
+    weights float8[],
     sensitivity float8 NOT NULL,
     budget text NOT NULL,
     step text NOT NULL,
@@ -87,7 +95,11 @@ CREATE TABLE IF NOT EXISTS {schema}.measurements (
     requested_confidence float8,
     user_name text,
     sql_text text,
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT now(),
+    axes integer[],
+    core_index integer[],
+    core_weights float8[],
+    n_weighed bigint
 );
 CREATE TABLE IF NOT EXISTS {schema}.answers (
     id bigserial PRIMARY KEY,
@@ -107,11 +119,6 @@ CREATE TABLE IF NOT EXISTS {schema}.answers (
 CREATE INDEX IF NOT EXISTS answers_table_source ON {schema}.answers (table_id, source);
 """
 
-#: Every fresh measurement rewrites the rows of the cells it touches; with half of each page
-#: free, PostgreSQL updates them in place (HOT: no new index entry, less WAL), which cut the
-#: ledger's write of a 4,000-cell measurement from 28 to 17 ms of CPU (docs/benchmarks.md).
-_CELL_SPEND_FILLFACTOR = 50
-
 #: Ledgers written by development builds before ``cell_spend`` (they have ``tables.spent``).
 #: Run only when needed: ALTER TABLE locks out concurrent spenders while it runs.
 _UPGRADE = """
@@ -119,6 +126,26 @@ ALTER TABLE {schema}.tables DROP COLUMN spent, ADD COLUMN IF NOT EXISTS total_bu
 ALTER TABLE {schema}.measurements ADD COLUMN IF NOT EXISTS source text,
     ADD COLUMN IF NOT EXISTS query_offset float8, ADD COLUMN IF NOT EXISTS half_width float8,
     ADD COLUMN IF NOT EXISTS confidence float8;
+"""
+
+#: Ledgers from before factored vectors: every vector listed its coordinates, and
+#: ``cell_spend`` had a row per cell ever charged. Old rows keep their lists (they still load);
+#: the most a cell spent moves to ``tables.most_spent``. Run only when needed (ALTER TABLE).
+_FACTORED_UPGRADE = """
+ALTER TABLE {schema}.measurements ADD COLUMN IF NOT EXISTS axes integer[],
+    ADD COLUMN IF NOT EXISTS core_index integer[],
+    ADD COLUMN IF NOT EXISTS core_weights float8[],
+    ADD COLUMN IF NOT EXISTS n_weighed bigint, ALTER COLUMN cells DROP NOT NULL,
+    ALTER COLUMN weights DROP NOT NULL;
+ALTER TABLE {schema}.tables ADD COLUMN IF NOT EXISTS shape integer[],
+    ADD COLUMN IF NOT EXISTS most_spent float8 NOT NULL DEFAULT 0;
+"""
+
+#: After the views stop reading it (dp.budget did).
+_DROP_CELL_SPEND = """
+UPDATE {schema}.tables t SET most_spent = greatest(t.most_spent, coalesce(
+    (SELECT max(c.spent) FROM {schema}.cell_spend c WHERE c.table_id = t.id), 0));
+DROP TABLE {schema}.cell_spend;
 """
 
 #: Budgets are stored exactly, as fractions in text ('3/1024'); the views show them as float8.
@@ -136,11 +163,9 @@ SELECT t.name AS table_name,
        greatest(t.total_budget - s.spent, 0) AS remaining,
        a.fresh, a.combined, a.history, a.refused
 FROM {schema}.tables t
-CROSS JOIN LATERAL (
-    SELECT """
+CROSS JOIN LATERAL (SELECT """
     + _AS_FLOAT.format("t.carried")
-    + """ + coalesce(max(c.spent), 0) AS spent
-    FROM {schema}.cell_spend c WHERE c.table_id = t.id) s
+    + """ + t.most_spent AS spent) s
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE source = 'fresh') AS fresh,
            count(*) FILTER (WHERE source = 'combined') AS combined,
@@ -149,7 +174,7 @@ CROSS JOIN LATERAL (
     FROM {schema}.answers WHERE table_id = t.id) a;
 CREATE OR REPLACE VIEW dp.history AS
 SELECT m.id, t.name AS table_name, m.created_at, m.user_name, m.source, m.sql_text,
-       cardinality(m.cells) AS n_cells, """
+       coalesce(cardinality(m.cells), m.n_weighed::integer) AS n_cells, """
     + _AS_FLOAT.format("m.budget")
     + """ AS budget,
        m.noisy_answer, m.requested_eps AS requested_accuracy, m.requested_confidence,
@@ -157,7 +182,14 @@ SELECT m.id, t.name AS table_name, m.created_at, m.user_name, m.source, m.sql_te
        (m.fingerprint = t.fingerprint AND m.data_version = t.data_version) AS reusable
 FROM {schema}.measurements m JOIN {schema}.tables t ON t.id = m.table_id;
 CREATE OR REPLACE VIEW dp.history_vectors AS
-SELECT m.id, t.name AS table_name, m.cells, m.weights, m.query_offset, m.sensitivity
+SELECT m.id, t.name AS table_name, m.cells, m.weights, m.query_offset, m.sensitivity,
+       m.axes,
+       CASE WHEN m.axes IS NOT NULL THEN
+           ARRAY[1 + json_array_length(t.measures::json)]
+           || ARRAY(SELECT t.shape[a + 1] FROM unnest(m.axes) WITH ORDINALITY AS x(a, n)
+                    ORDER BY n)
+       END AS core_shape,
+       m.core_index, m.core_weights
 FROM {schema}.measurements m JOIN {schema}.tables t ON t.id = m.table_id;
 """
 )
@@ -176,6 +208,7 @@ class _Table:
     cube: Cube
     data_version: int
     carried: Fraction
+    fingerprint: str  # the cube's (a hash: worked out once)
 
 
 class PostgresLedgerStore:
@@ -305,45 +338,64 @@ class Spend:
         """Entries other processes appended after ``after_id``."""
         return await _entries(self._conn, self._schema, self._table, after_id)
 
-    async def append(self, measurements: Sequence[NewMeasurement], charges: Charges) -> list[int]:
-        """Write measurements and what they charge each cell they touch; returns the row ids.
+    async def append(
+        self, measurements: Sequence[NewMeasurement], most_spent: Fraction
+    ) -> list[int]:
+        """Write measurements; returns the row ids of those not already stored.
 
-        ``charges`` are exact; ``cell_spend`` adds them rounded up to float8. An entry whose key
-        is already stored (a retried write) is not written again.
+        ``most_spent``: the most any cell of the table has spent once they are charged, carried
+        budget aside (exact: whoever spends has absorbed every entry under this lock); the
+        ledger keeps it rounded up, for ``dp.budget``. An entry whose key is already stored (a
+        retried write) is not written again.
         """
         if not measurements:
             return []
         s, table = self._schema, self._table
         # one statement for the whole batch (a GROUP BY's groups): the vectors travel
-        # concatenated, each row takes its slice
-        bounds, start = [], 1
-        for m in measurements:
-            bounds.append((start, start + m.entry.query.cells.size - 1))
-            start += m.entry.query.cells.size
+        # concatenated, each row takes its slices
+        vectors = [_as_factored(table.cube, m.entry.query) for m in measurements]
+        axes = [np.asarray(v.axes, dtype=np.int64) for v in vectors]
+        cores = [v.core.ravel() for v in vectors if v.core is not None]
+        index = [np.flatnonzero(c) for c in cores]
+        axes_ends = np.cumsum([a.size for a in axes]).tolist()
+        core_ends = np.cumsum([i.size for i in index]).tolist()
+        # coordinates weighed: each entry of a core stands for the cells of the other dimensions
+        weighed = [i.size * v.n_cells // c.size for v, c, i in zip(vectors, cores, index)]
         rows = await self._conn.fetch(
-            f"INSERT INTO {s}.measurements (entry_key, table_id, fingerprint, data_version, "
-            "cells, weights, sensitivity, budget, step, noisy_answer, requested_eps, "
-            "requested_confidence, user_name, sql_text, source, query_offset, half_width, "
-            "confidence) "
-            "SELECT u.entry_key, $1, $2, $3, ($4::int[])[u.first:u.last], "
-            "($5::float8[])[u.first:u.last], u.sensitivity, u.budget, u.step, u.noisy_answer, "
+            "WITH written AS (INSERT INTO "
+            f"{s}.measurements (entry_key, table_id, fingerprint, data_version, axes, "
+            "core_index, core_weights, n_weighed, sensitivity, budget, step, noisy_answer, "
+            "requested_eps, requested_confidence, user_name, sql_text, source, query_offset, "
+            "half_width, confidence) "
+            "SELECT u.entry_key, $1, $2, $3, ($4::int[])[u.axes_first:u.axes_last], "
+            "($5::int[])[u.core_first:u.core_last], ($6::float8[])[u.core_first:u.core_last], "
+            "u.n_weighed, u.sensitivity, u.budget, u.step, u.noisy_answer, "
             "u.requested_eps, u.requested_confidence, u.user_name, u.sql_text, u.source, "
             "u.query_offset, u.half_width, u.confidence "
-            "FROM unnest($6::uuid[], $7::int[], $8::int[], $9::float8[], $10::text[], "
-            "$11::text[], $12::float8[], $13::float8[], $14::float8[], $15::text[], "
-            "$16::text[], $17::text[], $18::float8[], $19::float8[], $20::float8[]) "
-            "WITH ORDINALITY AS u(entry_key, first, last, sensitivity, budget, step, "
-            "noisy_answer, requested_eps, requested_confidence, user_name, sql_text, source, "
-            "query_offset, half_width, confidence, n) "
-            "ORDER BY u.n ON CONFLICT (entry_key) DO NOTHING RETURNING id, entry_key",
+            "FROM unnest($7::uuid[], $8::int[], $9::int[], $10::int[], $11::int[], "
+            "$12::int8[], $13::float8[], $14::text[], $15::text[], $16::float8[], "
+            "$17::float8[], $18::float8[], $19::text[], $20::text[], $21::text[], "
+            "$22::float8[], $23::float8[], $24::float8[]) "
+            "WITH ORDINALITY AS u(entry_key, axes_first, axes_last, core_first, core_last, "
+            "n_weighed, sensitivity, budget, step, noisy_answer, requested_eps, "
+            "requested_confidence, user_name, sql_text, source, query_offset, half_width, "
+            "confidence, n) "
+            "ORDER BY u.n ON CONFLICT (entry_key) DO NOTHING RETURNING id, entry_key), "
+            f"spent AS (UPDATE {s}.tables SET most_spent = greatest(most_spent, $25) "
+            "WHERE id = $1 AND EXISTS (SELECT FROM written)) "
+            "SELECT id, entry_key FROM written",
             table.id,
-            table.cube.fingerprint,
+            table.fingerprint,
             table.data_version,
-            np.concatenate([m.entry.query.cells for m in measurements]).tolist(),
-            np.concatenate([m.entry.query.weights for m in measurements]).tolist(),
+            np.concatenate(axes).tolist(),
+            np.concatenate(index).tolist(),
+            np.concatenate([c[i] for c, i in zip(cores, index)]).tolist(),
             [m.key for m in measurements],
-            [first for first, _ in bounds],
-            [last for _, last in bounds],
+            [end - a.size + 1 for end, a in zip(axes_ends, axes)],
+            axes_ends,
+            [end - i.size + 1 for end, i in zip(core_ends, index)],
+            core_ends,
+            weighed,
             [m.entry.query.sensitivity for m in measurements],
             [str(m.entry.budget) for m in measurements],
             [str(m.entry.step) for m in measurements],
@@ -356,21 +408,10 @@ class Spend:
             [m.query_offset for m in measurements],
             [m.half_width for m in measurements],
             [m.confidence for m in measurements],
+            float_up(most_spent),
         )
         written = {r["entry_key"]: int(r["id"]) for r in rows}
-        ids = [written[m.key] for m in measurements if m.key in written]
-        if ids and charges:
-            # only the cells these measurements touch: a query rarely covers the whole cube
-            cells, spent = charges.rounded_up()
-            await self._conn.execute(
-                f"INSERT INTO {s}.cell_spend AS c (table_id, cell, spent) "
-                "SELECT $1, cell, spent FROM unnest($2::int[], $3::float8[]) AS u(cell, spent) "
-                "ON CONFLICT (table_id, cell) DO UPDATE SET spent = c.spent + excluded.spent",
-                table.id,
-                cells,
-                spent,
-            )
-        return ids
+        return [written[m.key] for m in measurements if m.key in written]
 
 
 async def _register(
@@ -401,31 +442,13 @@ async def _register_locked(
         if await conn.fetchval("SELECT to_regnamespace($1) IS NULL", name):
             await conn.execute(f"CREATE SCHEMA {name}")
     await conn.execute(_DDL.format(schema=schema))
-    if await conn.fetchval(
-        "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass "
-        "AND attname = 'spent' AND NOT attisdropped",
-        f"{schema}.tables",
-    ):
-        await conn.execute(_UPGRADE.format(schema=schema))
-    if not await conn.fetchval(
-        "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass "
-        "AND attname = 'measures' AND NOT attisdropped",
-        f"{schema}.tables",
-    ):  # a ledger from before measures: its cubes had none
-        await conn.execute(
-            f"ALTER TABLE {schema}.tables ADD COLUMN measures text NOT NULL DEFAULT '[]'"
-        )
-    if not await conn.fetchval(
-        "SELECT coalesce($2 = ANY(reloptions), false) FROM pg_class WHERE oid = $1::regclass",
-        f"{schema}.cell_spend",
-        f"fillfactor={_CELL_SPEND_FILLFACTOR}",
-    ):  # a ledger from before: its later pages get the room (existing ones as they empty)
-        await conn.execute(
-            f"ALTER TABLE {schema}.cell_spend SET (fillfactor = {_CELL_SPEND_FILLFACTOR})"
-        )
+
+    await upgrade_columns(conn, schema)
     if await conn.fetchval(_OLD_VIEWS):
         await conn.execute("DROP VIEW dp.history")
     await conn.execute(_VIEWS.format(schema=schema))
+    if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{schema}.cell_spend"):
+        await conn.execute(_DROP_CELL_SPEND.format(schema=schema))
     if analyst_role is not None:
         role = quote_ident(analyst_role)
         await conn.execute(
@@ -434,15 +457,20 @@ async def _register_locked(
         )
     for cube in cubes:
         row = await conn.fetchrow(
-            f"INSERT INTO {schema}.tables (name, fingerprint, n_cells, measures, total_budget) "
-            "VALUES ($1, $2, $3, $4, $5) "
-            "ON CONFLICT (name) DO UPDATE SET total_budget = excluded.total_budget "
+            f"INSERT INTO {schema}.tables "
+            "(name, fingerprint, n_cells, measures, total_budget, shape) "
+            "VALUES ($1, $2, $3, $4, $5, $6) "
+            # the shape of a ledger from before it was kept (a changed cube is refused below,
+            # which rolls this back)
+            "ON CONFLICT (name) DO UPDATE SET total_budget = excluded.total_budget, "
+            "shape = excluded.shape "
             "RETURNING id, fingerprint, n_cells, data_version, carried",
             cube.qualified_name,
             cube.fingerprint,
             cube.n_cells,
             measures_json(cube),
             cube.total_budget,
+            list(cube.shape),
         )
         if row["fingerprint"] != cube.fingerprint:
             raise ConfigError(
@@ -455,9 +483,40 @@ async def _register_locked(
                 "history for this table (spent budget is carried over)",
             )
         tables[cube.qualified_name] = _Table(
-            int(row["id"]), cube, int(row["data_version"]), Fraction(row["carried"])
+            int(row["id"]),
+            cube,
+            int(row["data_version"]),
+            Fraction(row["carried"]),
+            row["fingerprint"],
         )
     return tables
+
+
+async def has_column(conn: asyncpg.Connection, schema: str, table: str, column: str) -> bool:
+    """Whether the ledger's ``table`` has ``column`` (ledgers written before it lack it)."""
+    return bool(
+        await conn.fetchval(
+            "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) "
+            "AND attname = $2 AND NOT attisdropped",
+            f"{schema}.{table}",
+            column,
+        )
+    )
+
+
+async def upgrade_columns(conn: asyncpg.Connection, schema: str) -> None:
+    """Add what a ledger written by an earlier version lacks (ALTER TABLE only where needed)."""
+    if await has_column(conn, schema, "tables", "spent"):
+        await conn.execute(_UPGRADE.format(schema=schema))
+    if not await has_column(conn, schema, "tables", "measures"):  # from before measures: none
+        await conn.execute(
+            f"ALTER TABLE {schema}.tables ADD COLUMN measures text NOT NULL DEFAULT '[]'"
+        )
+    if not (
+        await has_column(conn, schema, "measurements", "n_weighed")
+        and await has_column(conn, schema, "tables", "shape")
+    ):
+        await conn.execute(_FACTORED_UPGRADE.format(schema=schema))
 
 
 def measures_json(cube: Cube) -> str:
@@ -472,13 +531,56 @@ def measures_json(cube: Cube) -> str:
 
 
 def stored_query(
-    n_cells: int, measures: str, cells: Sequence[int], weights: Sequence[float]
+    n_cells: int,
+    measures: str,
+    shape: Sequence[int] | None,
+    *,
+    cells: npt.ArrayLike | None = None,
+    weights: npt.ArrayLike | None = None,
+    axes: Sequence[int] | None = None,
+    core_index: npt.ArrayLike | None = None,
+    core_weights: npt.ArrayLike | None = None,
 ) -> LinearQuery:
-    """A stored vector over a ledger table's coordinates (``tables.n_cells``, ``.measures``)."""
+    """A stored vector over a ledger table's coordinates (its ``n_cells``, measures, shape).
+
+    Factored (``axes``, ``core_index``, ``core_weights``), or listed (``cells``, ``weights``)
+    in rows from before.
+    """
     reach = tuple((int(lo), int(hi)) for lo, hi in json.loads(measures))
+    if axes is not None and shape is not None:
+        return _factored(
+            tuple(int(n) for n in shape),
+            reach,
+            axes,
+            np.asarray(core_index, dtype=np.int64),
+            np.asarray(core_weights, dtype=np.float64),
+        )
     return LinearQuery(
         n_cells * (1 + len(reach)), np.asarray(cells), np.asarray(weights), 0.0, reach
     )
+
+
+def _as_factored(cube: Cube, query: LinearQuery) -> LinearQuery:
+    """``query`` held factored over ``cube`` (SQL's vectors already are)."""
+    if query.core is not None:
+        return query
+    dense = query.to_dense().reshape((query.kinds, *cube.shape))
+    return LinearQuery.from_tensor(cube.shape, dense, measures=query.measures)
+
+
+def _factored(
+    shape: tuple[int, ...],
+    measures: tuple[tuple[int, int], ...],
+    axes: Sequence[int],
+    index: npt.NDArray[np.int64],
+    weights: npt.NDArray[np.float64],
+) -> LinearQuery:
+    """A vector from its stored axes and its core's non-zero entries (C order, (kind, *axes))."""
+    spread = [n if d in axes else 1 for d, n in enumerate(shape)]
+    core = np.zeros(math.prod(spread) * (1 + len(measures)))
+    core[index] = weights
+    tensor = core.reshape([1 + len(measures), *spread])
+    return LinearQuery.from_tensor(shape, tensor, measures=measures)
 
 
 async def _entries(
@@ -487,33 +589,50 @@ async def _entries(
     """Stored entries in order; a vector measured again is one shared :class:`LinearQuery`.
 
     Vectors come as PostgreSQL's binary arrays (``array_send``), read straight into numpy:
-    a restart then costs what the rows hold, not a Python object per cell.
+    a restart then costs what the rows hold (a factored vector's few numbers), not a Python
+    object per cell.
     """
     version = "data_version < $3" if outdated else "data_version = $3"
     rows = await conn.fetch(
         "SELECT id, entry_key, array_send(cells) AS cells, array_send(weights) AS weights, "
+        "array_send(axes) AS axes, array_send(core_index) AS core_index, "
+        "array_send(core_weights) AS core_weights, "
         f"budget, step, noisy_answer, user_name FROM {schema}.measurements "
         f"WHERE table_id = $1 AND fingerprint = $2 AND {version} AND id > $4 ORDER BY id",
         table.id,
-        table.cube.fingerprint,
+        table.fingerprint,
         table.data_version,
         after_id,
     )
-    n, measures = table.cube.n_coordinates, table.cube.measure_reach
+    cube = table.cube
+    n, measures = cube.n_coordinates, cube.measure_reach
     vectors: dict[bytes, LinearQuery] = {}
     fractions: dict[str, Fraction] = {}
     entries = []
     for r in rows:
-        key = r["cells"] + r["weights"]
+        factored = r["axes"] is not None
+        key = (
+            r["axes"] + r["core_index"] + r["core_weights"]
+            if factored
+            else r["cells"] + r["weights"]
+        )
         query = vectors.get(key)
         if query is None:
-            cells = _binary_array(r["cells"], _INT4).astype(np.int64)
-            weights = _binary_array(r["weights"], _FLOAT8).astype(np.float64)
-            query = vectors[key] = LinearQuery(n, cells, weights, measures=measures)
+            if factored:
+                query = _factored(
+                    cube.shape,
+                    measures,
+                    _binary_array(r["axes"], _INT4).tolist(),
+                    _binary_array(r["core_index"], _INT4).astype(np.int64),
+                    _binary_array(r["core_weights"], _FLOAT8).astype(np.float64),
+                )
+            else:
+                cells = _binary_array(r["cells"], _INT4).astype(np.int64)
+                weights = _binary_array(r["weights"], _FLOAT8).astype(np.float64)
+                query = LinearQuery(n, cells, weights, measures=measures)
+            vectors[key] = query
         budget, step = (_fraction(fractions, r["budget"]), _fraction(fractions, r["step"]))
-        entry = HistoryEntry(
-            table.cube.qualified_name, query, budget, step, float(r["noisy_answer"])
-        )
+        entry = HistoryEntry(cube.qualified_name, query, budget, step, float(r["noisy_answer"]))
         entries.append(StoredEntry(int(r["id"]), r["entry_key"], entry, r["user_name"]))
     return entries
 

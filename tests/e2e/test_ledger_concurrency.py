@@ -27,13 +27,13 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psycopg
 import pytest
 import yaml
 
 from proxy.config import load_config
-from proxy.engine.budget import CellBudget, cell_charges
+from proxy.engine.budget import CellBudget, cell_charges, float_up
+from proxy.storage.postgres_ledger import stored_query
 from proxy.storage.provision import provision_roles
 from sqlmap.cube import Cube
 from sqlmap.vector import LinearQuery
@@ -157,22 +157,28 @@ def adult_cube(config: Path) -> Cube:
 
 
 def recomputed_spend(dsn: str, schema: str, cube: Cube) -> tuple[Fraction, int]:
-    """Max per-cell spend recomputed from the stored measurements, and how many there are."""
+    """Max per-cell spend recomputed cell by cell from the stored measurements, and how many
+    there are; checks that the ledger's ``most_spent`` (dp.budget's) is that maximum."""
     ledger = CellBudget(cube.qualified_name, total=Fraction(cube.total_budget))
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            f'SELECT m.cells, m.weights, m.budget FROM "{schema}".measurements m '
+            "SELECT t.n_cells, t.measures, t.shape, m.axes, m.core_index, m.core_weights, "
+            f'm.budget FROM "{schema}".measurements m '
             f'JOIN "{schema}".tables t ON t.id = m.table_id WHERE t.name = %s ORDER BY m.id',
             (cube.qualified_name,),
         ).fetchall()
-    for cells, weights, budget in rows:
-        query = LinearQuery(
-            cube.n_coordinates,
-            np.array(cells, dtype=np.int64),
-            np.array(weights),
-            measures=cube.measure_reach,
+        (most_spent,) = conn.execute(
+            f'SELECT most_spent FROM "{schema}".tables WHERE name = %s', (cube.qualified_name,)
+        ).fetchone() or (None,)
+    for n_cells, measures, shape, axes, index, weights, budget in rows:
+        factored = stored_query(
+            n_cells, measures, shape, axes=axes, core_index=index, core_weights=weights
         )
-        ledger.commit(cell_charges(query, Fraction(budget)))
+        listed = LinearQuery(
+            cube.n_coordinates, factored.cells, factored.weights, measures=cube.measure_reach
+        )
+        ledger.commit(cell_charges(listed, Fraction(budget)))
+    assert most_spent == float_up(ledger.spent - ledger.carried)
     return ledger.spent, len(rows)
 
 

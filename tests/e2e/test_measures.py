@@ -57,12 +57,18 @@ def test_sum_of_a_measure_by_group(durable: BackendConfig, roles: BackendRoles) 
     with psycopg.connect(roles.analyst_admin_dsn, autocommit=True) as conn:
         schema = durable.ledger_schema
         stored = conn.execute(
-            "SELECT t.n_cells, t.measures, m.cells, m.weights, m.budget, m.sensitivity "
+            "SELECT t.n_cells, t.measures, t.shape, m.axes, m.core_index, m.core_weights, "
+            "m.budget, m.sensitivity "
             f'FROM "{schema}".measurements m JOIN "{schema}".tables t ON t.id = m.table_id '
             "ORDER BY m.id"
         ).fetchall()
-        spend = conn.execute(f'SELECT cell, spent FROM "{schema}".cell_spend').fetchall()
-    cell_spend = dict(spend)
+        (most_spent,) = conn.execute(f'SELECT most_spent FROM "{schema}".tables').fetchone()
+        # what analysts see of the vectors (the ledger is in the analyst database)
+        shown = conn.execute(
+            "SELECT n_cells, core_shape, core_index, core_weights, cells FROM dp.history "
+            "JOIN dp.history_vectors USING (id) ORDER BY id"
+        ).fetchall()
+        (budget_spent,) = conn.execute("SELECT spent FROM dp.budget").fetchone()
     assert [r[0] for r in rows] == ["Male", "Female"]
     for sex, estimate, low, high in rows:
         assert high - low == pytest.approx(800000)  # +-400000 in the measure's units
@@ -72,18 +78,24 @@ def test_sum_of_a_measure_by_group(durable: BackendConfig, roles: BackendRoles) 
     assert len(notices) == 1 and "(fresh 2)" in notices[0], notices
     charged = float(notices[0].split("budget charged ")[1].split(" ")[0])
     assert charged > 0
-    # the ledger: two vectors over capital_gain's sums, sensitivity its upper bound, and every
-    # cell's spend what their charges add up to
+    # the ledger: two vectors over capital_gain's sums by sex, sensitivity its upper bound, and
+    # the most a cell spent what their charges add up to
     assert len(stored) == 2
-    recomputed = CellBudget("check", total=Fraction(10**9))
-    for n_cells, measures, cells, weights, budget, sensitivity in stored:
-        query = stored_query(n_cells, measures, cells, weights)
+    recomputed = CellBudget("check", total=Fraction(10**9), shape=CUBE.shape)
+    for n_cells, measures, shape, axes, index, weights, budget, sensitivity in stored:
+        query = stored_query(
+            n_cells, measures, shape, axes=axes, core_index=index, core_weights=weights
+        )
         assert query.measures == CUBE.measure_reach and sensitivity == 20000
-        assert min(cells) >= CUBE.n_cells  # sums of a measure, no counts
+        assert query.axes == ([d.name for d in CUBE.dimensions].index("sex"),)
+        assert not query.core[0].any()  # sums of a measure, no counts
         recomputed.commit(cell_charges(query, Fraction(budget)))
     per_cell = recomputed.per_cell()
     assert len(per_cell) == CUBE.n_cells  # Male and Female together: every cell, once
-    assert cell_spend == {c: float_up(spent) for c, spent in per_cell.items()}
+    assert most_spent == float_up(recomputed.spent) == budget_spent
+    # kinds (the count, 4 measures' sums) by sex; capital_gain's sum (kind 1) of one sex: the
+    # sums of half the cube's 11,520 cells
+    assert shown == [(5760, [5, 2], [2 + sex], [1.0], None) for sex in (0, 1)], shown
     assert float(recomputed.spent) == pytest.approx(charged, rel=1e-5)
 
     proxy, thread = start_proxy(CONFIG, durable)  # a restart reads the vectors back
