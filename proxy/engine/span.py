@@ -64,6 +64,7 @@ _MAX_UPDATES = 48  # terms added to K^{-1} as updates before its accuracy is che
 # refinement against K squares it, so results stay at rounding. Fresh inverses of Adult-like
 # histories sit near 1e-11 and drift by about 1e-13 per update.
 _INVERSE_ERROR = 1e-8
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the power method's start: x_i = (i * _GOLDEN) mod 1
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
 
 
@@ -297,13 +298,14 @@ class SpanSolver:
     def _inverse_holds(self) -> bool:
         """Whether the kept ``K^{-1}`` is within ``_INVERSE_ERROR`` of ``K``'s inverse.
 
-        Two steps of the power method on ``E = I - K^{-1} K`` from a fixed start (``K`` before
-        the pending terms, the matrix the inverse was kept for); if so, updates go on and are
-        counted afresh.
+        Two steps of the power method on ``E = I - K^{-1} K`` (``K`` before the pending terms,
+        the matrix the inverse was kept for) from a fixed start with no structure of its own
+        (a Weyl sequence: randomness is the noise module's alone); if so, updates go on and
+        are counted afresh.
         """
         n = self._k_dim
         inverse, k = self._k_inv[:n, :n], self._k[:n, :n]
-        x = np.random.default_rng(n).standard_normal(n)
+        x = (np.arange(n) * _GOLDEN) % 1.0 - 0.5
         for _ in range(2):
             x /= float(np.linalg.norm(x))
             x = x - inverse @ (k @ x)
