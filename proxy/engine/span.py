@@ -62,7 +62,8 @@ _PENDING = 32  # basis vectors kept outside the sparse row index before it is re
 _MAX_UPDATES = 48  # terms added to K^{-1} as updates before its accuracy is checked
 # Error ||I - K^{-1} K|| (estimated) past which the kept inverse is formed anew from K: one
 # refinement against K squares it, so results stay at rounding. Fresh inverses of Adult-like
-# histories sit near 1e-11 and drift by about 1e-13 per update.
+# histories sit near 1e-11 and drift by about 1e-13 per update; the estimate runs 5-10 times
+# below the 2-norm there, which the margin to 1e-7 (1e-14 once refined) covers.
 _INVERSE_ERROR = 1e-8
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the power method's start: x_i = (i * _GOLDEN) mod 1
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
