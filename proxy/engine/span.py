@@ -59,7 +59,13 @@ _SPARSE = 4
 _SPARSE_FROM = 256
 _BLOCK = 64  # vectors placed together
 _PENDING = 32  # basis vectors kept outside the sparse row index before it is rebuilt
-_MAX_UPDATES = 48  # terms added to K's factorization as updates before it is factored anew
+_MAX_UPDATES = 48  # terms added to K^{-1} as updates before its accuracy is checked
+# Error ||I - K^{-1} K|| (estimated) past which the kept inverse is formed anew from K: one
+# refinement against K squares it, so results stay at rounding. Fresh inverses of Adult-like
+# histories sit near 1e-11 and drift by about 1e-13 per update; the estimate runs 5-10 times
+# below the 2-norm there, which the margin to 1e-7 (1e-14 once refined) covers.
+_INVERSE_ERROR = 1e-8
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the power method's start: x_i = (i * _GOLDEN) mod 1
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
 
 
@@ -103,7 +109,7 @@ class SpanSolver:
         self._weight2 = np.zeros(16)  # c_j^2
         self._k_pending: list[tuple[int, float]] = []
         self._k_dim = 0  # the order K^{-1} has reached (0: not inverted yet)
-        self._k_updates = 0  # terms added to K^{-1} since it was last inverted from K
+        self._k_updates = 0  # terms added to K^{-1} since it was last inverted from K or checked
         self._index: sparse.csr_array | None = None  # cells x (indexed basis vectors)
         self._indexed = 0
         self._recent: sparse.csr_array | None = None  # cells x (the basis vectors after those)
@@ -245,15 +251,23 @@ class SpanSolver:
         ``K^{-1}`` is kept explicitly, so that a solve is a matrix product rather than
         triangular solves (which run far below the memory's speed at these orders). A few new
         terms are added to it as updates (a rank-one term by Sherman-Morrison, a new basis
-        vector by bordering), each at the cost of one product; past ``_MAX_UPDATES`` of them,
-        or with many terms at once (a restart), ``K`` is formed and inverted anew. Each solve
-        is refined once against ``K`` itself, so the updates' rounding does not reach it.
+        vector by bordering), each at the cost of one product; with many terms at once (a
+        restart) ``K`` is inverted anew. Every ``_MAX_UPDATES`` updates the inverse's error is
+        estimated (two products) and it is inverted anew only past ``_INVERSE_ERROR``: a GROUP
+        BY planned on a copy adds hundreds of groups one at a time, and an inversion, of order
+        ``r^3``, every few dozen of them cost seconds at a rank in the thousands. Each solve is
+        refined once against ``K`` itself, so the updates' rounding does not reach it.
         """
         self._place()
         if not self._k_pending or not self._rank:
             return
         r, z = self._rank, self._coords
         pending, self._k_pending = self._k_pending, []
+        updating = (
+            self._k_dim > 0
+            and len(pending) <= _MAX_UPDATES
+            and (self._k_updates + len(pending) <= _MAX_UPDATES or self._inverse_holds())
+        )
         k = self._k[:r, :r]
         if _REWEIGH * len(pending) > r:
             scaled = z[:r, : self.size] * np.sqrt(self._weight2[: self.size])
@@ -261,7 +275,7 @@ class SpanSolver:
         else:  # one rank-k product (BLAS 3), not k outer products
             columns = z[:r, [j for j, _ in pending]]
             k += (columns * np.array([w for _, w in pending])) @ columns.T
-        if self._k_dim and self._k_updates + len(pending) <= _MAX_UPDATES:
+        if updating:
             for j, weight2 in pending:
                 if not self._update(z[:r, j], weight2):
                     break
@@ -281,6 +295,25 @@ class SpanSolver:
         self._k_inv[:r, :r] = np.tril(inverse) + np.tril(inverse, -1).T
         self._k_dim = r
         self._k_updates = 0
+
+    def _inverse_holds(self) -> bool:
+        """Whether the kept ``K^{-1}`` is within ``_INVERSE_ERROR`` of ``K``'s inverse.
+
+        Two steps of the power method on ``E = I - K^{-1} K`` (``K`` before the pending terms,
+        the matrix the inverse was kept for) from a fixed start with no structure of its own
+        (a Weyl sequence: randomness is the noise module's alone); if so, updates go on and
+        are counted afresh.
+        """
+        n = self._k_dim
+        inverse, k = self._k_inv[:n, :n], self._k[:n, :n]
+        x = (np.arange(n) * _GOLDEN) % 1.0 - 0.5
+        for _ in range(2):
+            x /= float(np.linalg.norm(x))
+            x = x - inverse @ (k @ x)
+        if float(np.linalg.norm(x)) > _INVERSE_ERROR:
+            return False
+        self._k_updates = 0
+        return True
 
     def _update(self, z: FloatArray, weight2: float) -> bool:
         """Add ``weight2 z z^T`` to ``K^{-1}``'s matrix; False if ``z`` reaches past a border.

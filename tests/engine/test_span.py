@@ -116,3 +116,58 @@ def test_a_restart_places_blocks_as_one_by_one_placement_would(seed: int) -> Non
         assert g is not None and e is not None
         u, u_expected = g * np.sqrt(weights2), e * np.sqrt(weights2)
         assert np.allclose(u, u_expected, rtol=1e-8, atol=1e-9 * np.abs(u_expected).max())
+
+
+def test_terms_one_at_a_time_are_kept_as_updates_while_the_inverse_is_accurate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A GROUP BY planned on a copy adds its groups one solve at a time: ``K^{-1}`` follows by
+    updates (no inversion of order r^3 every few dozen), stays at rounding, and is inverted
+    anew once its error passes the bound."""
+    inversions: list[int] = []
+    invert = SpanSolver._invert_k
+
+    def counted(solver: SpanSolver) -> None:
+        inversions.append(solver.rank)
+        invert(solver)
+
+    monkeypatch.setattr(SpanSolver, "_invert_k", counted)
+    rng = np.random.default_rng(42)
+    n = 120
+    solver = SpanSolver(n, residual=1e-6)
+    vectors: list[np.ndarray] = []
+    weights2: list[float] = []
+
+    def grow(count: int) -> None:
+        for _ in range(count):
+            if not vectors or (len(vectors) < 90 and rng.random() < 0.5):
+                h = np.where(rng.random(n) < 0.3, rng.choice([1.0, 2.0, -1.0], n), 0.0)
+                (cells,) = np.nonzero(h)
+                j = solver.add(cells.astype(np.int64), h[cells])
+                vectors.append(h)
+                weights2.append(0.0)
+            else:
+                j = int(rng.integers(len(vectors)))
+            w = float(rng.choice([0.01, 1.0, 30.0]))
+            solver.weigh(j, w)
+            weights2[j] += w
+            solver.prepare()  # as the solve after each group does
+
+    grow(1)
+    assert inversions == [1]
+    grow(300)
+    assert inversions == [1]  # 300 updates, every one kept
+    r = solver.rank
+    error = np.eye(r) - solver._k_inv[:r, :r] @ solver._k[:r, :r]
+    assert np.linalg.norm(error, 2) < 1e-8
+    stacked = np.array(vectors)
+    q = rng.standard_normal(len(vectors)) @ stacked
+    (found,), _ = solver.solve_many([(np.arange(n, dtype=np.int64), q)])
+    assert found is not None
+    expected = _dense_min_norm(stacked, np.array(weights2), q)
+    u, u_expected = found * np.sqrt(weights2), expected * np.sqrt(weights2)
+    assert np.allclose(u, u_expected, rtol=1e-8, atol=1e-9 * np.abs(u_expected).max())
+
+    solver._k_inv[:r, :r] *= 1.0 + 1e-6  # an inverse drifted past the bound
+    grow(60)
+    assert len(inversions) == 2
