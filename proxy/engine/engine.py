@@ -50,6 +50,7 @@ from proxy.engine.posterior import (
     posterior_mode,
     probability,
 )
+from proxy.engine.selection import intervals
 from proxy.engine.tails import EXACT, TailMethod
 from proxy.errors import InvalidParameterValue
 from sqlmap.accuracy import AccuracyRequest
@@ -310,7 +311,8 @@ class PrivacyEngine:
         """
         index = self._index
         vectors = [self._vector(r.query) for r in requests]
-        index.solve_many(vectors)  # the batch shares each sparse solve; the loop then hits
+        # the batch shares each solve and the exact tails of its BLUEs; the loop then hits
+        intervals(index.solve_many(vectors), [r.accuracy.delta for r in requests], self._tail)
         decisions: list[Decision] = []
         measurements: list[LinearQuery] = []
         measured_by: list[int] = []

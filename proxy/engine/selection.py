@@ -32,11 +32,22 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Literal
 
+import numpy as np
+
 from proxy.engine.estimator import Solution, combine
 from proxy.engine.tails import EXACT, ExactTail, TailMethod, discrete_laplace_tail, quantile
 from sqlmap.accuracy import AccuracyRequest
 
-__all__ = ["Basis", "Candidate", "TAIL_SLACK", "lattice_interval", "interval", "choose", "meets"]
+__all__ = [
+    "Basis",
+    "Candidate",
+    "TAIL_SLACK",
+    "lattice_interval",
+    "interval",
+    "intervals",
+    "choose",
+    "meets",
+]
 
 Basis = Literal["blue", "repeat", "mixture"]
 
@@ -141,6 +152,41 @@ def interval(
         known = estimator.shift + quantile(tail, estimator.scales, delta - TAIL_SLACK)
         estimator.widths[(tail, delta)] = known
     return Candidate(estimator, known, 1.0 - delta, basis)
+
+
+def intervals(
+    estimators: Sequence[Solution | None], deltas: Sequence[float], tail: TailMethod = EXACT
+) -> None:
+    """Find the exact quantiles :func:`interval` will need for a batch's BLUEs, together.
+
+    The BLUEs of one GROUP BY weigh the same history rows, so their scales form a matrix
+    whose quantiles :meth:`~proxy.engine.tails.ExactTail.quantiles` inverts at once; each is
+    kept where :func:`interval` looks first. Batches whose estimators share few rows are left
+    to :func:`interval` one by one.
+    """
+    if not isinstance(tail, ExactTail):
+        return
+    by_delta: dict[float, dict[int, Solution]] = {}
+    for estimator, delta in zip(estimators, deltas):
+        if estimator is not None and estimator.scales.size > 1:
+            if (tail, delta) not in estimator.widths:
+                by_delta.setdefault(delta, {})[id(estimator)] = estimator
+    for delta, pending in by_delta.items():
+        batch = list(pending.values())
+        if len(batch) < 2:
+            continue
+        first = batch[0].rows
+        if all(np.array_equal(e.rows, first) for e in batch):  # the rule: all weigh every row
+            scales = np.stack([e.scales for e in batch])
+        else:
+            rows = np.unique(np.concatenate([e.rows for e in batch]))
+            if rows.size * len(batch) > 2 * sum(e.rows.size for e in batch):
+                continue  # mostly different rows: a matrix would be mostly zeros
+            scales = np.zeros((len(batch), rows.size))
+            for q, estimator in enumerate(batch):
+                scales[q, np.searchsorted(rows, estimator.rows)] = estimator.scales
+        for estimator, found in zip(batch, tail.quantiles(scales, delta - TAIL_SLACK)):
+            estimator.widths[(tail, delta)] = estimator.shift + float(found)
 
 
 def _best_repeat(repeats: Sequence[Solution], delta: float, tail: TailMethod) -> Candidate:

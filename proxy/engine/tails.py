@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
 
 # Numerical inversion targets an absolute error of 2e-13 (aliasing + truncation), so tails down
 # to 1e-9 are right to ~1e-4 relative; round-off in the node sum is ~1e-15.
@@ -421,6 +422,121 @@ class ExactTail:
                 return _root_quantile(nodes.tail, b, delta, low, high)
         raise ArithmeticError(f"no bracket for the {delta} quantile of {b.size} terms")
 
+    def quantiles(self, scales: FloatArray, delta: float) -> FloatArray:
+        """:meth:`quantile` of each row of ``scales`` (sums over the same terms: a GROUP BY).
+
+        Columns equal in every row (history rows measured alike) are taken once with their
+        count, and ``phi`` is evaluated for all rows at once (:func:`_batch_sum_log1p`); each
+        row's dominance test, Chernoff grid, node placement and nodes follow :meth:`quantile`
+        step for step, so the quantiles are its own to rounding. Rows it settles otherwise (one
+        or two terms, a dominant term, a bracket that needs widening) go through it.
+
+        >>> scales = np.array([[1.0, 1.0, 1.0, 0.5], [3.0, 0.5, 0.5, 0.5]])
+        >>> batch = ExactTail().quantiles(scales, 0.05)
+        >>> one = [ExactTail().quantile(row, 0.05) for row in scales]
+        >>> np.allclose(batch, one, rtol=1e-11, atol=0.0)
+        True
+        """
+        matrix = np.abs(np.asarray(scales, dtype=np.float64))
+        if matrix.ndim != 2 or not np.all(np.isfinite(matrix)):
+            raise ValueError("scales must be a finite 2-D array")
+        if not 0 < delta < 1:
+            raise ValueError("delta must lie in (0, 1)")
+        out = np.zeros(matrix.shape[0])
+        if matrix.size == 0:
+            return out
+        values, counts = _merge_columns(matrix)
+        alone = self._closed_forms(values, counts, delta)
+        for q in np.flatnonzero(alone):
+            out[q] = self.quantile(matrix[q], delta)
+        batch = np.flatnonzero(~alone)
+        if batch.size:
+            out[batch] = self._batch_quantiles(values[batch], counts, delta, matrix[batch])
+        return out
+
+    def _closed_forms(self, values: FloatArray, counts: FloatArray, delta: float) -> BoolArray:
+        """The rows :meth:`quantile` settles without inverting ``phi``.
+
+        Those of at most two terms, or with a dominant term (:meth:`_dominant_quantile`'s
+        tests, for all rows at once).
+        """
+        top = values.max(axis=1)
+        is_top = values == top[:, None]
+        copies = is_top.astype(np.float64) @ counts
+        terms = (values > 0).astype(np.float64) @ counts
+        second = np.where(copies > 1, top, np.where(is_top, 0.0, values).max(axis=1))
+        separated = (second < top * (1.0 - 1e-9)) & (terms > 2)
+        safe_top = np.where(top > 0, top, 1.0)
+        rest_square = np.maximum(0.0, np.square(values) @ counts - top * top)
+        need = math.log(1.0 / self.trunc_tol)
+
+        def may_dominate(x: FloatArray) -> BoolArray:  # as _may_dominate
+            found: BoolArray = (
+                separated & (x >= need * second) & (x * x >= 4.0 * need * rest_square)
+            )
+            return found
+
+        z_2 = np.where(separated, np.square(second / safe_top), 0.0)  # unused where not
+        above = top * (math.log(1.0 / delta) + rest_square / np.square(safe_top) / (1.0 - z_2))
+        candidates = np.flatnonzero(may_dominate(above * (1.0 + 1e-9)))
+        alone = terms <= 2
+        if candidates.size == 0:
+            return alone
+        # the rest: without the largest term (a single copy, since the rows are separated)
+        rest = np.where(is_top[candidates], 0.0, values[candidates])
+        top_c, second_c = top[candidates], second[candidates]
+        log_mgf = -_batch_sum_log1p(rest, counts, (1.0 / top_c)[:, None], -1.0)[:, 0]
+        w = top_c * (math.log(1.0 / delta) + log_mgf)
+        low = second_c / top_c
+        s = (low[:, None] ** np.linspace(1.0, 0.0, 24)[None, :]) * _CHERNOFF_GRID[-1] ** (
+            np.linspace(0.0, 1.0, 24)[None, :]
+        )
+        s /= second_c[:, None]  # geomspace(second / top, grid end, 24) / second, per row
+        bound = np.min(-s * w[:, None] - _batch_sum_log1p(rest, counts, s, -1.0), axis=1)
+        error = np.where(low < _CHERNOFF_GRID[-1], np.exp(bound), math.inf)
+        alone[candidates] |= (
+            (w >= need * second_c)
+            & (w * w >= 4.0 * need * rest_square[candidates])
+            & (error <= self.trunc_tol)
+        )
+        return alone
+
+    def _batch_quantiles(
+        self, values: FloatArray, counts: FloatArray, delta: float, rows: FloatArray
+    ) -> FloatArray:
+        """The general case of :meth:`quantile` for every row at once (``values``: Q x K)."""
+        top = values.max(axis=1)
+        lam = _CHERNOFF_GRID[None, :] / top[:, None]
+        log_mgf = -_batch_sum_log1p(values, counts, lam, -1.0)
+        high = np.min((math.log(2.0 / delta) + log_mgf) / lam, axis=1)
+        extent = np.min((math.log(2.0 / self.alias_tol) + log_mgf) / lam, axis=1)
+        low = top * math.log(0.5 / delta) if delta < 0.25 else high / 64
+        h = math.pi / np.maximum(high, extent)
+        scale = (2.0 / math.pi) * h / (np.sin(h * low / 2.0) * self.trunc_tol)
+        largest = _largest(values, counts)
+        s_cap = np.array([_node_cap(h[q], scale[q], largest[q]) for q in range(h.size)])
+        grid = h[:, None] * (s_cap / h)[:, None] ** np.linspace(0.0, 1.0, 64)[None, :]
+        log_bound = (
+            np.log(scale)[:, None] + _batch_log_phi_above(values, counts, grid) - np.log(grid)
+        )
+        stop = np.where(
+            s_cap > h, grid[np.arange(grid.shape[0]), np.argmax(log_bound <= 0.0, 1)], h
+        )
+        sizes = np.ceil(stop / h).astype(np.int64) + 1
+        j_half = np.arange(int(sizes.max()), dtype=np.float64) + 0.5
+        # rows with fewer nodes repeat their last: ascending, and the same largest node
+        nodes = h[:, None] * np.minimum(j_half[None, :], (sizes - 0.5)[:, None])
+        log_phi = -_batch_sum_log1p(values, counts, nodes, 1.0)
+        out = np.zeros(values.shape[0])
+        for q in range(values.shape[0]):
+            size = int(sizes[q])
+            found = _Nodes(nodes[q, :size], np.exp(log_phi[q, :size]) / j_half[:size])
+            if found.tail(low[q]) <= delta or found.tail(high[q]) > delta:
+                out[q] = self.quantile(rows[q], delta)  # the bracket needs widening: rare
+            else:
+                out[q] = _root(found.tail, delta, float(low[q]), float(high[q]))
+        return out
+
     def _dominant_quantile(self, b: _Runs, delta: float) -> float | None:
         """The quantile from :func:`dominant_tail`'s closed form, if its error is negligible there.
 
@@ -449,12 +565,8 @@ class ExactTail:
         a = tail_extent(b, self.alias_tol)
         h = math.pi / max(x_hi, a)
         sin_half = math.sin(h * x_lo / 2.0)
-        # phi(s) <= prod_{k <= r} (b_k s)^-2 for any r puts the stopping node below s_cap.
         scale = (2.0 / math.pi) * h / (sin_half * self.trunc_tol)
-        largest = b.largest(16)
-        top = np.arange(1, largest.size + 1)
-        log_products = np.cumsum(2.0 * np.log(largest))
-        s_cap = max(h, float(np.exp(np.min((math.log(scale) - log_products) / (2 * top + 1)))))
+        s_cap = _node_cap(h, scale, b.largest(16))
         grid = np.geomspace(h, s_cap, 64)
         log_bound = math.log(scale) + _log_phi_above(b, grid) - np.log(grid)
         s_stop = grid[int(np.argmax(log_bound <= 0.0))] if s_cap > h else h
@@ -464,6 +576,110 @@ class ExactTail:
 
 
 EXACT = ExactTail()
+
+
+def _node_cap(h: float, scale: float, largest: FloatArray) -> float:
+    """A frequency past the stopping node: ``phi(s) <= prod_{k <= r} (b_k s)^-2`` for any ``r``."""
+    top = np.arange(1, largest.size + 1)
+    log_products = np.cumsum(2.0 * np.log(largest))
+    return max(h, float(np.exp(np.min((math.log(scale) - log_products) / (2 * top + 1)))))
+
+
+def _largest(values: FloatArray, counts: FloatArray, k: int = 16) -> list[FloatArray]:
+    """The ``k`` largest positive scales of each row of :func:`_merge_columns` (with repeats)."""
+    if values.shape[1] > k:
+        picked = np.argpartition(values, -k, axis=1)[:, -k:]
+    else:
+        picked = np.broadcast_to(np.arange(values.shape[1]), values.shape)
+    chosen = np.take_along_axis(values, picked, axis=1)
+    order = np.argsort(-chosen, axis=1, kind="stable")
+    picked = np.take_along_axis(picked, order, axis=1)
+    out = []
+    for q in range(values.shape[0]):
+        top = picked[q][values[q, picked[q]] > 0]
+        out.append(np.repeat(values[q, top], counts[top].astype(np.int64))[:k])
+    return out
+
+
+def _merge_columns(matrix: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The distinct columns of ``matrix`` and how often each occurs.
+
+    A weighted sum of three rows is a hash that equal columns share exactly (elementwise
+    arithmetic rounds alike); a merge is kept only if every row agrees.
+    """
+    last = matrix.shape[0] - 1
+    key = matrix[0] + math.pi * matrix[last // 2] + math.e * matrix[last]
+    _, first, inverse, counts = np.unique(
+        key, return_index=True, return_inverse=True, return_counts=True
+    )
+    merged = matrix[:, first]
+    if not np.array_equal(merged[:, inverse], matrix):
+        return matrix, np.ones(matrix.shape[1])
+    return merged, counts.astype(np.float64)
+
+
+def _batch_sum_log1p(
+    values: FloatArray, counts: FloatArray, s: FloatArray, sign: float
+) -> FloatArray:
+    """:func:`_sum_log1p` for each row ``q``: ``sum_k counts_k log(1 + sign (values_qk s_qj)^2)``.
+
+    ``s`` is Q x J, each row ascending. As there, the terms with ``b max(s) <= 1/2`` go through
+    the power series (their power sums cut to the terms that count at each order, as
+    :meth:`_Runs._compute_power_sums`), the others exactly.
+    """
+    n_rows = values.shape[0]
+    s_max = s[:, -1]
+    exact = values * s_max[:, None] > _SERIES_RADIUS
+    out = np.zeros_like(s)
+    rows, cols = np.nonzero(exact)
+    if rows.size:
+        terms = np.log1p(sign * np.square(s[rows] * values[rows, cols][:, None]))
+        terms *= counts[cols][:, None]
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+        out[rows[starts]] += np.add.reduceat(terms, starts, axis=0)
+    small = np.where(exact, 0.0, values)
+    reference = small.max(axis=1)
+    if not np.any(reference > 0):
+        return out
+    z = np.square(small / np.where(reference > 0, reference, 1.0)[:, None])
+    powers = z * counts
+    orders = np.arange(1, _SERIES_TERMS + 1)
+    least = 4.0 * (1e-20 / float(counts.max())) ** (1.0 / orders)  # the z that still count
+    # columns by their largest z, so that those still counting at each order come first
+    largest = z.max(axis=0)
+    order = np.argsort(-largest, kind="stable")
+    z, powers = z[:, order], powers[:, order]
+    counting = np.searchsorted(-largest[order], -least, "right")
+    sums = np.zeros((n_rows, _SERIES_TERMS))
+    for r in range(_SERIES_TERMS):
+        n = int(counting[r])
+        if n == 0:
+            break
+        sums[:, r] = powers[:, :n].sum(axis=1)
+        powers[:, :n] *= z[:, :n]
+    ratio = reference * s_max
+    coefficients = -((-sign) ** orders) * sums * np.power.outer(ratio * ratio, orders) / orders
+    u = np.square(s / s_max[:, None])
+    out += np.einsum("qjr,qr->qj", np.power.outer(u, orders), coefficients)
+    return out
+
+
+def _batch_log_phi_above(values: FloatArray, counts: FloatArray, s: FloatArray) -> FloatArray:
+    """:func:`_log_phi_above` for each row of ``values`` at its row of ``s`` (Q x J)."""
+    s_max = s[:, -1]
+    exact = values * s_max[:, None] > _SERIES_RADIUS
+    small = np.where(exact, 0.0, np.square(values))
+    square = np.square(s)
+    out = (
+        square * (small @ counts)[:, None]
+        - 0.5 * np.square(square) * (np.square(small) @ counts)[:, None]
+    )
+    rows, cols = np.nonzero(exact)
+    if rows.size:
+        terms = np.log1p(np.square(s[rows] * values[rows, cols][:, None])) * counts[cols][:, None]
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+        out[rows[starts]] += np.add.reduceat(terms, starts, axis=0)
+    return -out
 
 
 def laplace_sum_tail(scales: npt.ArrayLike, x: float) -> float:
@@ -493,6 +709,11 @@ def _root_quantile(
         high = tail_extent(b, delta)
         while tail(high) > delta:  # a simulation may disagree with the Chernoff bound
             high *= 2.0
+    return _root(tail, delta, low, high)
+
+
+def _root(tail: Callable[[float], float], delta: float, low: float, high: float) -> float:
+    """``tail(w) = delta`` for ``w`` in a bracket, rounded up to the safe side."""
     w = float(optimize.brentq(lambda v: tail(v) - delta, low, high, xtol=1e-300, rtol=1e-12))
     while tail(w) > delta:  # brentq's root may sit a rounding step below the crossing
         w = math.nextafter(w * (1 + 1e-12), math.inf)

@@ -227,3 +227,96 @@ def test_the_dominant_quantile_is_skipped_only_where_it_would_be_refused() -> No
             taken += 1
             assert EXACT.tail(scales, found) <= delta
     assert skipped > 50 and taken > 50  # both ways exercised
+
+
+def _batch_matches_one_at_a_time(scales: np.ndarray, delta: float) -> None:
+    batch = EXACT.quantiles(scales, delta)
+    one = np.array([EXACT.quantile(row, delta) for row in scales])
+    np.testing.assert_allclose(batch, one, rtol=1e-10, atol=0.0)  # ~1e-13 in the tail
+    for row, w in zip(scales, batch):  # the tail there is delta, to the method's error budget
+        assert EXACT.tail(row, w) <= delta + 2 * (EXACT.alias_tol + EXACT.trunc_tol)
+
+
+def test_batched_quantiles_match_one_at_a_time_on_random_matrices() -> None:
+    # Rows as a GROUP BY's BLUEs give them: the same terms (columns), many repeated (rows of
+    # one vector at one budget), a spread of magnitudes; some rows dominated by one term, some
+    # with only one or two terms, some with ties at the top.
+    rng = np.random.default_rng(23)
+    kinds = set()
+    for trial in range(120):
+        n_rows = int(rng.integers(1, 25))
+        distinct = int(rng.integers(1, 400))
+        columns = rng.exponential(1.0, (n_rows, distinct)) * rng.choice(
+            [1e-9, 1e-4, 1e-2, 0.1, 1.0], (n_rows, distinct)
+        )
+        columns[rng.random((n_rows, distinct)) < 0.1] = 0.0
+        scales = columns[:, rng.integers(0, distinct, int(rng.integers(1, 3 * distinct + 2)))]
+        if trial % 4 == 1:
+            scales[0, 0] = 50.0 * scales.max()  # a dominant term
+        if trial % 4 == 2 and scales.shape[1] > 3:
+            scales[-1, 2:] = 0.0  # two terms at most
+        if trial % 4 == 3 and scales.shape[1] > 3:
+            scales[:, 1] = scales[:, 0] = scales.max()  # tied at the top
+        delta = float(rng.choice([0.5, 0.2, 0.05, 1e-3, 1e-6]))
+        _batch_matches_one_at_a_time(scales, delta)
+        values, counts = _merge_for_test(scales)
+        kinds.add(bool(EXACT._closed_forms(values, counts, delta).all()))
+    assert kinds == {True, False}  # both the inversion and the closed forms exercised
+
+
+def _merge_for_test(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    from proxy.engine.tails import _merge_columns
+
+    return _merge_columns(np.abs(scales))
+
+
+def test_merged_columns_are_exactly_the_distinct_columns() -> None:
+    rng = np.random.default_rng(5)
+    base = rng.exponential(1.0, (6, 40))
+    picks = rng.integers(0, 40, 500)
+    values, counts = _merge_for_test(base[:, picks])
+    assert values.shape[1] == np.unique(picks).size and counts.sum() == 500
+    expected = {tuple(base[:, k]): int((picks == k).sum()) for k in np.unique(picks)}
+    assert {tuple(c): int(n) for c, n in zip(values.T, counts)} == expected
+
+
+def test_batched_quantiles_of_a_group_by_over_a_real_history() -> None:
+    # The BLUEs of a GROUP BY's groups over an engine's history: what the engine batches.
+    from fractions import Fraction
+
+    from proxy.engine import PrivacyEngine, QueryRequest
+    from proxy.engine.history import HistoryEntry
+    from sqlmap.accuracy import AccuracyRequest
+    from sqlmap.vector import LinearQuery
+
+    rng = np.random.default_rng(3)
+    shape = (4, 3, 5)
+    history = []
+    for _ in range(300):
+        axes = tuple(sorted(rng.choice(3, int(rng.integers(1, 3)), replace=False).tolist()))
+        tensor = rng.random(tuple(n if d in axes else 1 for d, n in enumerate(shape))) < 0.6
+        if not tensor.any():
+            tensor.flat[0] = True
+        query = LinearQuery.from_tensor(shape, tensor.astype(float))
+        budget = Fraction(int(rng.integers(1, 20)), 100)
+        history.append(HistoryEntry("t", query, budget, Fraction(1), float(rng.normal(50, 5))))
+    engine = PrivacyEngine("t", 60, total_budget=Fraction(10**6), history=history, shape=shape)
+    groups = []
+    for a in range(shape[0]):
+        for b in range(shape[1]):
+            tensor = np.zeros((*shape[:2], 1))
+            tensor[a, b] = 1.0
+            groups.append(LinearQuery.from_tensor(shape, tensor))
+    solutions = [s for s in engine._index.solve_many(groups) if s is not None]
+    assert len(solutions) == len(groups)
+    assert all(np.array_equal(s.rows, solutions[0].rows) for s in solutions)
+    scales = np.stack([s.scales for s in solutions])
+    for delta in (0.05, 1e-4):
+        _batch_matches_one_at_a_time(scales, delta)
+    # and the engine's plan of that batch finds the widths it would find one by one
+    accuracy = AccuracyRequest(5.0, 0.95)
+    plan = engine.plan([QueryRequest(q, accuracy) for q in groups])
+    alone = [engine.plan([QueryRequest(q, accuracy)]).decisions[0] for q in groups]
+    for together, single in zip(plan.decisions, alone):
+        assert together.source == single.source
+        assert together.half_width == pytest.approx(single.half_width, rel=1e-11)
