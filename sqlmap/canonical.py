@@ -336,14 +336,39 @@ def _raw_key(dim: Dimension) -> Mapping[str | None, int] | None:
 Part = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]
 
 
-def _kinds(cube: Cube, query: LinearQuery) -> list[Part]:
-    """A vector's weights per coordinate kind (the count, then each measure's sums), by cell."""
-    n = cube.n_cells
-    ends = np.searchsorted(query.cells, np.arange(len(cube.measures) + 2) * n)
-    return [
-        (query.cells[a:b] - k * n, query.weights[a:b])
-        for k, (a, b) in enumerate(zip(ends[:-1], ends[1:]))
-    ]
+def _grid(cube: Cube, query: LinearQuery, union: Sequence[int]) -> npt.NDArray[np.float64]:
+    """A vector's weights over ``(kind, *the dimensions in union)``, constant along the others.
+
+    A vector held cell by cell is a tensor over every dimension (``union`` is then all of them).
+    """
+    kinds = 1 + len(cube.measures)
+    if query.core is None or query.shape != cube.shape:
+        return query.to_dense().reshape((kinds, *cube.shape))
+    core = query.core.reshape([kinds] + [cube.shape[d] if d in query.axes else 1 for d in union])
+    return np.broadcast_to(core, (kinds, *(cube.shape[d] for d in union)))
+
+
+def _atoms(parts: Iterable[npt.NDArray[np.float64]], size: int) -> npt.NDArray[np.int64]:
+    """Ids such that points with equal weights in every part share one (0: weighed by none).
+
+    Linear time in the common cases (equal weights, disjoint supports), a sort otherwise.
+    """
+    atom = np.zeros(size, dtype=np.int64)
+    next_id = 1
+    for flat in parts:
+        points = np.flatnonzero(flat)
+        if not points.size:
+            continue
+        weights, before = flat[points], atom[points]
+        if weights.min() == weights.max() and before.min() == before.max():
+            atom[points] = next_id
+            next_id += 1
+            continue
+        weight_ids = np.unique(weights, return_inverse=True)[1]
+        distinct, inverse = np.unique(before * (points.size + 1) + weight_ids, return_inverse=True)
+        atom[points] = next_id + inverse
+        next_id += distinct.size
+    return atom
 
 
 def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSql:
@@ -355,6 +380,10 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     dimensions is then one filtered count, a GROUP BY one group per key, as PostgreSQL would
     compute the user's own query. A vector weighing a measure's sums adds that measure's
     clamped sum per group (:func:`clamped_sum_sql`); its weights, too, decide the grouping.
+
+    All of it is worked out on the grid of the dimensions some factored vector depends on (a
+    vector held cell by cell depends on all of them), never over the cube's cells: along any
+    other dimension every vector is constant, so its hull is all bins and it is not grouped.
 
     Domain violations are refused as by :func:`histogram_from_rows` in every dimension the
     queries read: the restriction lets through rows that break a dimension's promise (it
@@ -368,44 +397,40 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
         for q in queries
     ):
         raise ValueError("measurements are offset-free vectors over this cube's coordinates")
-    parts = [_kinds(cube, q) for q in queries]
-    nonempty = [cells for kinds in parts for cells, _ in kinds if cells.size]
-    if not nonempty:
-        return MeasurementSql(cube, None, (), False, (), False, tuple(map(tuple, parts)))
     shape = cube.shape
-    weighed = np.zeros(cube.n_cells, dtype=bool)
-    # cells with equal weights in every query share an atom id (0: weighed by none); linear
-    # time in the common cases (equal weights, disjoint supports), a sort otherwise
-    atom = np.zeros(cube.n_cells, dtype=np.int64)
-    next_id = 1
-    for cells, weights in (part for kinds in parts for part in kinds):
-        if not cells.size:
-            continue
-        weighed[cells] = True
-        before = atom[cells]
-        if weights.min() == weights.max() and before.min() == before.max():
-            atom[cells] = next_id
-            next_id += 1
-            continue
-        weight_ids = np.unique(weights, return_inverse=True)[1]
-        distinct, inverse = np.unique(before * (cells.size + 1) + weight_ids, return_inverse=True)
-        atom[cells] = next_id + inverse
-        next_id += distinct.size
+    axes = range(len(shape))
+    if all(q.core is not None and q.shape == shape for q in queries):
+        union = sorted({d for q in queries for d in q.axes})
+    else:
+        union = list(axes)
+    kinds_n = 1 + len(cube.measures)
+    grid_shape = tuple(shape[d] for d in union)
+    size = math.prod(grid_shape)
+    # per query, per kind: its weight at each point of the grid
+    grids = [_grid(cube, q, union).reshape(kinds_n, size) for q in queries]
+    weighed = np.zeros(size, dtype=bool)
+    for grid in grids:
+        weighed |= np.any(grid != 0, axis=0)
+    if not weighed.any():
+        empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
+        none = tuple((empty,) * kinds_n for _ in queries)
+        return MeasurementSql(cube, None, (), False, (), False, none)
+    atom = _atoms((grid[k] for grid in grids for k in range(kinds_n)), size)
 
     # the hull: per dimension, the bins some weighed cell lies in; the atoms over it
-    axes = range(len(shape))
-    hull = [
-        np.flatnonzero(weighed.reshape(shape).any(axis=tuple(e for e in axes if e != d)))
-        for d in axes
-    ]
-    dense = atom.reshape(shape)
-    if any(h.size < size for h, size in zip(hull, shape)):
-        dense = dense[np.ix_(*hull)]
+    on_grid = range(len(union))
+    weighed_grid = weighed.reshape(grid_shape)
+    hull = [np.arange(n) for n in shape]
+    for g, d in enumerate(union):
+        hull[d] = np.flatnonzero(weighed_grid.any(axis=tuple(e for e in on_grid if e != g)))
+    dense = atom.reshape(grid_shape)
+    if any(hull[d].size < shape[d] for d in union):
+        dense = dense[np.ix_(*(hull[d] for d in union))]
     varies = dense.min() != dense.max()  # else (a range count) no dimension is grouped
     grouped = [
         d
-        for d in axes
-        if varies and hull[d].size > 1 and not np.all(dense == dense.take([0], axis=d))
+        for g, d in enumerate(union)
+        if varies and hull[d].size > 1 and not np.all(dense == dense.take([0], axis=g))
     ]
     restricted = [d for d, dim in enumerate(cube.dimensions) if hull[d].size < dim.size]
 
@@ -431,7 +456,7 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     counts = ["count(*) AS n"]
     if inside:
         counts.append(f"count(*) FILTER (WHERE {' AND '.join(inside)}) AS n_inside")
-    kinds = tuple(k for k in range(1, 1 + len(cube.measures)) if any(p[k][0].size for p in parts))
+    kinds = tuple(k for k in range(1, kinds_n) if any(np.any(grid[k]) for grid in grids))
     summed = [cube.measures[k - 1] for k in kinds]
     counts += [clamped_sum_sql(m) for m in summed]
     nulls = _nulls_sql(summed)
@@ -443,14 +468,15 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     if columns:
         sql += " GROUP BY " + ", ".join(str(k + 1) for k in range(len(columns)))
 
-    group_of = np.zeros(shape, dtype=np.int64)
-    for d in grouped:
-        group_of += (np.arange(shape[d]) * strides[d]).reshape([-1 if e == d else 1 for e in axes])
+    group_of = np.zeros(grid_shape, dtype=np.int64)
+    for g, d in enumerate(union):
+        if d in strides:
+            spread = [-1 if e == g else 1 for e in on_grid]
+            group_of += (np.arange(shape[d]) * strides[d]).reshape(spread)
     group_of = group_of.reshape(-1)
     n_groups = math.prod(shape[d] for d in grouped)
     per_group = tuple(
-        tuple(_group_weights(cells, w, group_of, n_groups) for cells, w in by_kind)
-        for by_kind in parts
+        tuple(_group_weights(grid[k], group_of, n_groups) for k in range(kinds_n)) for grid in grids
     )
     return MeasurementSql(
         cube, sql, tuple(key_bins), bool(inside), kinds, nulls is not None, per_group
@@ -458,22 +484,20 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
 
 
 def _group_weights(
-    cells: npt.NDArray[np.int64],
-    weights: npt.NDArray[np.float64],
-    group_of: npt.NDArray[np.int64],
-    n_groups: int,
+    flat: npt.NDArray[np.float64], group_of: npt.NDArray[np.int64], n_groups: int
 ) -> Part:
-    """A vector part's weight per group (within the hull a group's cells weigh alike)."""
-    group = group_of[cells]
-    if n_groups <= 4 * cells.size + 4096:
+    """A vector part's weight per group (within the hull a group's points weigh alike)."""
+    points = np.flatnonzero(flat)
+    group = group_of[points]
+    if n_groups <= 4 * points.size + 4096:
         weight_of = np.zeros(n_groups)
-        weight_of[group] = weights
+        weight_of[group] = flat[points]
         present = np.zeros(n_groups, dtype=bool)
         present[group] = True
         groups = np.flatnonzero(present)
         return groups, weight_of[groups]
     groups, first = np.unique(group, return_index=True)
-    return groups, weights[first]
+    return groups, flat[points][first]
 
 
 #: Column name -> type of a table; parameters $1 = schema, $2 = table.
