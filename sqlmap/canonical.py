@@ -336,30 +336,38 @@ def _raw_key(dim: Dimension) -> Mapping[str | None, int] | None:
 Part = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]
 
 
-def _grid(cube: Cube, query: LinearQuery, union: Sequence[int]) -> npt.NDArray[np.float64]:
+def _grid(
+    shape: tuple[int, ...], kinds: int, query: LinearQuery, union: Sequence[int]
+) -> npt.NDArray[np.float64]:
     """A vector's weights over ``(kind, *the dimensions in union)``, constant along the others.
 
     A vector held cell by cell is a tensor over every dimension (``union`` is then all of them).
     """
-    kinds = 1 + len(cube.measures)
-    if query.core is None or query.shape != cube.shape:
-        return query.to_dense().reshape((kinds, *cube.shape))
-    core = query.core.reshape([kinds] + [cube.shape[d] if d in query.axes else 1 for d in union])
-    return np.broadcast_to(core, (kinds, *(cube.shape[d] for d in union)))
+    if query.core is None or query.shape != shape:
+        return query.to_dense().reshape((kinds, *shape))
+    core = query.core.reshape([kinds] + [shape[d] if d in query.axes else 1 for d in union])
+    return np.broadcast_to(core, (kinds, *(shape[d] for d in union)))
 
 
-def _atoms(parts: Iterable[npt.NDArray[np.float64]], size: int) -> npt.NDArray[np.int64]:
+def _by_kind(grid: npt.NDArray[np.float64]) -> list[Part]:
+    """A vector's weighed points of the grid and their weights, per kind (``grid[kind]``)."""
+    kind, points = np.nonzero(grid)
+    ends = np.searchsorted(kind, np.arange(grid.shape[0] + 1))
+    weights = grid[kind, points]
+    return [(points[a:b], weights[a:b]) for a, b in zip(ends[:-1], ends[1:])]
+
+
+def _atoms(parts: Iterable[Part], size: int) -> npt.NDArray[np.int64]:
     """Ids such that points with equal weights in every part share one (0: weighed by none).
 
     Linear time in the common cases (equal weights, disjoint supports), a sort otherwise.
     """
     atom = np.zeros(size, dtype=np.int64)
     next_id = 1
-    for flat in parts:
-        points = np.flatnonzero(flat)
+    for points, weights in parts:
         if not points.size:
             continue
-        weights, before = flat[points], atom[points]
+        before = atom[points]
         if weights.min() == weights.max() and before.min() == before.max():
             atom[points] = next_id
             next_id += 1
@@ -392,12 +400,9 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     on count where any of its bins would put them, which every answer of such queries agrees
     with.
     """
-    if any(
-        q.n_cells != cube.n_coordinates or q.measures != cube.measure_reach or q.offset
-        for q in queries
-    ):
+    shape, n_coordinates, reach = cube.shape, cube.n_coordinates, cube.measure_reach
+    if any(q.n_cells != n_coordinates or q.measures != reach or q.offset for q in queries):
         raise ValueError("measurements are offset-free vectors over this cube's coordinates")
-    shape = cube.shape
     axes = range(len(shape))
     if all(q.core is not None and q.shape == shape for q in queries):
         union = sorted({d for q in queries for d in q.axes})
@@ -406,16 +411,14 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     kinds_n = 1 + len(cube.measures)
     grid_shape = tuple(shape[d] for d in union)
     size = math.prod(grid_shape)
-    # per query, per kind: its weight at each point of the grid
-    grids = [_grid(cube, q, union).reshape(kinds_n, size) for q in queries]
+    # per query, per kind: the points of the grid it weighs, and their weights
+    parts = [_by_kind(_grid(shape, kinds_n, q, union).reshape(kinds_n, size)) for q in queries]
     weighed = np.zeros(size, dtype=bool)
-    for grid in grids:
-        weighed |= np.any(grid != 0, axis=0)
+    for points, _ in (part for by_kind in parts for part in by_kind):
+        weighed[points] = True
     if not weighed.any():
-        empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
-        none = tuple((empty,) * kinds_n for _ in queries)
-        return MeasurementSql(cube, None, (), False, (), False, none)
-    atom = _atoms((grid[k] for grid in grids for k in range(kinds_n)), size)
+        return MeasurementSql(cube, None, (), False, (), False, tuple(map(tuple, parts)))
+    atom = _atoms((part for by_kind in parts for part in by_kind), size)
 
     # the hull: per dimension, the bins some weighed cell lies in; the atoms over it
     on_grid = range(len(union))
@@ -456,7 +459,7 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     counts = ["count(*) AS n"]
     if inside:
         counts.append(f"count(*) FILTER (WHERE {' AND '.join(inside)}) AS n_inside")
-    kinds = tuple(k for k in range(1, kinds_n) if any(np.any(grid[k]) for grid in grids))
+    kinds = tuple(k for k in range(1, kinds_n) if any(p[k][0].size for p in parts))
     summed = [cube.measures[k - 1] for k in kinds]
     counts += [clamped_sum_sql(m) for m in summed]
     nulls = _nulls_sql(summed)
@@ -476,7 +479,8 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     group_of = group_of.reshape(-1)
     n_groups = math.prod(shape[d] for d in grouped)
     per_group = tuple(
-        tuple(_group_weights(grid[k], group_of, n_groups) for k in range(kinds_n)) for grid in grids
+        tuple(_group_weights(points, w, group_of, n_groups) for points, w in by_kind)
+        for by_kind in parts
     )
     return MeasurementSql(
         cube, sql, tuple(key_bins), bool(inside), kinds, nulls is not None, per_group
@@ -484,20 +488,22 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
 
 
 def _group_weights(
-    flat: npt.NDArray[np.float64], group_of: npt.NDArray[np.int64], n_groups: int
+    points: npt.NDArray[np.int64],
+    weights: npt.NDArray[np.float64],
+    group_of: npt.NDArray[np.int64],
+    n_groups: int,
 ) -> Part:
     """A vector part's weight per group (within the hull a group's points weigh alike)."""
-    points = np.flatnonzero(flat)
     group = group_of[points]
     if n_groups <= 4 * points.size + 4096:
         weight_of = np.zeros(n_groups)
-        weight_of[group] = flat[points]
+        weight_of[group] = weights
         present = np.zeros(n_groups, dtype=bool)
         present[group] = True
         groups = np.flatnonzero(present)
         return groups, weight_of[groups]
     groups, first = np.unique(group, return_index=True)
-    return groups, flat[points][first]
+    return groups, weights[first]
 
 
 #: Column name -> type of a table; parameters $1 = schema, $2 = table.
