@@ -336,14 +336,47 @@ def _raw_key(dim: Dimension) -> Mapping[str | None, int] | None:
 Part = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]
 
 
-def _kinds(cube: Cube, query: LinearQuery) -> list[Part]:
-    """A vector's weights per coordinate kind (the count, then each measure's sums), by cell."""
-    n = cube.n_cells
-    ends = np.searchsorted(query.cells, np.arange(len(cube.measures) + 2) * n)
-    return [
-        (query.cells[a:b] - k * n, query.weights[a:b])
-        for k, (a, b) in enumerate(zip(ends[:-1], ends[1:]))
-    ]
+def _grid(
+    shape: tuple[int, ...], kinds: int, query: LinearQuery, union: Sequence[int]
+) -> npt.NDArray[np.float64]:
+    """A vector's weights over ``(kind, *the dimensions in union)``, constant along the others.
+
+    A vector held cell by cell is a tensor over every dimension (``union`` is then all of them).
+    """
+    if query.core is None or query.shape != shape:
+        return query.to_dense().reshape((kinds, *shape))
+    core = query.core.reshape([kinds] + [shape[d] if d in query.axes else 1 for d in union])
+    return np.broadcast_to(core, (kinds, *(shape[d] for d in union)))
+
+
+def _by_kind(grid: npt.NDArray[np.float64]) -> list[Part]:
+    """A vector's weighed points of the grid and their weights, per kind (``grid[kind]``)."""
+    kind, points = np.nonzero(grid)
+    ends = np.searchsorted(kind, np.arange(grid.shape[0] + 1))
+    weights = grid[kind, points]
+    return [(points[a:b], weights[a:b]) for a, b in zip(ends[:-1], ends[1:])]
+
+
+def _atoms(parts: Iterable[Part], size: int) -> npt.NDArray[np.int64]:
+    """Ids such that points with equal weights in every part share one (0: weighed by none).
+
+    Linear time in the common cases (equal weights, disjoint supports), a sort otherwise.
+    """
+    atom = np.zeros(size, dtype=np.int64)
+    next_id = 1
+    for points, weights in parts:
+        if not points.size:
+            continue
+        before = atom[points]
+        if weights.min() == weights.max() and before.min() == before.max():
+            atom[points] = next_id
+            next_id += 1
+            continue
+        weight_ids = np.unique(weights, return_inverse=True)[1]
+        distinct, inverse = np.unique(before * (points.size + 1) + weight_ids, return_inverse=True)
+        atom[points] = next_id + inverse
+        next_id += distinct.size
+    return atom
 
 
 def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSql:
@@ -356,6 +389,10 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     compute the user's own query. A vector weighing a measure's sums adds that measure's
     clamped sum per group (:func:`clamped_sum_sql`); its weights, too, decide the grouping.
 
+    All of it is worked out on the grid of the dimensions some factored vector depends on (a
+    vector held cell by cell depends on all of them), never over the cube's cells: along any
+    other dimension every vector is constant, so its hull is all bins and it is not grouped.
+
     Domain violations are refused as by :func:`histogram_from_rows` in every dimension the
     queries read: the restriction lets through rows that break a dimension's promise (it
     excludes only rows in declared bins outside the hull), and such rows fall in no group or
@@ -363,49 +400,40 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     on count where any of its bins would put them, which every answer of such queries agrees
     with.
     """
-    if any(
-        q.n_cells != cube.n_coordinates or q.measures != cube.measure_reach or q.offset
-        for q in queries
-    ):
+    shape, n_coordinates, reach = cube.shape, cube.n_coordinates, cube.measure_reach
+    if any(q.n_cells != n_coordinates or q.measures != reach or q.offset for q in queries):
         raise ValueError("measurements are offset-free vectors over this cube's coordinates")
-    parts = [_kinds(cube, q) for q in queries]
-    nonempty = [cells for kinds in parts for cells, _ in kinds if cells.size]
-    if not nonempty:
+    axes = range(len(shape))
+    if all(q.core is not None and q.shape == shape for q in queries):
+        union = sorted({d for q in queries for d in q.axes})
+    else:
+        union = list(axes)
+    kinds_n = 1 + len(cube.measures)
+    grid_shape = tuple(shape[d] for d in union)
+    size = math.prod(grid_shape)
+    # per query, per kind: the points of the grid it weighs, and their weights
+    parts = [_by_kind(_grid(shape, kinds_n, q, union).reshape(kinds_n, size)) for q in queries]
+    weighed = np.zeros(size, dtype=bool)
+    for points, _ in (part for by_kind in parts for part in by_kind):
+        weighed[points] = True
+    if not weighed.any():
         return MeasurementSql(cube, None, (), False, (), False, tuple(map(tuple, parts)))
-    shape = cube.shape
-    weighed = np.zeros(cube.n_cells, dtype=bool)
-    # cells with equal weights in every query share an atom id (0: weighed by none); linear
-    # time in the common cases (equal weights, disjoint supports), a sort otherwise
-    atom = np.zeros(cube.n_cells, dtype=np.int64)
-    next_id = 1
-    for cells, weights in (part for kinds in parts for part in kinds):
-        if not cells.size:
-            continue
-        weighed[cells] = True
-        before = atom[cells]
-        if weights.min() == weights.max() and before.min() == before.max():
-            atom[cells] = next_id
-            next_id += 1
-            continue
-        weight_ids = np.unique(weights, return_inverse=True)[1]
-        distinct, inverse = np.unique(before * (cells.size + 1) + weight_ids, return_inverse=True)
-        atom[cells] = next_id + inverse
-        next_id += distinct.size
+    atom = _atoms((part for by_kind in parts for part in by_kind), size)
 
     # the hull: per dimension, the bins some weighed cell lies in; the atoms over it
-    axes = range(len(shape))
-    hull = [
-        np.flatnonzero(weighed.reshape(shape).any(axis=tuple(e for e in axes if e != d)))
-        for d in axes
-    ]
-    dense = atom.reshape(shape)
-    if any(h.size < size for h, size in zip(hull, shape)):
-        dense = dense[np.ix_(*hull)]
+    on_grid = range(len(union))
+    weighed_grid = weighed.reshape(grid_shape)
+    hull = [np.arange(n) for n in shape]
+    for g, d in enumerate(union):
+        hull[d] = np.flatnonzero(weighed_grid.any(axis=tuple(e for e in on_grid if e != g)))
+    dense = atom.reshape(grid_shape)
+    if any(hull[d].size < shape[d] for d in union):
+        dense = dense[np.ix_(*(hull[d] for d in union))]
     varies = dense.min() != dense.max()  # else (a range count) no dimension is grouped
     grouped = [
         d
-        for d in axes
-        if varies and hull[d].size > 1 and not np.all(dense == dense.take([0], axis=d))
+        for g, d in enumerate(union)
+        if varies and hull[d].size > 1 and not np.all(dense == dense.take([0], axis=g))
     ]
     restricted = [d for d, dim in enumerate(cube.dimensions) if hull[d].size < dim.size]
 
@@ -431,7 +459,7 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     counts = ["count(*) AS n"]
     if inside:
         counts.append(f"count(*) FILTER (WHERE {' AND '.join(inside)}) AS n_inside")
-    kinds = tuple(k for k in range(1, 1 + len(cube.measures)) if any(p[k][0].size for p in parts))
+    kinds = tuple(k for k in range(1, kinds_n) if any(p[k][0].size for p in parts))
     summed = [cube.measures[k - 1] for k in kinds]
     counts += [clamped_sum_sql(m) for m in summed]
     nulls = _nulls_sql(summed)
@@ -443,13 +471,15 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
     if columns:
         sql += " GROUP BY " + ", ".join(str(k + 1) for k in range(len(columns)))
 
-    group_of = np.zeros(shape, dtype=np.int64)
-    for d in grouped:
-        group_of += (np.arange(shape[d]) * strides[d]).reshape([-1 if e == d else 1 for e in axes])
+    group_of = np.zeros(grid_shape, dtype=np.int64)
+    for g, d in enumerate(union):
+        if d in strides:
+            spread = [-1 if e == g else 1 for e in on_grid]
+            group_of += (np.arange(shape[d]) * strides[d]).reshape(spread)
     group_of = group_of.reshape(-1)
     n_groups = math.prod(shape[d] for d in grouped)
     per_group = tuple(
-        tuple(_group_weights(cells, w, group_of, n_groups) for cells, w in by_kind)
+        tuple(_group_weights(points, w, group_of, n_groups) for points, w in by_kind)
         for by_kind in parts
     )
     return MeasurementSql(
@@ -458,14 +488,14 @@ def measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> MeasurementSq
 
 
 def _group_weights(
-    cells: npt.NDArray[np.int64],
+    points: npt.NDArray[np.int64],
     weights: npt.NDArray[np.float64],
     group_of: npt.NDArray[np.int64],
     n_groups: int,
 ) -> Part:
-    """A vector part's weight per group (within the hull a group's cells weigh alike)."""
-    group = group_of[cells]
-    if n_groups <= 4 * cells.size + 4096:
+    """A vector part's weight per group (within the hull a group's points weigh alike)."""
+    group = group_of[points]
+    if n_groups <= 4 * points.size + 4096:
         weight_of = np.zeros(n_groups)
         weight_of[group] = weights
         present = np.zeros(n_groups, dtype=bool)

@@ -18,6 +18,7 @@ and the few dimensions it depends on.
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -184,7 +185,7 @@ class LinearQuery:
         t = t.reshape((1,) * (len(full) - t.ndim) + t.shape)
         if any(s not in (1, n) for s, n in zip(t.shape, full)):
             raise ValueError(f"a tensor of shape {t.shape} does not broadcast to {full}")
-        if not np.all(np.isfinite(t)):
+        if not np.isfinite(t).all():
             raise ValueError("weights must be finite")
         t = np.broadcast_to(t, (full[0], *t.shape[1:]))  # every kind has its own weights
         axes = []
@@ -193,7 +194,7 @@ class LinearQuery:
             if t.shape[position] == 1:
                 continue
             first = t[(slice(None),) * position + (slice(0, 1),)]
-            if np.array_equal(t, np.broadcast_to(first, t.shape)):
+            if (t == first).all():
                 t = first
             else:
                 axes.append(d)
@@ -202,7 +203,7 @@ class LinearQuery:
         query = cls.__new__(cls)
         query._set(math.prod(full), offset, reach, shape, tuple(axes), core, None, None)
         per_cell = core.reshape(core.shape[0], -1).T  # a row per cell of ``axes``: its kinds
-        weighed = np.any(per_cell != 0, axis=1)
+        weighed = (per_cell != 0).any(axis=1)
         magnitudes = np.zeros(per_cell.shape[0])
         if reach:
             magnitudes[weighed], row_range = _box(per_cell[weighed], reach)
@@ -414,37 +415,54 @@ def _cell_box(
 def _box(table: FloatArray, measures: Reach) -> tuple[FloatArray, tuple[float, float]]:
     """Per row of kinds' weights, ``max |q_count + sum_m q_m v_m|`` with each ``v_m`` in its reach.
 
-    Also the least and greatest value of ``q_count + sum_m q_m v_m`` over the rows. A linear
-    function's extremes over a box lie at corners chosen per coordinate by the sign of its
-    weight. Computed exactly (in fractions, weights read as the decimals they print as, as the
-    budget and the noise lattice read them) once per distinct weight pattern, then rounded up,
-    so that neither the noise nor a cell's charge is ever below the true sensitivity.
+    Also the least and greatest value of ``q_count + sum_m q_m v_m`` over the rows, both
+    worked out once per distinct row (:func:`_corners`).
     """
     # a measure no row weighs adds 0 at every corner: left out (a count over a measured cube)
-    weighed = [m for m in range(len(measures)) if np.any(table[:, 1 + m])]
-    patterns, back = _distinct_rows(table[:, [0, *(1 + m for m in weighed)]])
-    bounds = [(Fraction(measures[m][0]), Fraction(measures[m][1])) for m in weighed]
-    magnitudes = []
-    tops, bottoms = [], []
-    for row in patterns.tolist():
-        count, weights = Fraction(repr(row[0])), [Fraction(repr(w)) for w in row[1:]]
-        terms = [(w * lo, w * hi) for w, (lo, hi) in zip(weights, bounds)]
-        top = count + sum((max(t) for t in terms), Fraction(0))
-        bottom = count + sum((min(t) for t in terms), Fraction(0))
-        tops.append(top)
-        bottoms.append(bottom)
-        exact = max(abs(top), abs(bottom))
-        nearest = float(exact)  # read back as the decimal it prints as, it is never below
-        magnitudes.append(
-            math.nextafter(nearest, math.inf) if Fraction(repr(nearest)) < exact else nearest
-        )
-    least, largest = min(bottoms, default=Fraction(0)), max(tops, default=Fraction(0))
+    weighed = [m for m in range(len(measures)) if table[:, 1 + m].any()]
+    kept = table[:, [0, *(1 + m for m in weighed)]]
+    reach = tuple(measures[m] for m in weighed)
+    if kept.shape[0] > 1024:  # many cells (a vector held cell by cell): sorted into patterns
+        patterns, back = _distinct_rows(kept)
+        rows = list(map(tuple, patterns.tolist()))
+    else:  # a factored vector's few cells: a dict is 5x faster than the sorts
+        index: dict[tuple[float, ...], int] = {}
+        keys = map(tuple, kept.tolist())
+        back = np.array([index.setdefault(r, len(index)) for r in keys], dtype=np.int64)
+        rows = list(index)
+    corners = [_corners(row, reach) for row in rows]
+    magnitudes = np.array([c[0] for c in corners], dtype=np.float64)
+    least = min((c[2] for c in corners), default=Fraction(0))
+    largest = max((c[1] for c in corners), default=Fraction(0))
     low, high = float(least), float(largest)
     row_range = (
         math.nextafter(low, -math.inf) if Fraction(low) > least else low,
         math.nextafter(high, math.inf) if Fraction(high) < largest else high,
     )
-    return np.asarray(magnitudes, dtype=np.float64)[back], row_range
+    return magnitudes[back], row_range
+
+
+@functools.lru_cache(maxsize=65536)
+def _corners(row: tuple[float, ...], measures: Reach) -> tuple[float, Fraction, Fraction]:
+    """One row's sensitivity (rounded up to float8), and its exact greatest and least value.
+
+    A linear function's extremes over a box lie at corners chosen per coordinate by the sign
+    of its weight. Computed exactly (in fractions, weights read as the decimals they print as,
+    as the budget and the noise lattice read them), then rounded up, so that neither the noise
+    nor a cell's charge is ever below the true sensitivity. Vectors share few distinct rows
+    (one per weight pattern), hence the cache.
+    """
+    count = Fraction(repr(row[0]))
+    top = bottom = count
+    for w, (lo, hi) in zip(row[1:], measures):
+        if w:
+            weight = Fraction(repr(w))
+            low, high = sorted((weight * lo, weight * hi))
+            top, bottom = top + high, bottom + low
+    exact = max(abs(top), abs(bottom))
+    nearest = float(exact)  # read back as the decimal it prints as, it is never below
+    magnitude = math.nextafter(nearest, math.inf) if Fraction(repr(nearest)) < exact else nearest
+    return magnitude, top, bottom
 
 
 def _distinct_rows(

@@ -7,6 +7,8 @@ cells it builds on demand (for the reader's SQL) must be the statement's exact w
 from __future__ import annotations
 
 import itertools
+import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -130,3 +132,39 @@ def test_measured_vectors_are_tensors_over_a_kind_axis(sql: str) -> None:
         assert q.sensitivity == plain.sensitivity
         assert q.row_range() == plain.row_range()
         assert q.evaluate(x) == pytest.approx(plain.evaluate(x), rel=1e-12)
+
+
+def _corner_values(kinds: list[float], measures: tuple[tuple[int, int], ...]) -> list[Fraction]:
+    """Every corner of the box of measures' reaches, exactly (weights read as they print)."""
+    count, weights = Fraction(repr(kinds[0])), [Fraction(repr(w)) for w in kinds[1:]]
+    return [
+        count + sum((w * v for w, v in zip(weights, corner)), Fraction(0))
+        for corner in itertools.product(*measures)
+    ]
+
+
+@pytest.mark.parametrize("cells", [12, 700])  # a factored vector's few cells; a long table
+def test_box_sensitivities_are_the_corners_rounded_up(cells: int) -> None:
+    """Each cell's sensitivity is the least float8 (as printed) not below its exact largest
+    corner; the row range the extremes over every corner, widened to float8 the same way."""
+    rng = np.random.default_rng(cells)
+    measures = ((0, 1000), (-50, 50), (3, 7))
+    for _ in range(20):
+        pool = np.array([0.0, 0.0, 1.0, -1.0, 0.1, 1 / 3, -2.5, 17.25, 1e-3])
+        table = rng.choice(pool, size=(cells, 1 + len(measures)))
+        table[rng.integers(cells)] = (0.1, 0.2, 0.0, -0.3)
+        dense = np.concatenate([table[:, k] for k in range(table.shape[1])])
+        q = LinearQuery.from_dense(dense, measures=measures)
+        owners, magnitudes = q.cell_sensitivities()
+        low, high = q.row_range()
+        corners = {c: _corner_values(table[c].tolist(), measures) for c in range(cells)}
+        weighed = [c for c in range(cells) if np.any(table[c])]
+        assert owners.tolist() == weighed
+        for c, got in zip(weighed, magnitudes.tolist(), strict=True):
+            exact = max(abs(v) for v in corners[c])
+            assert Fraction(repr(got)) >= exact
+            assert Fraction(repr(math.nextafter(got, -math.inf))) < exact
+        least = min(v for c in weighed for v in corners[c])
+        largest = max(v for c in weighed for v in corners[c])
+        assert Fraction(low) <= least and Fraction(math.nextafter(low, math.inf)) > least
+        assert Fraction(high) >= largest and Fraction(math.nextafter(high, -math.inf)) < largest
