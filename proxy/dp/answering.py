@@ -398,8 +398,7 @@ class DpService:
         first = True
 
         def left(query: LinearQuery) -> float:
-            owners = query.cell_sensitivities()[0]  # the cells that own its coordinates
-            return float(budget.total - budget.most_spent_on(owners))
+            return float(budget.total - budget.most_spent_by(query))
 
         while True:
             asked = rounds.requests(left)

@@ -267,6 +267,24 @@ class CellBudget:
             most = int(self._spent[self._partition.atom_of[cells]].max())
         return self.carried + Fraction(most, self._denominator)
 
+    def most_spent_by(self, query: LinearQuery) -> Fraction:
+        """:meth:`most_spent_on` the cells a row of which moves ``query``.
+
+        On the grid a factored query's cells are never listed (a wide cube's range count
+        covers a million): the grid's most over the dimensions the query does not name, read
+        at the classes of the values it weighs.
+        """
+        if self._shape is None or not query.factored:
+            return self.most_spent_on(_charged(query)[0])
+        weighed = query.sensitivity_tensor() != 0
+        if not weighed.any():
+            return self.carried
+        axes = query.axes
+        others = tuple(d for d in range(len(self._shape)) if d not in axes)
+        grid = self._grid.max(axis=others) if others else self._grid
+        spent = grid[np.ix_(*(self._classes[d] for d in axes))] if axes else grid
+        return self.carried + Fraction(int(spent[weighed].max()), self._denominator)
+
     def per_cell(self) -> dict[int, Fraction]:
         """A copy of every ``B_j`` charged since the cube was last defined (without ``carried``)."""
         if self._shape is not None:  # every cell of the cube: for tests and reports

@@ -455,6 +455,31 @@ def test_past_the_span_solver_the_sparse_solver_agrees(monkeypatch: pytest.Monke
         _run(seed)
 
 
+def test_most_spent_by_a_factored_query_is_the_most_over_its_cells() -> None:
+    """Read on the grid, without listing cells: the same as over the cells the query moves."""
+    rng = np.random.default_rng(7)
+    shape = (3, 4, 2, 5)
+
+    def factored() -> LinearQuery:
+        axes = sorted(rng.choice(4, size=int(rng.integers(0, 4)), replace=False).tolist())
+        core = rng.integers(-2, 3, size=[shape[d] for d in axes]).astype(float)
+        return LinearQuery.from_tensor(
+            shape, core.reshape([shape[d] if d in axes else 1 for d in range(4)])
+        )
+
+    for _ in range(40):
+        budget = CellBudget("t", total=Fraction(100), carried=Fraction(1, 3), shape=shape)
+        for _ in range(int(rng.integers(0, 6))):
+            query = factored()
+            if not query.is_zero:
+                budget.commit(cell_charges(query, Fraction(int(rng.integers(1, 9)), 16)))
+        for _ in range(10):
+            query = factored()
+            assert budget.most_spent_by(query) == budget.most_spent_on(
+                query.cell_sensitivities()[0]
+            )
+
+
 def test_a_factored_budget_grows_with_what_charges_tell_apart_not_the_cube() -> None:
     """3.5 billion cells: charges, checks and a refusal on the grid of value classes."""
     shape = (3,) * 20
