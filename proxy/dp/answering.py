@@ -450,8 +450,9 @@ class DpService:
                 for label in _value_labels(spec, OutputKind.RATIO)
             )
             # the most a cell pays: charged on a budget of its own, cell by cell never listed
-            unspent = CellBudget(cube.qualified_name, total=engine.budget.total, shape=cube.shape)
-            charged = _most_spent_after(unspent, plan.charges)
+            alone = CellBudget(cube.qualified_name, total=engine.budget.total, shape=cube.shape)
+            alone.commit(plan.charges)  # a budget of this plan's alone: no copy needed
+            charged = alone.spent
             lines.append(
                 f"Budget: charges up to {format_budget(charged, up=True)} on the cells "
                 f"it reads; remaining now {format_budget(engine.budget.remaining, up=False)} "

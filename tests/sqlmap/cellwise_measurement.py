@@ -16,6 +16,7 @@ from sqlmap.canonical import (
     MeasurementSql,
     _bin_case,
     _bins_predicate,
+    _group_weights,
     _nulls_sql,
     _promised,
     _raw_key,
@@ -132,22 +133,3 @@ def cellwise_measurement_sql(cube: Cube, queries: Sequence[LinearQuery]) -> Meas
     return MeasurementSql(
         cube, sql, tuple(key_bins), bool(inside), kinds, nulls is not None, per_group
     )
-
-
-def _group_weights(
-    cells: npt.NDArray[np.int64],
-    weights: npt.NDArray[np.float64],
-    group_of: npt.NDArray[np.int64],
-    n_groups: int,
-) -> Part:
-    """A vector part's weight per group (within the hull a group's cells weigh alike)."""
-    group = group_of[cells]
-    if n_groups <= 4 * cells.size + 4096:
-        weight_of = np.zeros(n_groups)
-        weight_of[group] = weights
-        present = np.zeros(n_groups, dtype=bool)
-        present[group] = True
-        groups = np.flatnonzero(present)
-        return groups, weight_of[groups]
-    groups, first = np.unique(group, return_index=True)
-    return groups, weights[first]
