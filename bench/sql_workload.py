@@ -16,10 +16,13 @@
    dpproxy writes them and as ledgers before factored vectors held them; the time to open it
    and a service on it (the exact budget recomputed, the history's span prepared), and the
    CPU of the first decisions after.
+4. End to end at scale (``--history M``): part 1 once per M, the server started on a ledger
+   filled with M measurements of statements like the stream's (:func:`fill_ledger`), with the
+   server's start-up (wall and CPU) and peak RSS.
 
     uv run python -m bench.sql_workload [--statements 240] [--rows 5000000] [--repeats 5]
         [--skip-backend] [--skip-e2e] [--data-dir DIR] [--profile STACKS] [--wide]
-        [--restart M ...]
+        [--restart M ...] [--history M ...]
 
 Prints markdown; record the figures in docs/benchmarks.md with the machine, date and load.
 """
@@ -201,6 +204,14 @@ def backend_roles(conn: psycopg.Connection[tuple[int, str]]) -> dict[int, str]:
     return {int(p): "ledger" if db == ANALYST_DATABASE else "reader" for p, db in rows}
 
 
+def peak_rss_mb(pid: int) -> float:
+    """A process's peak resident set so far (``VmHWM``), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
@@ -227,15 +238,23 @@ def wide_config(text: str) -> str:
 
 
 def start_dpproxy(
-    work: Path, admin_dsn: str, port: int, schema: str, wide: bool = False
+    work: Path, admin_dsn: str, port: int, schema: str, wide: bool = False, history: int = 0
 ) -> subprocess.Popen[bytes]:
-    """``dpproxy serve`` with an empty ledger (in ``schema``), listening on ``port``."""
+    """``dpproxy serve`` with a ledger (in ``schema``) holding ``history`` measurements,
+    listening on ``port``."""
     text = (ROOT / "config.yaml").read_text()
     if wide:
         text = wide_config(text)
         (work / "cube.yaml").write_text(text)
     cubes = load_config(work / "cube.yaml").cubes if wide else CONFIG.cubes
     roles = provision_roles(admin_dsn, cubes, schema, users=["bench"])
+    if history:
+        if wide:
+            raise NotImplementedError("fill_ledger writes the demo cube's vectors only")
+        started = time.perf_counter()
+        asyncio.run(fill_ledger(roles.ledger_dsn, schema, history, listed=False))
+        filled = time.perf_counter() - started
+        print(f"(ledger filled with {history:,} measurements in {filled:.0f} s)")
     config = (
         text
         + f"""
@@ -252,6 +271,7 @@ users:
 """
     )
     (work / "dpproxy.yaml").write_text(config)
+    started = time.perf_counter()
     process = subprocess.Popen(
         [sys.executable, "-m", "proxy.cli", "--config", str(work / "dpproxy.yaml"), "serve"]
         + ["--log-level", "WARNING"],
@@ -259,10 +279,14 @@ users:
         stdout=subprocess.DEVNULL,
         stderr=open(work / "dpproxy.log", "wb"),  # noqa: SIM115 (the child owns it)
     )
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 120 + history / 100  # it loads the ledger before it listens
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            print(
+                f"(server listening after {time.perf_counter() - started:.2f} s wall, "
+                f"{cpu_ns(process.pid) / 1e9:.2f} s CPU: start-up and the ledger's load)"
+            )
             return process
         except OSError:
             time.sleep(0.2)
@@ -314,10 +338,11 @@ def end_to_end(
     n: int,
     profile: Path | None = None,
     wide: bool = False,
+    history: int = 0,
 ) -> list[Sample]:
     port = free_port()
     schema = f"ledger_{uuid.uuid4().hex[:8]}"
-    server = start_dpproxy(work, admin_dsn, port, schema, wide)
+    server = start_dpproxy(work, admin_dsn, port, schema, wide, history)
     # py-spy's collapsed stacks of dpproxy (every thread, idle ones left out) over the stream
     spy = (
         subprocess.Popen(
@@ -384,12 +409,16 @@ def end_to_end(
         if spy is not None:
             spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
             spy.wait(60)
+        peak_rss = peak_rss_mb(server.pid)
         server.terminate()
         server.wait(30)
         # the ledger lives in the analyst database
         with psycopg.connect(dsn_with(admin_dsn, dbname=ANALYST_DATABASE), autocommit=True) as conn:
             conn.execute(pgsql.SQL("DROP SCHEMA {} CASCADE").format(pgsql.Identifier(schema)))
-    print(f"\n{len(samples)} DP statements answered, {sum(refused.values())} refused\n")
+    print(
+        f"\n{len(samples)} DP statements answered, {sum(refused.values())} refused; "
+        f"dpproxy's peak RSS {peak_rss:.0f} MB\n"
+    )
     for reason, count in refused.most_common():
         print(f"- refused {count}x: {reason}")
     return samples
@@ -421,6 +450,15 @@ def report_end_to_end(samples: list[Sample]) -> None:
             f"| {pct(ratios, 95):.1f}x | {pct([s.wall_ms for s in group], 50):.2f} "
             f"| {pct([s.plain_wall_ms for s in group], 50):.2f} |"
         )
+    ratio = {
+        name: pct([s.dp_ms / s.plain_ms for s in groups[name] if s.plain_ms > 0], 50)
+        for name in ("all", "group by")
+    }
+    print(
+        f"\nTargets (DP / plain, median of ratios): every statement {ratio['all']:.1f}x "
+        f"(<= 5x: {'met' if ratio['all'] <= 5 else 'not met'}), GROUP BY {ratio['group by']:.1f}x "
+        f"(<= 10x: {'met' if ratio['group by'] <= 10 else 'not met'})"
+    )
 
 
 # -- part 2: the backend query on millions of rows -------------------------------------------
@@ -704,6 +742,13 @@ def main(argv: list[str] | None = None) -> None:
         help="time a restart from a ledger of M measurements (each as stored now and before)",
     )
     parser.add_argument(
+        "--history",
+        type=int,
+        nargs="+",
+        metavar="M",
+        help="end to end again on a ledger filled with M measurements first, for each M",
+    )
+    parser.add_argument(
         "--wide", action="store_true", help="end to end on the 10-dimension cube (4.35M cells)"
     )
     parser.add_argument(
@@ -719,12 +764,24 @@ def main(argv: list[str] | None = None) -> None:
         postmaster = int((data / "postmaster.pid").read_text().split()[0])
         print(f"# SQL workload ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n")
         print(machine())
+        cube = "the 10-dimension cube" if args.wide else "the demo cube"
         if not args.skip_e2e:
-            cube = "the 10-dimension cube" if args.wide else "the demo cube"
             print(
                 f"\n## End to end: {args.statements} dashboard statements through dpproxy ({cube})"
             )
             samples = end_to_end(work, admin, postmaster, args.statements, args.profile, args.wide)
+            report_end_to_end(samples)
+        for m in args.history or ():
+            print(
+                f"\n## End to end on a history of {m:,} measurements: {args.statements} "
+                f"dashboard statements through dpproxy ({cube})\n"
+            )
+            profile = args.profile
+            if profile is not None and (len(args.history) > 1 or not args.skip_e2e):
+                profile = profile.with_name(f"{profile.stem}-m{m}{profile.suffix}")
+            samples = end_to_end(
+                work, admin, postmaster, args.statements, profile, args.wide, history=m
+            )
             report_end_to_end(samples)
         if args.restart:
             print("\n## Restart from the durable ledger (the stream's vectors, demo cube)\n")
