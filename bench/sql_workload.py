@@ -58,7 +58,7 @@ from psycopg.conninfo import make_conninfo
 
 from bench import engine_sql_bench
 from proxy.auth import make_verifier
-from proxy.config import dsn_with, load_config
+from proxy.config import Config, dsn_with, load_config
 from proxy.demo import ADULT_COLUMNS, ADULT_ROWS, load_adult
 from proxy.dp.answering import DpService
 from proxy.embedded import start_embedded
@@ -246,13 +246,13 @@ def start_dpproxy(
     if wide:
         text = wide_config(text)
         (work / "cube.yaml").write_text(text)
-    cubes = load_config(work / "cube.yaml").cubes if wide else CONFIG.cubes
-    roles = provision_roles(admin_dsn, cubes, schema, users=["bench"])
+    cube_config = load_config(work / "cube.yaml") if wide else CONFIG
+    roles = provision_roles(admin_dsn, cube_config.cubes, schema, users=["bench"])
     if history:
-        if wide:
-            raise NotImplementedError("fill_ledger writes the demo cube's vectors only")
         started = time.perf_counter()
-        asyncio.run(fill_ledger(roles.ledger_dsn, schema, history, listed=False))
+        asyncio.run(
+            fill_ledger(roles.ledger_dsn, schema, history, False, config=cube_config, wide=wide)
+        )
         filled = time.perf_counter() - started
         print(f"(ledger filled with {history:,} measurements in {filled:.0f} s)")
     config = (
@@ -285,7 +285,8 @@ users:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             print(
                 f"(server listening after {time.perf_counter() - started:.2f} s wall, "
-                f"{cpu_ns(process.pid) / 1e9:.2f} s CPU: start-up and the ledger's load)"
+                f"{cpu_ns(process.pid) / 1e9:.2f} s CPU: start-up and the ledger's load; "
+                f"RSS {peak_rss_mb(process.pid):.0f} MB at most)"
             )
             return process
         except OSError:
@@ -584,12 +585,16 @@ def backend_queries(dsn: str, repeats: int, with_histogram: bool) -> None:
 # -- part 3: a restart from the durable ledger ------------------------------------------------
 
 
-async def fill_ledger(dsn: str, schema: str, m: int, listed: bool) -> None:
+async def fill_ledger(
+    dsn: str, schema: str, m: int, listed: bool, *, config: Config = CONFIG, wide: bool = False
+) -> None:
     """``m`` measurements of the stream's vectors in a new ledger, as dpproxy writes them, or
-    (``listed``) as ledgers before factored vectors held them: every coordinate listed."""
-    translator = CONFIG.translator()
+    (``listed``) as ledgers before factored vectors held them: every coordinate listed.
+    ``config`` names the cube (its first) and ``wide`` the stream's columns."""
+    CUBE = config.cubes[0]  # the module's, unless told otherwise
+    translator = config.translator()
     vectors: list[LinearQuery] = []
-    for statement in stream(400, seed=11):
+    for statement in stream(400, seed=11, wide=wide):
         vectors.extend(q.without_offset() for q in translator.translate(statement.dp).queries)
     rng = random.Random(12)
     entries = [
