@@ -273,13 +273,14 @@ users:
     )
     (work / "dpproxy.yaml").write_text(config)
     started = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "--config", str(work / "dpproxy.yaml"), "serve"]
-        + ["--log-level", "WARNING"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=open(work / "dpproxy.log", "wb"),  # noqa: SIM115 (the child owns it)
-    )
+    with open(work / "dpproxy.log", "wb") as log:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "proxy.cli", "--config", str(work / "dpproxy.yaml"), "serve"]
+            + ["--log-level", "WARNING"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     deadline = time.monotonic() + 120 + history / 100  # it loads the ledger before it listens
     while time.monotonic() < deadline:
         try:
