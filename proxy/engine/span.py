@@ -308,7 +308,10 @@ class SpanSolver:
         inverse, k = self._k_inv[:n, :n], self._k[:n, :n]
         x = (np.arange(n) * _GOLDEN) % 1.0 - 0.5
         for _ in range(2):
-            x /= float(np.linalg.norm(x))
+            norm = float(np.linalg.norm(x))
+            if norm == 0.0:  # E vanishes on x (a small K inverted exactly)
+                break
+            x = x / norm
             x = x - inverse @ (k @ x)
         if float(np.linalg.norm(x)) > _INVERSE_ERROR:
             return False
