@@ -294,7 +294,7 @@ class HistoryIndex:
             direction = values / factor
             self._group_vectors.append((coords, direction))
             if self._span is not None:
-                self._span.add(coords, direction)
+                self._span.add(coords, direction, scaled_from=(values, factor))
             self._covered[coords] = True
         precision = alpha / query.sensitivity
         if self._span is not None:

@@ -113,6 +113,10 @@ class SpanSolver:
         self._index: sparse.csr_array | None = None  # cells x (indexed basis vectors)
         self._indexed = 0
         self._recent: sparse.csr_array | None = None  # cells x (the basis vectors after those)
+        # the last single vector solved: (rank, its weights, H_B^T v, beta, H_B beta - v, distance)
+        self._projected: tuple[int, FloatArray, FloatArray, FloatArray, FloatArray, float] | None
+        self._projected = None
+        self._scaled: dict[int, tuple[FloatArray, float]] = {}  # j -> (v, f): queued as v / f
 
     def copy(self) -> SpanSolver:
         """An independent solver with the same vectors (sharing the immutable row index)."""
@@ -121,6 +125,7 @@ class SpanSolver:
         other._vectors = list(self._vectors)
         other._queue = list(self._queue)
         other._k_pending = list(self._k_pending)
+        other._scaled = dict(self._scaled)
         r = self._rank
         for name in ("_gram", "_lower", "_lower_inv", "_k", "_k_inv"):
             setattr(other, name, _grown(getattr(self, name)[:r, :r], r, r, exact=True))
@@ -144,16 +149,27 @@ class SpanSolver:
         self._place()
         return not self.overflowed
 
-    def add(self, cells: IntArray, weights: FloatArray) -> int:
+    def add(
+        self,
+        cells: IntArray,
+        weights: FloatArray,
+        *,
+        scaled_from: tuple[FloatArray, float] | None = None,
+    ) -> int:
         """A new distinct vector (weight 0 until :meth:`weigh`); returns its index ``j``.
 
         It is placed in the span (basis or coordinates) at the next solve, with the others
-        added meanwhile: a restart places its whole history in blocks.
+        added meanwhile: a restart places its whole history in blocks. ``scaled_from``:
+        ``(v, f)`` with ``weights = v / f``; if ``v`` (that array) was the last query solved
+        alone and the basis has not grown since, placing it reuses that solve's projection
+        (a batch's fresh vector is solved, then added, then placed before the next solve).
         """
         j = self.size
         if j == self._weight2.size:
             self._weight2 = np.concatenate([self._weight2, np.zeros(j)])
         self._queue.append((cells, weights))
+        if scaled_from is not None:
+            self._scaled[j] = scaled_from
         self.size += 1
         return j
 
@@ -169,6 +185,7 @@ class SpanSolver:
         ``L^{-1}``.
         """
         queue, self._queue = self._queue, []
+        scaled, self._scaled = self._scaled, {}
         for start in range(0, len(queue), _BLOCK):
             if self.overflowed:
                 return
@@ -176,8 +193,12 @@ class SpanSolver:
             r = self._rank
             first = self._placed
             self._coords = _grown(self._coords, r + len(block), first + len(block))
-            inner = self._inner(block)
-            beta, distances, fitted = self._project(block, inner, residuals=True)
+            reused = self._projection_of(scaled.get(first)) if len(block) == 1 else None
+            if reused is None:
+                inner = self._inner(block)
+                beta, distances, fitted = self._project(block, inner, residuals=True)
+            else:
+                inner, beta, distances, fitted = reused
             self._coords[:r, first : first + len(block)] = self._lower[:r, :r].T @ beta
             self._placed = first + len(block)
             bound = [_INDEPENDENT * float(np.linalg.norm(w)) for _, w in block]
@@ -219,6 +240,27 @@ class SpanSolver:
                 self._vectors.append((cells, weights))
                 self._rank += 1
                 joined.append(position)
+
+    def _projection_of(
+        self, scaled: tuple[FloatArray, float] | None
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray] | None:
+        """``_inner`` and ``_project(residuals=True)`` of ``v / f``, if the last solve was of ``v``.
+
+        The projection is linear in the vector: that of ``v`` divided by ``f`` (to rounding).
+        """
+        projected = self._projected
+        if scaled is None or projected is None:
+            return None
+        vector, f = scaled
+        rank, weights, inner, beta, line, distance = projected
+        if weights is not vector or rank != self._rank or line.size != self.n_cells:
+            return None
+        return (
+            (inner / f)[:, None],
+            (beta / f)[:, None],
+            np.array([distance / abs(f)]),
+            (line / f)[:, None],
+        )
 
     def _join(self, j: int, d: float, inner: FloatArray, weights: FloatArray) -> None:
         """Make vector ``j`` (distance ``d`` from the span, coordinates placed) a basis vector.
@@ -412,7 +454,9 @@ class SpanSolver:
                 line += recent @ beta[indexed:, 0]
             cells, weights = vectors[0]
             line[cells] -= weights
-            return beta, np.array([math.sqrt(float(line @ line))])
+            distance = math.sqrt(float(line @ line))
+            self._projected = (r, weights, inner[:, 0], beta[:, 0], line, distance)
+            return beta, np.array([distance])
         fitted = np.zeros((self.n_cells, len(vectors))) if index is None else index @ beta[:indexed]
         if recent is not None:
             fitted += recent @ beta[indexed:]
