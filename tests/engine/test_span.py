@@ -227,3 +227,55 @@ def test_a_vector_solved_then_added_is_placed_from_that_solve(
     for g, e in zip(found, expected):
         assert g is not None and e is not None
         assert np.allclose(g, e, rtol=1e-8, atol=1e-9 * np.abs(e).max())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_copies_sharing_matrices_solve_as_solvers_of_their_own(seed: int) -> None:
+    """A family of copies grown, weighed, solved and dropped in any order (a plan's copy, plans
+    abandoned, the original appending after them): each solves as a solver that never shared
+    its matrices, built from the same vectors and weights."""
+    rng = np.random.default_rng(300 + seed)
+    n = int(rng.integers(100, 200))  # the span keeps growing: a copy's rows are past the others'
+    solvers = [SpanSolver(n, residual=1e-6)]
+    logs: list[list[tuple[np.ndarray | int, float]]] = [[]]  # per solver: adds and weighs
+    for _ in range(int(rng.integers(150, 300))):
+        action, k = rng.random(), int(rng.integers(len(solvers)))
+        solver, log = solvers[k], logs[k]
+        if action < 0.1 and len(solvers) < 4:
+            solvers.append(solver.copy())
+            logs.append(list(log))
+        elif action < 0.16 and len(solvers) > 1:
+            del solvers[k], logs[k]
+        elif action < 0.55 or solver.size == 0:
+            added = [v for v, _ in log if not isinstance(v, int)]
+            if len(added) > 1 and rng.random() < 0.3:  # in the span: coordinates, no new row
+                picks = rng.choice(len(added), 2, replace=False)
+                h = added[int(picks[0])] - 2.0 * added[int(picks[1])]
+            else:
+                h = np.where(rng.random(n) < 0.1, rng.choice([1.0, 2.0, -1.0], n), 0.0)
+            if np.any(h):
+                (cells,) = np.nonzero(h)
+                w = float(rng.choice([0.5, 1.0, 20.0]))
+                solver.weigh(solver.add(cells.astype(np.int64), h[cells]), w)
+                log.append((h, w))
+        elif action < 0.75:
+            j, w = int(rng.integers(solver.size)), float(rng.choice([0.5, 1.0, 20.0]))
+            solver.weigh(j, w)
+            log.append((j, w))
+        else:
+            alone = SpanSolver(n, residual=1e-6)
+            for vector, w in log:
+                if isinstance(vector, int):
+                    alone.weigh(vector, w)
+                else:
+                    (cells,) = np.nonzero(vector)
+                    alone.weigh(alone.add(cells.astype(np.int64), vector[cells]), w)
+            added = [v for v, _ in log if not isinstance(v, int)]
+            q = rng.standard_normal(len(added)) @ np.array(added)  # in the span
+            pair = [(np.flatnonzero(q).astype(np.int64), q[q != 0])]
+            (found,), distances = solver.solve_many(pair)
+            (expected,), expected_distances = alone.solve_many(pair)
+            assert solver.rank == alone.rank
+            assert distances == pytest.approx(expected_distances, abs=1e-9)
+            assert found is not None and expected is not None
+            assert np.allclose(found, expected, rtol=1e-8, atol=1e-9 * np.abs(expected).max())
