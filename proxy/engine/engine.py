@@ -18,6 +18,10 @@ what the ledger store loaded) and grows only through :meth:`record` and :meth:`a
 
 Queries of one batch are planned in order, each seeing the measurements planned before it, so a
 GROUP BY whose groups together with the history determine one another pays only for what is new.
+The plan decides on a copy of the history index holding those measurements; :meth:`record`
+takes that copy as the engine's index when the entries it records are the ones the copy holds
+(same vectors, budgets and steps) and the history has not changed since, so the work of placing
+them in the history's span is not done again.
 Callers must not interleave plan and execute of two batches on one engine (hold a per-table
 lock across the database round trip); :meth:`execute` refuses a plan made before another batch
 changed the history.
@@ -181,6 +185,20 @@ class Reply:
         )
 
 
+@dataclass(slots=True)
+class _Workspace:
+    """The index a plan decided on: the engine's at ``version``, then ``placed`` appended.
+
+    ``placed``: the measurements appended to it, in order, as (vector, alpha, step): the first
+    of the plan's (a batch's last measurement is not, no later query leaning on it). ``index``
+    is None once :meth:`PrivacyEngine.record` has taken it.
+    """
+
+    index: HistoryIndex | None
+    version: int
+    placed: list[tuple[LinearQuery, float, float]]
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """A batch's public decisions. Pass true answers of ``measurements`` to ``execute``.
@@ -200,6 +218,8 @@ class Plan:
     measured_by: tuple[int, ...]
     history_size: int
     charges: Charges = field(default_factory=Charges)
+    # the index the batch was decided on, if it holds some of the measurements (for record)
+    _workspace: _Workspace | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.requests) != len(self.decisions):
@@ -298,9 +318,12 @@ class PrivacyEngine:
                 f"{self.measures}"
             )
         row = self._index.append(entry.query, alpha=float(entry.budget), step=float(entry.step))
+        self._keep_answer(row, entry.noisy_answer)
+
+    def _keep_answer(self, row: int, noisy_answer: float) -> None:
         if row >= self._answers.size:
             self._answers = np.concatenate([self._answers, np.zeros(self._answers.size)])
-        self._answers[row] = entry.noisy_answer
+        self._answers[row] = noisy_answer
 
     def plan(self, requests: Sequence[QueryRequest]) -> Plan:
         """Decide a batch from public inputs; refuse it whole if it does not fit the budget.
@@ -317,6 +340,7 @@ class PrivacyEngine:
         measurements: list[LinearQuery] = []
         measured_by: list[int] = []
         charges: list[tuple[LinearQuery, Fraction]] = []
+        workspace: _Workspace | None = None
         for i, (request, vector) in enumerate(zip(requests, vectors)):
             decision = decide(
                 vector, request.accuracy, index.solve(vector), self._tail, index.repeats(vector)
@@ -328,9 +352,13 @@ class PrivacyEngine:
             measured_by.append(i)
             charges.append((vector, decision.budget))
             if i + 1 < len(requests):  # later queries of the batch may lean on this one
-                if index is self._index:
-                    index = index.copy()
-                index.append(vector, alpha=float(decision.budget), step=float(decision.step))
+                if workspace is None:
+                    copy = index.copy()
+                    workspace = _Workspace(copy, index.version, [])
+                    index = copy
+                alpha, step = float(decision.budget), float(decision.step)
+                index.append(vector, alpha=alpha, step=step)
+                workspace.placed.append((vector, alpha, step))
         cost = Charges(tuple(charges))
         self._budget.check(cost, request=describe_batch(requests))
         return Plan(
@@ -340,6 +368,7 @@ class PrivacyEngine:
             tuple(measured_by),
             self._index.size,
             cost,
+            workspace,
         )
 
     def _vector(self, query: LinearQuery) -> LinearQuery:
@@ -402,15 +431,46 @@ class PrivacyEngine:
         self._check_fresh(plan)
         if len(entries) != len(plan.measurements):
             raise ValueError(f"need {len(plan.measurements)} entries, got {len(entries)}")
+        first = self._index.size
+        adopted = self._adopt(plan, entries)
         fresh_rows = {}
-        for i, entry in zip(plan.measured_by, entries):
-            fresh_rows[i] = self._index.size
-            self._record(entry)
+        for k, (i, entry) in enumerate(zip(plan.measured_by, entries)):
+            fresh_rows[i] = first + k
+            if k < adopted:  # already a row of the adopted index
+                self._keep_answer(first + k, entry.noisy_answer)
+                self._budget.commit(Charges.of_query(entry.query, entry.budget))
+            else:
+                self._record(entry)
         answers = self._answers[: self._index.size]
         return tuple(
             self._reply(request, decision, answers, fresh_rows.get(i))
             for i, (request, decision) in enumerate(zip(plan.requests, plan.decisions))
         )
+
+    def _adopt(self, plan: Plan, entries: Sequence[HistoryEntry]) -> int:
+        """Take the index ``plan`` was decided on if it holds the first ``entries``; how many.
+
+        It must have been copied from this engine's index as it is now (no row appended since:
+        the staleness rule, by version rather than size), and have appended exactly those
+        entries' vectors at their budgets and steps. Otherwise 0: the entries are appended.
+        """
+        workspace = plan._workspace
+        if (
+            workspace is None
+            or workspace.index is None
+            or workspace.version != self._index.version
+            or len(workspace.placed) > len(entries)
+        ):
+            return 0
+        for (vector, alpha, step), entry in zip(workspace.placed, entries):
+            if not (
+                float(entry.budget) == alpha
+                and float(entry.step) == step
+                and (entry.query is vector or entry.query == vector)
+            ):
+                return 0
+        self._index, workspace.index = workspace.index, None
+        return len(workspace.placed)
 
     def absorb(self, entries: Sequence[HistoryEntry]) -> None:
         """Add entries that another process released (read back from a shared ledger)."""

@@ -230,6 +230,14 @@ class HistoryIndex:
         return self._size
 
     @property
+    def version(self) -> int:
+        """Changes with every appended row; never equal for two different histories.
+
+        A copy has its original's version until a row is appended to either.
+        """
+        return self._stamp
+
+    @property
     def rank(self) -> int | None:
         """The dimension of the span of the history's vectors (None past the span solver's)."""
         span = self._spanning()
@@ -286,7 +294,7 @@ class HistoryIndex:
             direction = values / factor
             self._group_vectors.append((coords, direction))
             if self._span is not None:
-                self._span.add(coords, direction)
+                self._span.add(coords, direction, scaled_from=(values, factor))
             self._covered[coords] = True
         precision = alpha / query.sensitivity
         if self._span is not None:

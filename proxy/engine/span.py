@@ -34,6 +34,7 @@ itself, so distances and weights are accurate to rounding, not to the conditioni
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Literal, overload
 
@@ -113,20 +114,59 @@ class SpanSolver:
         self._index: sparse.csr_array | None = None  # cells x (indexed basis vectors)
         self._indexed = 0
         self._recent: sparse.csr_array | None = None  # cells x (the basis vectors after those)
+        # the last single vector solved: (rank, its weights, H_B^T v, beta, H_B beta - v, distance)
+        self._projected: tuple[int, FloatArray, FloatArray, FloatArray, FloatArray, float] | None
+        self._projected = None
+        self._scaled: dict[int, tuple[FloatArray, float]] = {}  # j -> (v, f): queued as v / f
+        # this solver and its live copies: they share the matrices until one changes them
+        self._family: weakref.WeakSet[SpanSolver] | None = None
 
     def copy(self) -> SpanSolver:
-        """An independent solver with the same vectors (sharing the immutable row index)."""
+        """An independent solver with the same vectors, sharing its matrices until written.
+
+        A plan's copy mostly borders them (new basis vectors and vectors placed: rows and
+        columns past the original's), which it does in the buffers' spare room when no other
+        live solver of the family has written there (:meth:`_claim`); ``K`` and ``K^{-1}``
+        change throughout and are copied at their first change (:meth:`_private`).
+        """
         other = SpanSolver.__new__(SpanSolver)
         other.__dict__.update(self.__dict__)
         other._vectors = list(self._vectors)
         other._queue = list(self._queue)
         other._k_pending = list(self._k_pending)
-        r = self._rank
-        for name in ("_gram", "_lower", "_lower_inv", "_k", "_k_inv"):
-            setattr(other, name, _grown(getattr(self, name)[:r, :r], r, r, exact=True))
-        for name in ("_coords", "_weight2"):
-            setattr(other, name, getattr(self, name).copy())
+        other._scaled = dict(self._scaled)
+        other._weight2 = self._weight2.copy()
+        family = self._family if self._family is not None else weakref.WeakSet([self])
+        family.add(other)
+        self._family = other._family = family
         return other
+
+    def _others(self) -> list[SpanSolver]:
+        """The live solvers that may share this one's matrices."""
+        return [] if self._family is None else [s for s in self._family if s is not self]
+
+    def _claim(self) -> None:
+        """Before bordering ``G``, ``L``, ``L^{-1}`` and the coordinates: copy those shared.
+
+        Shared, that is, with a live solver that has more basis vectors or vectors placed
+        (it wrote past this one's). Bordering writes only past this solver's rank and
+        vectors, where no solver that has not grown past it looks: the others keep sharing.
+        """
+        for name in ("_gram", "_lower", "_lower_inv", "_coords"):
+            array = getattr(self, name)
+            if any(
+                getattr(other, name) is array
+                and (other._rank > self._rank or other._placed > self._placed)
+                for other in self._others()
+            ):
+                setattr(self, name, array.copy())
+
+    def _private(self) -> None:
+        """Copy ``K`` and ``K^{-1}`` before changing them if another live solver holds them."""
+        for name in ("_k", "_k_inv"):
+            array = getattr(self, name)
+            if any(getattr(other, name) is array for other in self._others()):
+                setattr(self, name, array.copy())
 
     def resize(self, n_cells: int) -> None:
         """Allow for ``n_cells`` cells (coordinates), more than before."""
@@ -144,16 +184,27 @@ class SpanSolver:
         self._place()
         return not self.overflowed
 
-    def add(self, cells: IntArray, weights: FloatArray) -> int:
+    def add(
+        self,
+        cells: IntArray,
+        weights: FloatArray,
+        *,
+        scaled_from: tuple[FloatArray, float] | None = None,
+    ) -> int:
         """A new distinct vector (weight 0 until :meth:`weigh`); returns its index ``j``.
 
         It is placed in the span (basis or coordinates) at the next solve, with the others
-        added meanwhile: a restart places its whole history in blocks.
+        added meanwhile: a restart places its whole history in blocks. ``scaled_from``:
+        ``(v, f)`` with ``weights = v / f``; if ``v`` (that array) was the last query solved
+        alone and the basis has not grown since, placing it reuses that solve's projection
+        (a batch's fresh vector is solved, then added, then placed before the next solve).
         """
         j = self.size
         if j == self._weight2.size:
             self._weight2 = np.concatenate([self._weight2, np.zeros(j)])
         self._queue.append((cells, weights))
+        if scaled_from is not None:
+            self._scaled[j] = scaled_from
         self.size += 1
         return j
 
@@ -169,6 +220,9 @@ class SpanSolver:
         ``L^{-1}``.
         """
         queue, self._queue = self._queue, []
+        scaled, self._scaled = self._scaled, {}
+        if queue:
+            self._claim()
         for start in range(0, len(queue), _BLOCK):
             if self.overflowed:
                 return
@@ -176,8 +230,13 @@ class SpanSolver:
             r = self._rank
             first = self._placed
             self._coords = _grown(self._coords, r + len(block), first + len(block))
-            inner = self._inner(block)
-            beta, distances, fitted = self._project(block, inner, residuals=True)
+            self._coords[:, first : first + len(block)] = 0.0  # a dropped copy may have written
+            reused = self._projection_of(scaled.get(first)) if len(block) == 1 else None
+            if reused is None:
+                inner = self._inner(block)
+                beta, distances, fitted = self._project(block, inner, residuals=True)
+            else:
+                inner, beta, distances, fitted = reused
             self._coords[:r, first : first + len(block)] = self._lower[:r, :r].T @ beta
             self._placed = first + len(block)
             bound = [_INDEPENDENT * float(np.linalg.norm(w)) for _, w in block]
@@ -220,6 +279,27 @@ class SpanSolver:
                 self._rank += 1
                 joined.append(position)
 
+    def _projection_of(
+        self, scaled: tuple[FloatArray, float] | None
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray] | None:
+        """``_inner`` and ``_project(residuals=True)`` of ``v / f``, if the last solve was of ``v``.
+
+        The projection is linear in the vector: that of ``v`` divided by ``f`` (to rounding).
+        """
+        projected = self._projected
+        if scaled is None or projected is None:
+            return None
+        vector, f = scaled
+        rank, weights, inner, beta, line, distance = projected
+        if weights is not vector or rank != self._rank or line.size != self.n_cells:
+            return None
+        return (
+            (inner / f)[:, None],
+            (beta / f)[:, None],
+            np.array([distance / abs(f)]),
+            (line / f)[:, None],
+        )
+
     def _join(self, j: int, d: float, inner: FloatArray, weights: FloatArray) -> None:
         """Make vector ``j`` (distance ``d`` from the span, coordinates placed) a basis vector.
 
@@ -227,6 +307,7 @@ class SpanSolver:
         """
         r = self._rank
         self._coords[r, j] = d
+        self._private()
         for name in ("_gram", "_lower", "_lower_inv", "_k", "_k_inv"):
             setattr(self, name, _grown(getattr(self, name), r + 1, r + 1))
         gram, lower, lower_inv = self._gram, self._lower, self._lower_inv
@@ -261,6 +342,7 @@ class SpanSolver:
         self._place()
         if not self._k_pending or not self._rank:
             return
+        self._private()
         r, z = self._rank, self._coords
         pending, self._k_pending = self._k_pending, []
         updating = (
@@ -308,7 +390,10 @@ class SpanSolver:
         inverse, k = self._k_inv[:n, :n], self._k[:n, :n]
         x = (np.arange(n) * _GOLDEN) % 1.0 - 0.5
         for _ in range(2):
-            x /= float(np.linalg.norm(x))
+            norm = float(np.linalg.norm(x))
+            if norm == 0.0:  # E vanishes on x (a small K inverted exactly)
+                break
+            x = x / norm
             x = x - inverse @ (k @ x)
         if float(np.linalg.norm(x)) > _INVERSE_ERROR:
             return False
@@ -409,7 +494,9 @@ class SpanSolver:
                 line += recent @ beta[indexed:, 0]
             cells, weights = vectors[0]
             line[cells] -= weights
-            return beta, np.array([math.sqrt(float(line @ line))])
+            distance = math.sqrt(float(line @ line))
+            self._projected = (r, weights, inner[:, 0], beta[:, 0], line, distance)
+            return beta, np.array([distance])
         fitted = np.zeros((self.n_cells, len(vectors))) if index is None else index @ beta[:indexed]
         if recent is not None:
             fitted += recent @ beta[indexed:]
@@ -474,16 +561,9 @@ def _row_index(vectors: list[tuple[IntArray, FloatArray]], n_cells: int) -> spar
     return columns.tocsr()
 
 
-def _grown(matrix: FloatArray, rows: int, columns: int, *, exact: bool = False) -> FloatArray:
-    """``matrix`` with room for ``rows`` x ``columns`` (doubling; new entries zero).
-
-    ``exact``: a fresh array of at least 16 x 16 holding ``matrix`` (a copy, no more room).
-    """
+def _grown(matrix: FloatArray, rows: int, columns: int) -> FloatArray:
+    """``matrix`` with room for ``rows`` x ``columns`` (doubling; new entries zero)."""
     old_rows, old_columns = matrix.shape
-    if exact:
-        out = np.zeros((max(rows, 16), max(columns, 16)))
-        out[:old_rows, :old_columns] = matrix
-        return out
     if rows <= old_rows and columns <= old_columns:
         return matrix
     out = np.zeros(

@@ -171,3 +171,111 @@ def test_terms_one_at_a_time_are_kept_as_updates_while_the_inverse_is_accurate(
     solver._k_inv[:r, :r] *= 1.0 + 1e-6  # an inverse drifted past the bound
     grow(60)
     assert len(inversions) == 2
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_vector_solved_then_added_is_placed_from_that_solve(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a batch's fresh groups are: solved alone, added scaled, placed at the next solve.
+
+    The placement reuses the solve's projection (no projection of its own) and gives the basis
+    and solutions of placing it afresh; a vector other than the one solved is projected anew.
+    """
+    rng = np.random.default_rng(200 + seed)
+    n = int(rng.integers(30, 80))
+    reusing, afresh = SpanSolver(n, residual=1e-6), SpanSolver(n, residual=1e-6)
+    projected = [0]
+    project = SpanSolver._project
+
+    def counting(self: SpanSolver, *args: object, **kwargs: object) -> object:
+        projected[0] += bool(kwargs.get("residuals")) and self is reusing
+        return project(self, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(SpanSolver, "_project", counting)
+    vectors: list[np.ndarray] = []
+    for step in range(int(rng.integers(40, 90))):
+        if len(vectors) > 3 and rng.random() < 0.3:  # in the span of earlier ones
+            picks = rng.choice(len(vectors), 2, replace=False)
+            h = vectors[picks[0]] - vectors[picks[1]]
+        else:
+            h = np.where(rng.random(n) < 0.2, rng.choice([1.0, 2.0, -1.0]), 0.0)
+        if not np.any(h):
+            continue
+        (cells,) = np.nonzero(h)
+        cells = cells.astype(np.int64)
+        values = 3.0 * h[cells]  # solved as the query, added scaled to a first weight of 1
+        f = float(values[0])
+        solved = values if step % 5 else values.copy()  # every fifth: another array, no reuse
+        reused = step % 5 != 0 and reusing.rank > 0  # (no basis yet: nothing solved)
+        for solver in (reusing, afresh):
+            solver.solve_many([(cells, solved)])
+        before = projected[0]
+        reusing.weigh(reusing.add(cells, values / f, scaled_from=(values, f)), 1.0)
+        afresh.weigh(afresh.add(cells, values / f), 1.0)
+        probe = [(np.arange(n, dtype=np.int64), np.ones(n))]
+        reusing.solve_many(probe), afresh.solve_many(probe)  # place it
+        assert projected[0] - before == (0 if reused else 1)
+        vectors.append(h)
+    assert reusing.rank == afresh.rank == np.linalg.matrix_rank(np.array(vectors))
+    stacked = np.array(vectors)
+    queries = [rng.standard_normal(len(vectors)) @ stacked for _ in range(4)]
+    as_pairs = [(np.flatnonzero(q).astype(np.int64), q[q != 0]) for q in queries]
+    found, distances = reusing.solve_many(as_pairs)
+    expected, expected_distances = afresh.solve_many(as_pairs)
+    assert distances == pytest.approx(expected_distances, abs=1e-9)
+    for g, e in zip(found, expected):
+        assert g is not None and e is not None
+        assert np.allclose(g, e, rtol=1e-8, atol=1e-9 * np.abs(e).max())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_copies_sharing_matrices_solve_as_solvers_of_their_own(seed: int) -> None:
+    """A family of copies grown, weighed, solved and dropped in any order (a plan's copy, plans
+    abandoned, the original appending after them): each solves as a solver that never shared
+    its matrices, built from the same vectors and weights."""
+    rng = np.random.default_rng(300 + seed)
+    n = int(rng.integers(100, 200))  # the span keeps growing: a copy's rows are past the others'
+    solvers = [SpanSolver(n, residual=1e-6)]
+    logs: list[list[tuple[np.ndarray | int, float]]] = [[]]  # per solver: adds and weighs
+    for _ in range(int(rng.integers(150, 300))):
+        action, k = rng.random(), int(rng.integers(len(solvers)))
+        solver, log = solvers[k], logs[k]
+        if action < 0.1 and len(solvers) < 4:
+            solvers.append(solver.copy())
+            logs.append(list(log))
+        elif action < 0.16 and len(solvers) > 1:
+            del solvers[k], logs[k]
+        elif action < 0.55 or solver.size == 0:
+            added = [v for v, _ in log if not isinstance(v, int)]
+            if len(added) > 1 and rng.random() < 0.3:  # in the span: coordinates, no new row
+                picks = rng.choice(len(added), 2, replace=False)
+                h = added[int(picks[0])] - 2.0 * added[int(picks[1])]
+            else:
+                h = np.where(rng.random(n) < 0.1, rng.choice([1.0, 2.0, -1.0], n), 0.0)
+            if np.any(h):
+                (cells,) = np.nonzero(h)
+                w = float(rng.choice([0.5, 1.0, 20.0]))
+                solver.weigh(solver.add(cells.astype(np.int64), h[cells]), w)
+                log.append((h, w))
+        elif action < 0.75:
+            j, w = int(rng.integers(solver.size)), float(rng.choice([0.5, 1.0, 20.0]))
+            solver.weigh(j, w)
+            log.append((j, w))
+        else:
+            alone = SpanSolver(n, residual=1e-6)
+            for vector, w in log:
+                if isinstance(vector, int):
+                    alone.weigh(vector, w)
+                else:
+                    (cells,) = np.nonzero(vector)
+                    alone.weigh(alone.add(cells.astype(np.int64), vector[cells]), w)
+            added = [v for v, _ in log if not isinstance(v, int)]
+            q = rng.standard_normal(len(added)) @ np.array(added)  # in the span
+            pair = [(np.flatnonzero(q).astype(np.int64), q[q != 0])]
+            (found,), distances = solver.solve_many(pair)
+            (expected,), expected_distances = alone.solve_many(pair)
+            assert solver.rank == alone.rank
+            assert distances == pytest.approx(expected_distances, abs=1e-9)
+            assert found is not None and expected is not None
+            assert np.allclose(found, expected, rtol=1e-8, atol=1e-9 * np.abs(expected).max())
