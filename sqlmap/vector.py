@@ -69,6 +69,8 @@ class LinearQuery:
         "_cell_sensitivities",
         "_magnitudes",
         "_row_range",
+        "_key",
+        "_nonzero",
     )
 
     n_cells: int
@@ -82,6 +84,9 @@ class LinearQuery:
     _cell_sensitivities: tuple[IntArray, FloatArray] | None  # with measures, cell by cell
     _magnitudes: FloatArray | None  # factored: each cell's sensitivity over ``axes``
     _row_range: tuple[float, float]
+    # derived on first use (a restart asks each shared vector for them once per entry)
+    _key: bytes | None
+    _nonzero: FloatArray | None
 
     def __init__(
         self,
@@ -138,6 +143,8 @@ class LinearQuery:
             ("_weights", weights),
             ("_cell_sensitivities", None),
             ("_magnitudes", None),
+            ("_key", None),
+            ("_nonzero", None),
         ):
             object.__setattr__(self, name, value)
 
@@ -300,10 +307,13 @@ class LinearQuery:
 
     def nonzero_weights(self) -> FloatArray:
         """The non-zero weights, one per coordinate (or per entry of the core, if factored)."""
-        if self.core is not None:
-            nonzero: FloatArray = self.core[self.core != 0]
-            return nonzero
-        return self.weights
+        if self.core is None:
+            return self.weights
+        if self._nonzero is None:
+            nonzero = self.core[self.core != 0]
+            nonzero.flags.writeable = False
+            object.__setattr__(self, "_nonzero", nonzero)
+        return self._nonzero  # type: ignore[return-value]
 
     @property
     def is_zero(self) -> bool:
@@ -313,10 +323,14 @@ class LinearQuery:
     @property
     def key(self) -> bytes:
         """Equal for equal queries held the same way (factored or not), offset aside."""
-        if self.core is not None:
-            head = np.array((self.kinds, *self.axes), dtype=np.int64).tobytes()
-            return head + b"|" + self.core.tobytes()
-        return self.cells.tobytes() + self.weights.tobytes()
+        if self._key is None:
+            if self.core is not None:
+                head = np.array((self.kinds, *self.axes), dtype=np.int64).tobytes()
+                key = head + b"|" + self.core.tobytes()
+            else:
+                key = self.cells.tobytes() + self.weights.tobytes()
+            object.__setattr__(self, "_key", key)
+        return self._key  # type: ignore[return-value]
 
     def without_offset(self) -> LinearQuery:
         """The same weights, offset 0 (what is measured)."""
