@@ -360,8 +360,6 @@ class SpanSolver:
         self._k[:end, r:end] = 0.0
         self._rank = end
 
-        return True
-
     def _join(self, j: int, d: float, inner: FloatArray, weights: FloatArray) -> None:
         """Make vector ``j`` (distance ``d`` from the span, coordinates placed) a basis vector.
 
