@@ -271,7 +271,8 @@ class SpanSolver:
                 end = self._rank
                 sums[:end] += np.abs(self._lower[r:end, :end]).sum(axis=0)
                 sums_inv[:end] += np.abs(self._lower_inv[r:end, :end]).sum(axis=0)
-        self._basis_index()  # built now: the first solve after a restart costs what later ones do
+        if self._rank:  # built now: the first solve after a restart costs what later ones do
+            self._basis_index()
 
     def _place_by_inner_products(
         self, block: list[tuple[IntArray, FloatArray]], basis: _Rows
