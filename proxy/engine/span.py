@@ -73,6 +73,7 @@ _INVERSE_ERROR = 1e-8
 _SCREEN = 1e-5
 _SCREEN_COND = 1e6
 _JOINS = 1e-2
+_DENSE_BASIS_BYTES = 2**28  # past this, the basis is not held densely over the cells: _place
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the power method's start: x_i = (i * _GOLDEN) mod 1
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
 
@@ -240,33 +241,41 @@ class SpanSolver:
         within ``_SCREEN_COND`` a relative distance within ``_SCREEN`` is a vector in the span
         and one past ``_JOINS`` a new direction, its border of ``L`` at rounding. A block with a
         distance between the two (or a worse conditioned ``L``) is placed by :meth:`_place`,
-        over the cells. What this saves is the sparse product over the cells per block that
-        measures each vector's distance there.
+        over the cells. The inner products come from the basis held densely over the cells
+        (at most ``_DENSE_BASIS_BYTES``, else :meth:`_place` places it all), sliced to the few
+        cells a block touches (SQL's vectors: about a thousand of the demo cube's 7,500
+        coordinates), so that no product over all the basis's weights and no distance over
+        the cells is paid per block.
         """
-        if self._max_rank is not None:  # it may overflow: the route that checks for it
+        queue, self._queue = self._queue, []
+        most = self._rank + len(queue)  # room for every vector joining, made once
+        if self._max_rank is not None or most * self.n_cells * 8 > _DENSE_BASIS_BYTES:
+            self._queue = queue  # it may overflow, or its basis is too large to hold densely
             self._place()
             return
-        queue, self._queue = self._queue, []
-        basis = _Rows(self.n_cells, self._vectors)
-        most = self._rank + len(queue)  # room for every vector joining, made once
         for name in ("_gram", "_lower", "_lower_inv", "_k", "_k_inv"):
             setattr(self, name, _grown(getattr(self, name), most, most))
         self._coords = _grown(self._coords, most, self._placed + len(queue))
+        # the basis vectors as columns over the cells: a block reads the rows of its cells
+        basis, filled = np.zeros((self.n_cells, most)), 0
         # column sums of |L| and |L^{-1}| (their 1-norms), bordered as they are
         sums, sums_inv = np.zeros(most), np.zeros(most)
         fresh = True
         for start in range(0, len(queue), _BLOCK):
             block = queue[start : start + _BLOCK]
             r = self._rank
+            for j in range(filled, r):
+                cells, weights = self._vectors[j]
+                basis[cells, j] = weights
+            filled = r
             if fresh:
                 sums[:r] = np.abs(self._lower[:r, :r]).sum(axis=0)
                 sums_inv[:r] = np.abs(self._lower_inv[:r, :r]).sum(axis=0)
             conditioned = r == 0 or sums[:r].max() * sums_inv[:r].max() <= _SCREEN_COND
-            fresh = not (conditioned and self._place_by_inner_products(block, basis))
+            fresh = not (conditioned and self._place_by_inner_products(block, basis[:, :r]))
             if fresh:  # over the cells
                 self._queue = block
                 self._place()
-                basis = _Rows(self.n_cells, self._vectors)
             else:
                 end = self._rank
                 sums[:end] += np.abs(self._lower[r:end, :end]).sum(axis=0)
@@ -275,28 +284,33 @@ class SpanSolver:
             self._basis_index()
 
     def _place_by_inner_products(
-        self, block: list[tuple[IntArray, FloatArray]], basis: _Rows
+        self, block: list[tuple[IntArray, FloatArray]], basis: FloatArray
     ) -> bool:
-        """Place ``block`` as :meth:`place_all` says; False (nothing changed) if it cannot."""
+        """Place ``block`` as :meth:`place_all` says; False (nothing changed) if it cannot.
+
+        ``basis``: the basis vectors as columns over the cells.
+        """
         r, first, size = self._rank, self._placed, len(block)
         lower, lower_inv = self._lower[:r, :r], self._lower_inv[:r, :r]
-        dense = np.zeros((self.n_cells, size))
+        touched = np.unique(np.concatenate([cells for cells, _ in block]))
+        dense = np.zeros((touched.size, size))  # the block over the cells it touches
         for k, (cells, weights) in enumerate(block):
-            dense[cells, k] = weights
-        inner = basis.matrix() @ dense  # H_B^T v
+            dense[np.searchsorted(touched, cells), k] = weights
+        inner = basis[touched].T @ dense  # H_B^T v
         z = lower_inv @ inner
         z += lower_inv @ (inner - lower @ z)
-        gram = _Rows(self.n_cells, block).matrix() @ dense
+        gram = dense.T @ dense
         squares = np.array([float(weights @ weights) for _, weights in block])
         gaps = squares - np.einsum("ij,ij->j", z, z)
         # the block's new directions, in order: rows of L's border (coordinates along the
-        # earlier ones, then the distance)
+        # earlier ones, then the distance), and the coordinates of those vectors along the basis
         border = np.zeros((size, size))
+        lines = np.zeros((size, r))
         joined: list[int] = []
         along: dict[int, FloatArray] = {}
         for k in np.flatnonzero(gaps > _SCREEN**2 * squares).tolist():
             n = len(joined)
-            a = gram[joined, k] - z[:, joined].T @ z[:, k]
+            a = gram[joined, k] - lines[:n] @ z[:, k]
             if n:
                 a = scipy.linalg.solve_triangular(border[:n, :n], a, lower=True)
             d2 = float(gaps[k] - a @ a)
@@ -308,6 +322,7 @@ class SpanSolver:
             along[k] = a
             border[n, :n] = a
             border[n, n] = math.sqrt(d2)
+            lines[n] = z[:, k]
             joined.append(k)
         self._coords = _grown(self._coords, r + len(joined), first + size)
         self._coords[:r, first : first + size] = z
@@ -321,7 +336,6 @@ class SpanSolver:
                 cells, weights = block[k]
                 self._basis_nnz += cells.size
                 self._vectors.append((cells, weights))
-                basis.append(cells, weights)
         return True
 
     def _border(
@@ -599,36 +613,6 @@ class SpanSolver:
             if recent is not None:
                 out[indexed:] = recent[touched].T @ dense
         return out
-
-
-class _Rows:
-    """The basis vectors as the rows of a (their count) x cells sparse matrix, grown in place."""
-
-    def __init__(self, n_cells: int, vectors: list[tuple[IntArray, FloatArray]]) -> None:
-        self._n_cells = n_cells
-        nnz = sum(cells.size for cells, _ in vectors)
-        self._weights = np.zeros(max(nnz, 1024))
-        self._cells = np.zeros(max(nnz, 1024), dtype=np.int32)  # scipy's index type: no copy
-        self._ends = [0]
-        for cells, weights in vectors:
-            self.append(cells, weights)
-
-    def append(self, cells: IntArray, weights: FloatArray) -> None:
-        start, end = self._ends[-1], self._ends[-1] + cells.size
-        if end > self._weights.size:
-            room = max(2 * self._weights.size, end)
-            self._weights = np.concatenate([self._weights[:start], np.zeros(room - start)])
-            self._cells = np.concatenate([self._cells[:start], np.zeros(room - start, np.int32)])
-        self._weights[start:end] = weights
-        self._cells[start:end] = cells
-        self._ends.append(end)
-
-    def matrix(self) -> sparse.csr_array:
-        end = self._ends[-1]
-        return sparse.csr_array(
-            (self._weights[:end], self._cells[:end], np.array(self._ends, dtype=np.int32)),
-            shape=(len(self._ends) - 1, self._n_cells),
-        )
 
 
 def _row_index(vectors: list[tuple[IntArray, FloatArray]], n_cells: int) -> sparse.csr_array:
