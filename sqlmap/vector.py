@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -433,7 +434,7 @@ def _box(table: FloatArray, measures: Reach) -> tuple[FloatArray, tuple[float, f
     worked out once per distinct row (:func:`_corners`).
     """
     # a measure no row weighs adds 0 at every corner: left out (a count over a measured cube)
-    weighed = [m for m in range(len(measures)) if table[:, 1 + m].any()]
+    weighed = np.flatnonzero(table[:, 1:].any(axis=0)).tolist()
     kept = table[:, [0, *(1 + m for m in weighed)]]
     reach = tuple(measures[m] for m in weighed)
     if kept.shape[0] > 1024:  # many cells (a vector held cell by cell): sorted into patterns
@@ -444,8 +445,26 @@ def _box(table: FloatArray, measures: Reach) -> tuple[FloatArray, tuple[float, f
         keys = map(tuple, kept.tolist())
         back = np.array([index.setdefault(r, len(index)) for r in keys], dtype=np.int64)
         rows = list(index)
-    corners = [_corners(row, reach) for row in rows]
-    magnitudes = np.array([c[0] for c in corners], dtype=np.float64)
+        if len(rows) <= 8:  # SQL's vectors share their few patterns (a GROUP BY's groups)
+            magnitudes, row_range = _few_rows_box(tuple(rows), reach)
+            return np.array(magnitudes)[back], row_range
+    magnitudes, row_range = _rows_box(rows, reach)
+    return np.array(magnitudes)[back], row_range
+
+
+@functools.lru_cache(maxsize=4096)
+def _few_rows_box(
+    rows: tuple[tuple[float, ...], ...], measures: Reach
+) -> tuple[tuple[float, ...], tuple[float, float]]:
+    """:func:`_rows_box` of a few distinct rows, remembered."""
+    return _rows_box(rows, measures)
+
+
+def _rows_box(
+    rows: Sequence[tuple[float, ...]], measures: Reach
+) -> tuple[tuple[float, ...], tuple[float, float]]:
+    """Each distinct row's sensitivity, and the least and greatest value over all of them."""
+    corners = [_corners(row, measures) for row in rows]
     least = min((c[2] for c in corners), default=Fraction(0))
     largest = max((c[1] for c in corners), default=Fraction(0))
     low, high = float(least), float(largest)
@@ -453,7 +472,7 @@ def _box(table: FloatArray, measures: Reach) -> tuple[FloatArray, tuple[float, f
         math.nextafter(low, -math.inf) if Fraction(low) > least else low,
         math.nextafter(high, math.inf) if Fraction(high) < largest else high,
     )
-    return magnitudes[back], row_range
+    return tuple(c[0] for c in corners), row_range
 
 
 @functools.lru_cache(maxsize=65536)
