@@ -309,6 +309,8 @@ class SpanSolver:
         joined: list[int] = []
         along: dict[int, FloatArray] = {}
         for k in np.flatnonzero(gaps > _SCREEN**2 * squares).tolist():
+            if gaps[k] < _JOINS**2 * squares[k]:
+                return False  # near the basis before the block: measured over the cells
             n = len(joined)
             a = gram[joined, k] - lines[:n] @ z[:, k]
             if n:
