@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -69,6 +70,8 @@ class LinearQuery:
         "_cell_sensitivities",
         "_magnitudes",
         "_row_range",
+        "_key",
+        "_nonzero",
     )
 
     n_cells: int
@@ -82,6 +85,9 @@ class LinearQuery:
     _cell_sensitivities: tuple[IntArray, FloatArray] | None  # with measures, cell by cell
     _magnitudes: FloatArray | None  # factored: each cell's sensitivity over ``axes``
     _row_range: tuple[float, float]
+    # derived on first use (a restart asks each shared vector for them once per entry)
+    _key: bytes | None
+    _nonzero: FloatArray | None
 
     def __init__(
         self,
@@ -138,6 +144,8 @@ class LinearQuery:
             ("_weights", weights),
             ("_cell_sensitivities", None),
             ("_magnitudes", None),
+            ("_key", None),
+            ("_nonzero", None),
         ):
             object.__setattr__(self, name, value)
 
@@ -300,10 +308,13 @@ class LinearQuery:
 
     def nonzero_weights(self) -> FloatArray:
         """The non-zero weights, one per coordinate (or per entry of the core, if factored)."""
-        if self.core is not None:
-            nonzero: FloatArray = self.core[self.core != 0]
-            return nonzero
-        return self.weights
+        if self.core is None:
+            return self.weights
+        if self._nonzero is None:
+            nonzero = self.core[self.core != 0]
+            nonzero.flags.writeable = False
+            object.__setattr__(self, "_nonzero", nonzero)
+        return self._nonzero  # type: ignore[return-value]
 
     @property
     def is_zero(self) -> bool:
@@ -313,10 +324,14 @@ class LinearQuery:
     @property
     def key(self) -> bytes:
         """Equal for equal queries held the same way (factored or not), offset aside."""
-        if self.core is not None:
-            head = np.array((self.kinds, *self.axes), dtype=np.int64).tobytes()
-            return head + b"|" + self.core.tobytes()
-        return self.cells.tobytes() + self.weights.tobytes()
+        if self._key is None:
+            if self.core is not None:
+                head = np.array((self.kinds, *self.axes), dtype=np.int64).tobytes()
+                key = head + b"|" + self.core.tobytes()
+            else:
+                key = self.cells.tobytes() + self.weights.tobytes()
+            object.__setattr__(self, "_key", key)
+        return self._key  # type: ignore[return-value]
 
     def without_offset(self) -> LinearQuery:
         """The same weights, offset 0 (what is measured)."""
@@ -419,7 +434,7 @@ def _box(table: FloatArray, measures: Reach) -> tuple[FloatArray, tuple[float, f
     worked out once per distinct row (:func:`_corners`).
     """
     # a measure no row weighs adds 0 at every corner: left out (a count over a measured cube)
-    weighed = [m for m in range(len(measures)) if table[:, 1 + m].any()]
+    weighed = np.flatnonzero(table[:, 1:].any(axis=0)).tolist()
     kept = table[:, [0, *(1 + m for m in weighed)]]
     reach = tuple(measures[m] for m in weighed)
     if kept.shape[0] > 1024:  # many cells (a vector held cell by cell): sorted into patterns
@@ -430,8 +445,26 @@ def _box(table: FloatArray, measures: Reach) -> tuple[FloatArray, tuple[float, f
         keys = map(tuple, kept.tolist())
         back = np.array([index.setdefault(r, len(index)) for r in keys], dtype=np.int64)
         rows = list(index)
-    corners = [_corners(row, reach) for row in rows]
-    magnitudes = np.array([c[0] for c in corners], dtype=np.float64)
+        if len(rows) <= 8:  # SQL's vectors share their few patterns (a GROUP BY's groups)
+            magnitudes, row_range = _few_rows_box(tuple(rows), reach)
+            return np.array(magnitudes)[back], row_range
+    magnitudes, row_range = _rows_box(rows, reach)
+    return np.array(magnitudes)[back], row_range
+
+
+@functools.lru_cache(maxsize=4096)
+def _few_rows_box(
+    rows: tuple[tuple[float, ...], ...], measures: Reach
+) -> tuple[tuple[float, ...], tuple[float, float]]:
+    """:func:`_rows_box` of a few distinct rows, remembered."""
+    return _rows_box(rows, measures)
+
+
+def _rows_box(
+    rows: Sequence[tuple[float, ...]], measures: Reach
+) -> tuple[tuple[float, ...], tuple[float, float]]:
+    """Each distinct row's sensitivity, and the least and greatest value over all of them."""
+    corners = [_corners(row, measures) for row in rows]
     least = min((c[2] for c in corners), default=Fraction(0))
     largest = max((c[1] for c in corners), default=Fraction(0))
     low, high = float(least), float(largest)
@@ -439,7 +472,7 @@ def _box(table: FloatArray, measures: Reach) -> tuple[FloatArray, tuple[float, f
         math.nextafter(low, -math.inf) if Fraction(low) > least else low,
         math.nextafter(high, math.inf) if Fraction(high) < largest else high,
     )
-    return magnitudes[back], row_range
+    return tuple(c[0] for c in corners), row_range
 
 
 @functools.lru_cache(maxsize=65536)

@@ -269,7 +269,8 @@ class DpService:
             for s in [*stored[cube.qualified_name], *outdated]:
                 by_user.setdefault(s.user, []).append(s.entry)
             for user, charged in by_user.items():
-                service._charge_user(cube, user, Charges.of(charged))
+                if service._caps.cap(user) is not None:  # only capped users keep a ledger
+                    service._charge_user(cube, user, Charges.of(charged))
         return service
 
     def engine(self, cube: Cube) -> PrivacyEngine:

@@ -273,19 +273,15 @@ class PrivacyEngine:
         self._tail = tail
         self._index = HistoryIndex(n_cells, shape=shape)
         self._budget = CellBudget(table, total=total_budget, carried=carried, shape=shape)
-        self._answers = np.zeros(16)
         for entry in history:
             if entry.table != table:
                 raise ValueError(f"history entry of table {entry.table!r}, engine of {table!r}")
-        # the vectors decomposed together (those over other cubes are refused one by one)
-        fitting = [
-            e.query for e in history if (e.query.n_cells, e.query.measures) == (n_cells, measures)
-        ]
-        self._index.remember(fitting)
-        for entry in history:
-            self._append(entry)
+            self._check_fits(entry)
+        # factored now, in bulk: the first decision then costs what later ones do
+        self._index.load([(e.query, float(e.budget), float(e.step)) for e in history])
+        self._answers = np.zeros(max(16, len(history)))
+        self._answers[: len(history)] = [e.noisy_answer for e in history]
         self._budget.commit(Charges.of(history))  # one charge per distinct vector
-        self._index.prepare()  # the first decision then costs what later ones do
 
     @property
     def budget(self) -> CellBudget:
@@ -309,7 +305,7 @@ class PrivacyEngine:
         self._append(entry)
         self._budget.commit(Charges.of_query(entry.query, entry.budget))
 
-    def _append(self, entry: HistoryEntry) -> None:
+    def _check_fits(self, entry: HistoryEntry) -> None:
         if entry.query.n_cells != self.n_cells or entry.query.measures != self.measures:
             raise ValueError(
                 f"history entry over {entry.query.n_cells} cells, table has {self.n_cells}"
@@ -317,6 +313,9 @@ class PrivacyEngine:
                 else f"history entry with measures {entry.query.measures}, table has "
                 f"{self.measures}"
             )
+
+    def _append(self, entry: HistoryEntry) -> None:
+        self._check_fits(entry)
         row = self._index.append(entry.query, alpha=float(entry.budget), step=float(entry.step))
         self._keep_answer(row, entry.noisy_answer)
 

@@ -424,6 +424,20 @@ class HistoryIndex:
             distinct = {query.key: query for query in queries}
             self._vectors([self._held(query) for query in distinct.values()])
 
+    def load(self, rows: Sequence[tuple[LinearQuery, float, float]]) -> None:
+        """Append a restart's history (``(query, alpha, step)`` per row) and factor it now.
+
+        What :meth:`append` of each row, then :meth:`prepare`, would hold, with the vectors
+        decomposed together and the span placed by :meth:`SpanSolver.place_all`, so that the
+        first solve after a restart costs what later ones do.
+        """
+        self.remember([query for query, _, _ in rows])
+        for query, alpha, step in rows:
+            self.append(query, alpha=alpha, step=step)
+        if self._span is not None:
+            self._span.place_all()
+        self.prepare()
+
     def _solutions_of(
         self, per_vector: Sequence[FloatArray | None], residuals: Sequence[float]
     ) -> list[Solution | None]:

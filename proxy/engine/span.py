@@ -66,6 +66,15 @@ _MAX_UPDATES = 48  # terms added to K^{-1} as updates before its accuracy is che
 # histories sit near 1e-11 and drift by about 1e-13 per update; the estimate runs 5-10 times
 # below the 2-norm there, which the margin to 1e-7 (1e-14 once refined) covers.
 _INVERSE_ERROR = 1e-8
+# A restart's placement (SpanSolver.place_all) takes distances from inner products while L's
+# condition number is within _SCREEN_COND (their rounding, about eps cond(L) of ||v||^2, then
+# stays near _SCREEN^2 and far below _INDEPENDENT^2): within _SCREEN of ||v|| a vector is in the
+# span, past _JOINS a new direction (its distance then at rounding), between them measured over
+# the cells.
+_SCREEN = 1e-5
+_SCREEN_COND = 1e6
+_JOINS = 1e-2
+_DENSE_BASIS_BYTES = 2**28  # past this, the basis is not held densely over the cells: _place
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the power method's start: x_i = (i * _GOLDEN) mod 1
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
 
@@ -299,6 +308,158 @@ class SpanSolver:
             np.array([distance / abs(f)]),
             (line / f)[:, None],
         )
+
+    def place_all(self) -> None:
+        """Place every queued vector now, as :meth:`_place` does, at a restart's scale.
+
+        The same blocks, taken in the same order, give the same basis and coordinates (to
+        rounding), but a block is placed through inner products alone: a vector's coordinates
+        ``z = L^{-1} H_B^T v`` (refined once against ``L``) and its distance from the span,
+        ``||v||^2 - ||z||^2``, then the same along the block's own new directions, from the
+        block's Gram matrix. That route's rounding is about ``eps cond(L)`` of ``||v||^2``
+        (measured: 1e-14 on the demo cube's 10,000-answer history), so while ``cond(L)`` stays
+        within ``_SCREEN_COND`` a relative distance within ``_SCREEN`` is a vector in the span
+        and one past ``_JOINS`` a new direction, its border of ``L`` at rounding. A block with a
+        distance between the two (or a worse conditioned ``L``) is placed by :meth:`_place`,
+        over the cells. The inner products come from the basis held densely over the cells
+        (at most ``_DENSE_BASIS_BYTES``, else :meth:`_place` places it all), sliced to the few
+        cells a block touches (SQL's vectors: about a thousand of the demo cube's 7,500
+        coordinates), so that no product over all the basis's weights and no distance over
+        the cells is paid per block.
+        """
+        queue, self._queue = self._queue, []
+        self._scaled = {}
+        most = self._rank + len(queue)  # room for every vector joining, made once
+        if self._max_rank is not None or most * self.n_cells * 8 > _DENSE_BASIS_BYTES:
+            self._queue = queue  # it may overflow, or its basis is too large to hold densely
+            self._place()
+            return
+        if queue:  # it borders the matrices and writes K: never those a copy still reads
+            self._claim()
+            self._private()
+        for name in ("_gram", "_lower", "_lower_inv", "_k", "_k_inv"):
+            setattr(self, name, _grown(getattr(self, name), most, most))
+        self._coords = _grown(self._coords, most, self._placed + len(queue))
+        # the basis vectors as columns over the cells: a block reads the rows of its cells
+        basis, filled = np.zeros((self.n_cells, most)), 0
+        # column sums of |L| and |L^{-1}| (their 1-norms), bordered as they are
+        sums, sums_inv = np.zeros(most), np.zeros(most)
+        fresh = True
+        for start in range(0, len(queue), _BLOCK):
+            block = queue[start : start + _BLOCK]
+            r = self._rank
+            for j in range(filled, r):
+                cells, weights = self._vectors[j]
+                basis[cells, j] = weights
+            filled = r
+            if fresh:
+                sums[:r] = np.abs(self._lower[:r, :r]).sum(axis=0)
+                sums_inv[:r] = np.abs(self._lower_inv[:r, :r]).sum(axis=0)
+            conditioned = r == 0 or sums[:r].max() * sums_inv[:r].max() <= _SCREEN_COND
+            fresh = not (conditioned and self._place_by_inner_products(block, basis[:, :r]))
+            if fresh:  # over the cells
+                self._queue = block
+                self._place()
+            else:
+                end = self._rank
+                sums[:end] += np.abs(self._lower[r:end, :end]).sum(axis=0)
+                sums_inv[:end] += np.abs(self._lower_inv[r:end, :end]).sum(axis=0)
+        if self._rank:  # built now: the first solve after a restart costs what later ones do
+            self._basis_index()
+
+    def _place_by_inner_products(
+        self, block: list[tuple[IntArray, FloatArray]], basis: FloatArray
+    ) -> bool:
+        """Place ``block`` as :meth:`place_all` says; False (nothing changed) if it cannot.
+
+        ``basis``: the basis vectors as columns over the cells.
+        """
+        r, first, size = self._rank, self._placed, len(block)
+        lower, lower_inv = self._lower[:r, :r], self._lower_inv[:r, :r]
+        touched = np.unique(np.concatenate([cells for cells, _ in block]))
+        dense = np.zeros((touched.size, size))  # the block over the cells it touches
+        for k, (cells, weights) in enumerate(block):
+            dense[np.searchsorted(touched, cells), k] = weights
+        inner = basis[touched].T @ dense  # H_B^T v
+        z = lower_inv @ inner
+        z += lower_inv @ (inner - lower @ z)
+        gram = dense.T @ dense
+        squares = np.array([float(weights @ weights) for _, weights in block])
+        gaps = squares - np.einsum("ij,ij->j", z, z)
+        # the block's new directions, in order: rows of L's border (coordinates along the
+        # earlier ones, then the distance), and the coordinates of those vectors along the basis
+        border = np.zeros((size, size))
+        lines = np.zeros((size, r))
+        joined: list[int] = []
+        along: dict[int, FloatArray] = {}
+        for k in np.flatnonzero(gaps > _SCREEN**2 * squares).tolist():
+            if gaps[k] < _JOINS**2 * squares[k]:
+                return False  # near the basis before the block: measured over the cells
+            n = len(joined)
+            a = gram[joined, k] - lines[:n] @ z[:, k]
+            if n:
+                a = scipy.linalg.solve_triangular(border[:n, :n], a, lower=True)
+            d2 = float(gaps[k] - a @ a)
+            if d2 <= _SCREEN**2 * squares[k]:
+                along[k] = a
+                continue
+            if d2 < _JOINS**2 * squares[k]:
+                return False  # near the span: measured over the cells
+            along[k] = a
+            border[n, :n] = a
+            border[n, n] = math.sqrt(d2)
+            lines[n] = z[:, k]
+            joined.append(k)
+        self._coords = _grown(self._coords, r + len(joined), first + size)
+        self._coords[:r, first : first + size] = z
+        for k, a in along.items():
+            self._coords[r : r + a.size, first + k] = a
+        self._placed = first + size
+        n = len(joined)
+        if n:
+            self._border(r, first, joined, inner, gram, border[:n, :n], squares[joined])
+            for k in joined:
+                cells, weights = block[k]
+                self._basis_nnz += cells.size
+                self._vectors.append((cells, weights))
+        return True
+
+    def _border(
+        self,
+        r: int,
+        first: int,
+        joined: list[int],
+        inner: FloatArray,
+        gram: FloatArray,
+        border: FloatArray,
+        squares: FloatArray,
+    ) -> None:
+        """Make the block's vectors ``joined`` basis vectors at once, as :meth:`_join` does.
+
+        ``border``: their rows of ``L`` past the first ``r`` columns (coordinates along each
+        other, distances on the diagonal); ``inner``, ``gram``: the block's inner products with
+        the basis and with itself; ``squares``: the joined vectors' squared norms. ``L^{-1}``
+        is bordered by ``[-D^{-1} C L^{-1}, D^{-1}]`` for the new rows ``[C, D]`` of ``L``: one
+        matrix product for the block.
+        """
+        n = len(joined)
+        end = r + n
+        self._coords[r + np.arange(n), first + np.array(joined)] = np.diag(border)
+        for name in ("_gram", "_lower", "_lower_inv", "_k", "_k_inv"):
+            setattr(self, name, _grown(getattr(self, name), end, end))
+        self._gram[r:end, :r] = inner[:, joined].T
+        self._gram[:r, r:end] = inner[:, joined]
+        self._gram[r:end, r:end] = gram[np.ix_(joined, joined)]
+        self._gram[r + np.arange(n), r + np.arange(n)] = squares
+        lines = self._coords[:r, first + np.array(joined)].T  # C
+        self._lower[r:end, :r] = lines
+        self._lower[r:end, r:end] = border
+        border_inv = scipy.linalg.solve_triangular(border, np.eye(n), lower=True)
+        self._lower_inv[r:end, :r] = -border_inv @ (lines @ self._lower_inv[:r, :r])
+        self._lower_inv[r:end, r:end] = border_inv
+        self._k[r:end, :end] = 0.0
+        self._k[:end, r:end] = 0.0
+        self._rank = end
 
     def _join(self, j: int, d: float, inner: FloatArray, weights: FloatArray) -> None:
         """Make vector ``j`` (distance ``d`` from the span, coordinates placed) a basis vector.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from proxy.engine import span
 from proxy.engine.span import SpanSolver
 
 
@@ -279,3 +280,102 @@ def test_copies_sharing_matrices_solve_as_solvers_of_their_own(seed: int) -> Non
             assert distances == pytest.approx(expected_distances, abs=1e-9)
             assert found is not None and expected is not None
             assert np.allclose(found, expected, rtol=1e-8, atol=1e-9 * np.abs(expected).max())
+
+def _history(
+    rng: np.random.Generator, n: int, count: int, near: tuple[int, ...] = ()
+) -> list[np.ndarray]:
+    """Lattice vectors over ``n`` cells: new directions and combinations of earlier ones
+    (often of the same block of 64); those at ``near`` barely off the span (the one before
+    moved by 5e-3 of its norm)."""
+    vectors: list[np.ndarray] = []
+    while len(vectors) < count:
+        if len(vectors) in near:
+            step = rng.choice([-1.0, 1.0], n)
+            h = vectors[-1] + 5e-3 * float(np.linalg.norm(vectors[-1])) * step / np.sqrt(n)
+        elif len(vectors) > 3 and rng.random() < 0.4:
+            picks = rng.choice(len(vectors), 2, replace=False)
+            h = vectors[picks[0]] + float(rng.choice([1.0, -2.0])) * vectors[picks[1]]
+        else:
+            h = np.where(rng.random(n) < 0.2, rng.choice([1.0, 2.0, -1.0]), 0.0)
+        if np.any(h):
+            vectors.append(h)
+    return vectors
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_place_all_places_as_the_cells_would(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restart's placement through inner products gives the basis, borders and coordinates
+    of placement over the cells, block by block, to rounding; blocks it cannot decide (a vector
+    near the span) go over the cells."""
+    rng = np.random.default_rng(300 + seed)
+    n = int(rng.integers(400, 600))
+    vectors = _history(rng, n, int(rng.integers(200, 320)), near=(70, 150))
+    weights2 = rng.choice([0.01, 1.0, 30.0], len(vectors))
+    over_cells = SpanSolver._place
+    blocks_over_cells: list[int] = []
+
+    def counted(solver: SpanSolver) -> None:
+        blocks_over_cells.append(len(solver._queue))
+        over_cells(solver)
+
+    monkeypatch.setattr(SpanSolver, "_place", counted)
+    bulk, cellwise = SpanSolver(n, residual=1e-6), SpanSolver(n, residual=1e-6)
+    for h, w in zip(vectors, weights2):
+        (cells,) = np.nonzero(h)
+        for solver in (bulk, cellwise):
+            solver.weigh(solver.add(cells.astype(np.int64), h[cells]), float(w))
+    cellwise._place()
+    del blocks_over_cells[:]
+    bulk.place_all()
+    assert blocks_over_cells == [64, 64]  # the two blocks with a vector near the span
+    r = bulk.rank
+    assert r == cellwise.rank == np.linalg.matrix_rank(np.array(vectors))
+    assert [c.tolist() for c, _ in bulk._vectors] == [c.tolist() for c, _ in cellwise._vectors]
+    for name in ("_gram", "_lower", "_lower_inv"):
+        a, b = getattr(bulk, name)[:r, :r], getattr(cellwise, name)[:r, :r]
+        assert np.allclose(a, b, rtol=0, atol=1e-9 * np.abs(b).max()), name
+    a, b = bulk._coords[:r, : len(vectors)], cellwise._coords[:r, : len(vectors)]
+    assert np.allclose(a, b, rtol=0, atol=1e-9 * np.abs(b).max())
+    stacked = np.array(vectors)
+    queries = [rng.standard_normal(len(vectors)) @ stacked for _ in range(4)]
+    queries.append(np.where(rng.random(n) < 0.3, 1.0, 0.0))  # mostly outside the span
+    as_pairs = [(np.flatnonzero(q).astype(np.int64), q[q != 0]) for q in queries]
+    found, distances = bulk.solve_many(as_pairs)
+    expected, expected_distances = cellwise.solve_many(as_pairs)
+    assert distances == pytest.approx(expected_distances, abs=1e-9)
+    # the vectors near the span raise cond(L) to ~1e4: both routes' rounding is the problem's,
+    # so the bulk one is held to the dense solutions about as closely as the other is
+    c = np.sqrt(weights2)
+    errors: dict[str, list[float]] = {"bulk": [], "cells": []}
+    for g, e, q in zip(found, expected, queries):
+        assert (g is None) == (e is None)
+        if g is not None and e is not None:
+            u = _dense_min_norm(stacked, weights2, q) * c
+            errors["bulk"].append(np.abs(g * c - u).max() / np.abs(u).max())
+            errors["cells"].append(np.abs(e * c - u).max() / np.abs(u).max())
+    assert len(errors["bulk"]) == 4
+    assert max(errors["bulk"]) <= 10 * max(errors["cells"]) + 1e-9
+
+
+def test_place_all_goes_over_the_cells_when_l_is_ill_conditioned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past ``_SCREEN_COND`` every later block is placed over the cells."""
+    monkeypatch.setattr(span, "_SCREEN_COND", 0.0)
+    rng = np.random.default_rng(7)
+    vectors = _history(rng, 400, 200)
+    placed: list[int] = []
+    over_cells = SpanSolver._place
+
+    def counted(solver: SpanSolver) -> None:
+        placed.append(len(solver._queue))
+        over_cells(solver)
+
+    monkeypatch.setattr(SpanSolver, "_place", counted)
+    solver = SpanSolver(400, residual=1e-6)
+    for h in vectors:
+        (cells,) = np.nonzero(h)
+        solver.weigh(solver.add(cells.astype(np.int64), h[cells]), 1.0)
+    solver.place_all()
+    assert placed == [64, 64, 8]  # the first block has no basis yet: by inner products
+    assert solver.rank == np.linalg.matrix_rank(np.array(vectors))
