@@ -31,7 +31,7 @@ from proxy.engine.solver import MinNormSolver
 from proxy.engine.span import SpanSolver
 from sqlmap.vector import LinearQuery
 
-__all__ = ["Solution", "HistoryIndex", "combine", "ESTIMABLE_RESIDUAL"]
+__all__ = ["Solution", "RowColumns", "HistoryIndex", "combine", "ESTIMABLE_RESIDUAL"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -54,6 +54,72 @@ _CACHE_TERMS = 2_000_000  # so the cache is also bounded in terms (about 40 byte
 _COORDINATES_MEMO = 2_000_000
 # Stamps are unique across copies, so a cache shared by copies never confuses two histories.
 _STAMPS = itertools.count()
+
+
+@dataclass(frozen=True, slots=True)
+class RowColumns:
+    """A partition of history rows into classes whose error scales are equal in every BLUE.
+
+    Attributes:
+        first: the first row of each class (increasing).
+        counts: the rows in each class, as floats (the tails weigh terms by them).
+    """
+
+    first: IntArray
+    counts: FloatArray
+
+
+class _RowClasses:
+    """The history's rows by (vector, precision, factor), kept up to date as rows arrive.
+
+    Row ``i``'s BLUE weight is ``t_i = (z_j^T y) p_i^2 f_i`` (:meth:`HistoryIndex._solutions_of`)
+    and its scale ``|t_i| / p_i``: rows equal in all three get bitwise equal scales in every
+    BLUE, so a batch's exact tails take each class once (2,900 of 10,000 rows on the demo
+    history) without finding equal columns by hashing.
+    """
+
+    __slots__ = ("_classes", "_first", "_counts", "_rows", "_columns")
+
+    def __init__(self) -> None:
+        self._classes: dict[tuple[int, float, float], int] = {}
+        self._first: list[int] = []
+        self._counts: list[int] = []
+        self._rows = 0
+        self._columns: RowColumns | None = None
+
+    def copy(self) -> _RowClasses:
+        other = _RowClasses()
+        other._classes = dict(self._classes)
+        other._first = list(self._first)
+        other._counts = list(self._counts)
+        other._rows = self._rows
+        other._columns = self._columns
+        return other
+
+    def of(self, group: IntArray, precision: FloatArray, factor: FloatArray) -> RowColumns:
+        """The classes of rows ``0 .. len(group)``: those since the last call are added."""
+        m = group.size
+        if m > self._rows:
+            classes, first, counts = self._classes, self._first, self._counts
+            new = zip(
+                group[self._rows :].tolist(),
+                precision[self._rows : m].tolist(),
+                factor[self._rows : m].tolist(),
+            )
+            for row, key in enumerate(new, self._rows):
+                found = classes.setdefault(key, len(first))
+                if found == len(first):
+                    first.append(row)
+                    counts.append(1)
+                else:
+                    counts[found] += 1
+            self._rows = m
+            self._columns = None
+        if self._columns is None:
+            self._columns = RowColumns(
+                np.array(self._first, dtype=np.int64), np.array(self._counts, dtype=np.float64)
+            )
+        return self._columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +150,10 @@ class Solution:
     # interval half-widths already found, by tail method and delta
     # (:func:`proxy.engine.selection.interval`)
     widths: dict[tuple[object, float], float] = field(init=False, repr=False, compare=False)
+    # rows whose scales are equal in every BLUE of this history (one vector measured at one
+    # precision and factor): the first of each such class (positions in ``rows``) and their
+    # counts, shared by the BLUEs of one history (:func:`proxy.engine.selection.intervals`)
+    columns: RowColumns | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not (self.rows.shape == self.weights.shape == self.precisions.shape == self.steps.shape):
@@ -96,8 +166,44 @@ class Solution:
         object.__setattr__(self, "scales", magnitude / self.precisions)
         object.__setattr__(self, "shift", float(magnitude @ self.steps))
         object.__setattr__(self, "widths", {})
+        object.__setattr__(self, "columns", None)
         for array in (self.rows, self.weights, self.precisions, self.steps, self.scales):
             array.flags.writeable = False  # solutions are cached and shared
+
+    @classmethod
+    def derived(
+        cls,
+        rows: IntArray,
+        weights: FloatArray,
+        precisions: FloatArray,
+        steps: FloatArray,
+        residual: float,
+        scales: FloatArray,
+        shift: float,
+        columns: RowColumns | None = None,
+    ) -> Solution:
+        """A solution whose scales and shift its maker derived, as :meth:`__post_init__` would.
+
+        For a batch of BLUEs over the same rows (:meth:`HistoryIndex.solve_many`), which share
+        ``rows``, ``precisions`` and ``steps`` (and ``columns``) and get their scales in one
+        array operation.
+        """
+        solution = cls.__new__(cls)
+        for name, value in (
+            ("rows", rows),
+            ("weights", weights),
+            ("precisions", precisions),
+            ("steps", steps),
+            ("residual", residual),
+            ("scales", scales),
+            ("shift", shift),
+            ("widths", {}),
+            ("columns", columns),
+        ):
+            object.__setattr__(solution, name, value)
+        for array in (rows, weights, precisions, steps, scales):
+            array.flags.writeable = False
+        return solution
 
     @property
     def variance(self) -> float:
@@ -223,6 +329,7 @@ class HistoryIndex:
         self._share = np.zeros(16)
         self._stamp = next(_STAMPS)
         self._solutions: OrderedDict[tuple[int, bytes], Solution | None] = OrderedDict()
+        self._classes = _RowClasses()
 
     @property
     def size(self) -> int:
@@ -261,6 +368,7 @@ class HistoryIndex:
         other._cell_rows = self._cell_rows
         other._stamp = self._stamp
         other._solutions = self._solutions
+        other._classes = self._classes.copy()
         return other
 
     def append(self, query: LinearQuery, *, alpha: float, step: float) -> int:
@@ -437,8 +545,26 @@ class HistoryIndex:
         m = self._size
         group = self._group[:m]
         stacked = np.stack([per_vector[i] for i in solved])  # type: ignore[misc]
-        t = stacked[:, group] * np.square(self._precision[:m]) * self._factor[:m]
+        precision = self._precision[:m]
+        t = stacked[:, group] * np.square(precision) * self._factor[:m]
+        # the rows, precisions and steps of the queries that weigh every row (a BLUE over a
+        # connected history usually does) are one read-only array each, their scales one
+        # array operation: what Solution would derive for each, to the bit
+        full = np.all(t != 0.0, axis=1)
+        if np.any(full):
+            every = np.arange(m, dtype=np.int64)
+            precisions, steps = precision.copy(), self._steps[:m].copy()
+            magnitude = np.abs(t[full])
+            scales = magnitude / precisions
+            columns = self._classes.of(group, precision, self._factor[:m])
         for row, i in enumerate(solved):
+            if full[row]:
+                q = int(np.count_nonzero(full[:row]))
+                shift = float(magnitude[q] @ steps)
+                found[i] = Solution.derived(
+                    every, t[row], precisions, steps, residuals[i], scales[q], shift, columns
+                )
+                continue
             (rows,) = np.nonzero(t[row])
             rows = rows.astype(np.int64)
             found[i] = self.estimator(rows, t[row, rows], residuals[i])
