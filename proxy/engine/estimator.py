@@ -556,7 +556,12 @@ class HistoryIndex:
             precisions, steps = precision.copy(), self._steps[:m].copy()
             magnitude = np.abs(t[full])
             scales = magnitude / precisions
-            columns = self._classes.of(group, precision, self._factor[:m])
+            # (a batch's tails take them as their merged columns; one query's need none)
+            columns = (
+                self._classes.of(group, precision, self._factor[:m])
+                if np.count_nonzero(full) > 1
+                else None
+            )
         for row, i in enumerate(solved):
             if full[row]:
                 q = int(np.count_nonzero(full[:row]))

@@ -546,8 +546,7 @@ class ExactTail:
         low = top * math.log(0.5 / delta) if delta < 0.25 else high / 64
         h = math.pi / np.maximum(high, extent)
         scale = (2.0 / math.pi) * h / (np.sin(h * low / 2.0) * self.trunc_tol)
-        largest = _largest(values, counts)
-        s_cap = np.array([_node_cap(h[q], scale[q], largest[q]) for q in range(h.size)])
+        s_cap = _node_caps(h, scale, _largest(values, counts))
         grid = h[:, None] * (s_cap / h)[:, None] ** np.linspace(0.0, 1.0, 64)[None, :]
         log_bound = (
             np.log(scale)[:, None] + _batch_log_phi_above(values, counts, grid) - np.log(grid)
@@ -623,19 +622,34 @@ def _node_cap(h: float, scale: float, largest: FloatArray) -> float:
     return max(h, float(np.exp(np.min((math.log(scale) - log_products) / (2 * top + 1)))))
 
 
-def _largest(values: FloatArray, counts: FloatArray, k: int = 16) -> list[FloatArray]:
-    """The ``k`` largest positive scales of each row of :func:`_merge_columns` (with repeats)."""
+def _node_caps(h: FloatArray, scale: FloatArray, largest: FloatArray) -> FloatArray:
+    """:func:`_node_cap` of each row (``largest``: Q x k, NaN past a row's last scale)."""
+    top = np.arange(1, largest.shape[1] + 1)
+    log_products = np.cumsum(2.0 * np.log(largest), axis=1)
+    bound = (np.log(scale)[:, None] - log_products) / (2 * top + 1)
+    caps: FloatArray = np.maximum(h, np.exp(np.nanmin(bound, axis=1)))
+    return caps
+
+
+def _largest(values: FloatArray, counts: FloatArray, k: int = 16) -> FloatArray:
+    """The ``k`` largest positive scales of each row of merged columns (with repeats).
+
+    Q x k, decreasing, NaN past the last scale of a row with fewer.
+    """
     if values.shape[1] > k:
         picked = np.argpartition(values, -k, axis=1)[:, -k:]
     else:
         picked = np.broadcast_to(np.arange(values.shape[1]), values.shape)
     chosen = np.take_along_axis(values, picked, axis=1)
     order = np.argsort(-chosen, axis=1, kind="stable")
-    picked = np.take_along_axis(picked, order, axis=1)
-    out = []
-    for q in range(values.shape[0]):
-        top = picked[q][values[q, picked[q]] > 0]
-        out.append(np.repeat(values[q, top], counts[top].astype(np.int64))[:k])
+    chosen = np.take_along_axis(chosen, order, axis=1)
+    copies = np.where(chosen > 0, counts[np.take_along_axis(picked, order, axis=1)], 0.0)
+    # the j-th largest scale (with repeats) is that of the first column whose copies reach j
+    reach = np.cumsum(copies, axis=1)
+    j = np.arange(k)
+    column = np.count_nonzero(reach[:, :, None] <= j, axis=1)
+    found = np.take_along_axis(chosen, np.minimum(column, chosen.shape[1] - 1), axis=1)
+    out: FloatArray = np.where(j < reach[:, -1:], found, math.nan)
     return out
 
 
