@@ -52,6 +52,8 @@ _CACHE_TERMS = 2_000_000  # so the cache is also bounded in terms (about 40 byte
 # factored vectors' coordinates kept (a dashboard repeats its own), at most this many in all:
 # a GROUP BY over three of a wide cube's dimensions has thousands per group
 _COORDINATES_MEMO = 2_000_000
+# rows at which the classes of rows (:class:`_RowClasses`) are first found by sorting, not a loop
+_BULK_CLASSES = 4096
 # Stamps are unique across copies, so a cache shared by copies never confuses two histories.
 _STAMPS = itertools.count()
 
@@ -100,19 +102,10 @@ class _RowClasses:
         """The classes of rows ``0 .. len(group)``: those since the last call are added."""
         m = group.size
         if m > self._rows:
-            classes, first, counts = self._classes, self._first, self._counts
-            new = zip(
-                group[self._rows :].tolist(),
-                precision[self._rows : m].tolist(),
-                factor[self._rows : m].tolist(),
-            )
-            for row, key in enumerate(new, self._rows):
-                found = classes.setdefault(key, len(first))
-                if found == len(first):
-                    first.append(row)
-                    counts.append(1)
-                else:
-                    counts[found] += 1
+            if self._rows or m < _BULK_CLASSES:
+                self._add(group, precision, factor, m)
+            else:
+                self._bulk(group, precision, factor)
             self._rows = m
             self._columns = None
         if self._columns is None:
@@ -120,6 +113,51 @@ class _RowClasses:
                 np.array(self._first, dtype=np.int64), np.array(self._counts, dtype=np.float64)
             )
         return self._columns
+
+    def _add(self, group: IntArray, precision: FloatArray, factor: FloatArray, m: int) -> None:
+        """Rows ``_rows .. m`` one by one (a few since the last call)."""
+        classes, first, counts = self._classes, self._first, self._counts
+        new = zip(
+            group[self._rows : m].tolist(),
+            precision[self._rows : m].tolist(),
+            factor[self._rows : m].tolist(),
+        )
+        for row, key in enumerate(new, self._rows):
+            found = classes.setdefault(key, len(first))
+            if found == len(first):
+                first.append(row)
+                counts.append(1)
+            else:
+                counts[found] += 1
+
+    def _bulk(self, group: IntArray, precision: FloatArray, factor: FloatArray) -> None:
+        """Every row at once (a restart's history): equal keys found by sorting a hash of them.
+
+        Rows are grouped by a 64-bit mix of their three keys, then each row is checked
+        against its class's first row; a collision (never seen) takes the rows one by one.
+        """
+        mixed = (
+            group.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+            ^ precision.view(np.uint64) * np.uint64(0xBF58476D1CE4E5B9)
+            ^ factor.view(np.uint64) * np.uint64(0x94D049BB133111EB)
+        )
+        _, leaders, of_row, sizes = np.unique(
+            mixed, return_index=True, return_inverse=True, return_counts=True
+        )
+        owner = leaders[of_row]
+        if not (
+            np.array_equal(group[owner], group)
+            and np.array_equal(precision[owner], precision)
+            and np.array_equal(factor[owner], factor)
+        ):
+            self._add(group, precision, factor, group.size)
+            return
+        order = np.argsort(leaders)  # classes numbered by their first row
+        leaders, sizes = leaders[order], sizes[order]
+        keys = zip(group[leaders].tolist(), precision[leaders].tolist(), factor[leaders].tolist())
+        self._classes = dict(zip(keys, range(leaders.size)))
+        self._first = leaders.tolist()
+        self._counts = sizes.tolist()
 
 
 @dataclass(frozen=True, slots=True)

@@ -271,3 +271,30 @@ def test_a_batch_of_blues_is_each_blue_to_the_bit_and_shares_its_row_classes() -
     assert grown[0].columns is not None and grown[0].columns.counts.sum() == index.size + 2
     assert solutions[0].columns is not None
     assert index.solve_many(groups)[0].columns is solutions[0].columns  # type: ignore[union-attr]
+
+
+def test_classes_of_a_whole_history_at_once_are_those_found_row_by_row() -> None:
+    # A restart's rows are classed by sorting a hash of their keys, later rows one by one;
+    # both must give the classes a plain dictionary over (vector, precision, factor) gives.
+    from proxy.engine.estimator import _BULK_CLASSES, _RowClasses
+
+    rng = np.random.default_rng(8)
+    m = 3 * _BULK_CLASSES
+    group = rng.integers(0, 900, m)
+    precision = rng.choice([0.05, 0.1, 0.2, 0.3], 900)[group] * rng.choice([1.0, 1.0, 2.0], m)
+    factor = rng.choice([1.0, 1.0, 2.0, -1.0], m)
+    seen: dict[tuple[int, float, float], int] = {}
+    first: list[int] = []
+    counts: list[int] = []
+    for row, key in enumerate(zip(group.tolist(), precision.tolist(), factor.tolist())):
+        found = seen.setdefault(key, len(first))
+        if found == len(first):
+            first.append(row)
+            counts.append(0)
+        counts[found] += 1
+    at_once = _RowClasses().of(group, precision, factor)
+    assert at_once.first.tolist() == first and at_once.counts.tolist() == counts
+    growing = _RowClasses()
+    for cut in (_BULK_CLASSES + 1, _BULK_CLASSES + 2, 2 * _BULK_CLASSES, m):
+        classes = growing.of(group[:cut], precision[:cut], factor[:cut])
+    assert classes.first.tolist() == first and classes.counts.tolist() == counts
