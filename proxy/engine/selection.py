@@ -176,7 +176,13 @@ def intervals(
         if len(batch) < 2:
             continue
         first = batch[0].rows
-        if all(np.array_equal(e.rows, first) for e in batch):  # the rule: all weigh every row
+        columns = batch[0].columns
+        counts = None
+        if columns is not None and all(e.columns is columns for e in batch):
+            # BLUEs of one history over every row: its classes of rows are the equal columns
+            scales = np.stack([e.scales[columns.first] for e in batch])
+            counts = columns.counts
+        elif all(np.array_equal(e.rows, first) for e in batch):  # all weigh every row
             scales = np.stack([e.scales for e in batch])
         else:
             rows = np.unique(np.concatenate([e.rows for e in batch]))
@@ -185,7 +191,7 @@ def intervals(
             scales = np.zeros((len(batch), rows.size))
             for q, estimator in enumerate(batch):
                 scales[q, np.searchsorted(rows, estimator.rows)] = estimator.scales
-        for estimator, found in zip(batch, tail.quantiles(scales, delta - TAIL_SLACK)):
+        for estimator, found in zip(batch, tail.quantiles(scales, delta - TAIL_SLACK, counts)):
             estimator.widths[(tail, delta)] = estimator.shift + float(found)
 
 

@@ -671,15 +671,22 @@ class SpanSolver:
     def _basis_index(self) -> tuple[sparse.csr_array, sparse.csr_array | None, int]:
         """The basis vectors as the columns of cells x (their count) sparse matrices.
 
-        The first ``indexed`` in one, rebuilt once more than ``_PENDING`` basis vectors have
-        joined since; those in a small second one (None if there are none), rebuilt as they
-        join.
+        The first ``indexed`` in one, which takes in the others once more than ``_PENDING``
+        basis vectors have joined since (its columns and theirs side by side: a third of the
+        cost of building it again from the vectors); those in a small second one (None if
+        there are none), rebuilt as they join.
         """
         r = self._rank
-        if self._index is None or r - self._indexed > _PENDING:
+        indexed = self._indexed
+        if self._index is None:
             self._index = _row_index(self._vectors, self.n_cells)
-            self._indexed = r
-            self._recent = None
+            self._indexed, self._recent = r, None
+        elif r - indexed > _PENDING:
+            recent = self._recent
+            if recent is None or recent.shape[1] != r - indexed:
+                recent = _row_index(self._vectors[indexed:r], self.n_cells)
+            self._index = sparse.hstack([self._index, recent], format="csr")
+            self._indexed, self._recent = r, None
         indexed = self._indexed
         if r > indexed and (self._recent is None or self._recent.shape[1] != r - indexed):
             self._recent = _row_index(self._vectors[indexed:r], self.n_cells)

@@ -194,3 +194,107 @@ def test_affine_combinations_stay_unbiased() -> None:
         assert mixed.shift == pytest.approx(1e-3 * np.abs(mixed.weights).sum())
     assert combine([(1.0, repeat)]).same_as(repeat)
     assert combine([(0.0, repeat), (1.0, blue)]).same_as(blue)
+
+
+def _group_by_history(rng: np.random.Generator) -> tuple[HistoryIndex, list[LinearQuery]]:
+    """A factored history over a 4 x 3 x 5 cube (vectors repeated at a few budgets), and the
+    12 group vectors of a GROUP BY over its first two dimensions."""
+    shape = (4, 3, 5)
+    index = HistoryIndex(60, shape=shape)
+    vectors = []
+    for _ in range(120):
+        axes = tuple(sorted(rng.choice(3, int(rng.integers(1, 3)), replace=False).tolist()))
+        tensor = rng.random(tuple(n if d in axes else 1 for d, n in enumerate(shape))) < 0.6
+        tensor.flat[0] = True
+        vectors.append(LinearQuery.from_tensor(shape, tensor * rng.choice([1.0, 2.0])))
+    for _ in range(500):
+        vector = vectors[int(rng.integers(0, len(vectors)))]
+        index.append(vector, alpha=float(rng.choice([0.05, 0.1, 0.2])), step=1e-3)
+    groups = []
+    for a in range(shape[0]):
+        for b in range(shape[1]):
+            tensor = np.zeros((*shape[:2], 1))
+            tensor[a, b] = 1.0
+            groups.append(LinearQuery.from_tensor(shape, tensor))
+    return index, groups
+
+
+def _row_classes_hold(solutions: list) -> None:  # type: ignore[type-arg]
+    columns = solutions[0].columns
+    assert columns is not None and all(s.columns is columns for s in solutions)
+    m = solutions[0].rows.size
+    assert columns.counts.sum() == m
+    # each row's scale is its class's first row's in every solution: the classes are equal
+    # columns (distinct classes may still have equal columns: the tails take them apart)
+    scales = np.stack([s.scales for s in solutions])
+    first = columns.first.tolist()
+    assert first == sorted(first) and first[0] == 0
+    expanded = np.concatenate(
+        [np.flatnonzero(np.all(scales == scales[:, [k]], axis=0)) for k in first]
+    )
+    assert np.unique(expanded).size == m  # every row is in a class whose column it equals
+    for k, count in zip(first, columns.counts.tolist()):
+        assert np.count_nonzero(np.all(scales == scales[:, [k]], axis=0)) >= count
+
+
+def test_a_batch_of_blues_is_each_blue_to_the_bit_and_shares_its_row_classes() -> None:
+    rng = np.random.default_rng(41)
+    index, groups = _group_by_history(rng)
+    together = index.solve_many(groups)
+    for group, batch in zip(groups, together):
+        alone = index.copy()
+        alone._solutions.clear()  # solved afresh, on its own
+        (single,) = alone.solve_many([group])
+        assert (batch is None) == (single is None)
+        if batch is None or single is None:
+            continue
+        assert np.array_equal(batch.rows, single.rows)
+        # the span solves of a batch and of one vector round differently (matrix products)
+        np.testing.assert_allclose(
+            batch.weights, single.weights, rtol=0, atol=1e-12 * np.abs(single.weights).max()
+        )
+        # what a solution derives from its weights, a batch derives to the bit
+        built = index.estimator(batch.rows, batch.weights.copy(), batch.residual)
+        assert np.array_equal(built.precisions, batch.precisions)
+        assert np.array_equal(built.steps, batch.steps)
+        assert np.array_equal(built.scales, batch.scales) and built.shift == batch.shift
+    solutions = [s for s in together if s is not None]
+    assert len(solutions) > 4
+    _row_classes_hold(solutions)
+    # rows appended to a copy extend its classes (a new vector, and a known one at a known
+    # budget), and leave the original's as they were
+    copy = index.copy()
+    copy.append(groups[0], alpha=0.1, step=1e-3)
+    copy.append(LinearQuery.from_tensor((4, 3, 5), np.ones((1, 1, 5))), alpha=0.1, step=1e-3)
+    grown = [s for s in copy.solve_many(groups) if s is not None]
+    _row_classes_hold(grown)
+    assert grown[0].columns is not None and grown[0].columns.counts.sum() == index.size + 2
+    assert solutions[0].columns is not None
+    assert index.solve_many(groups)[0].columns is solutions[0].columns  # type: ignore[union-attr]
+
+
+def test_classes_of_a_whole_history_at_once_are_those_found_row_by_row() -> None:
+    # A restart's rows are classed by sorting a hash of their keys, later rows one by one;
+    # both must give the classes a plain dictionary over (vector, precision, factor) gives.
+    from proxy.engine.estimator import _BULK_CLASSES, _RowClasses
+
+    rng = np.random.default_rng(8)
+    m = 3 * _BULK_CLASSES
+    group = rng.integers(0, 900, m)
+    precision = rng.choice([0.05, 0.1, 0.2, 0.3], 900)[group] * rng.choice([1.0, 1.0, 2.0], m)
+    factor = rng.choice([1.0, 1.0, 2.0, -1.0], m)
+    seen: dict[tuple[int, float, float], int] = {}
+    first: list[int] = []
+    counts: list[int] = []
+    for row, key in enumerate(zip(group.tolist(), precision.tolist(), factor.tolist())):
+        found = seen.setdefault(key, len(first))
+        if found == len(first):
+            first.append(row)
+            counts.append(0)
+        counts[found] += 1
+    at_once = _RowClasses().of(group, precision, factor)
+    assert at_once.first.tolist() == first and at_once.counts.tolist() == counts
+    growing = _RowClasses()
+    for cut in (_BULK_CLASSES + 1, _BULK_CLASSES + 2, 2 * _BULK_CLASSES, m):
+        classes = growing.of(group[:cut], precision[:cut], factor[:cut])
+    assert classes.first.tolist() == first and classes.counts.tolist() == counts

@@ -379,3 +379,27 @@ def test_place_all_goes_over_the_cells_when_l_is_ill_conditioned(
     solver.place_all()
     assert placed == [64, 64, 8]  # the first block has no basis yet: by inner products
     assert solver.rank == np.linalg.matrix_rank(np.array(vectors))
+
+def test_the_row_index_takes_in_new_basis_vectors_as_building_it_afresh_would() -> None:
+    # More than _PENDING basis vectors joining between solves: the index takes them in
+    # beside its columns; it must be the index built from all the basis vectors at once.
+    from proxy.engine.span import _PENDING, _row_index
+
+    rng = np.random.default_rng(17)
+    n = 300
+    solver = SpanSolver(n, residual=1e-6)
+    for batch in (10, _PENDING + 5, 3, 2 * _PENDING + 1):
+        for _ in range(batch):
+            h = np.where(rng.random(n) < 0.05, rng.choice([1.0, 2.0, -1.0], n), 0.0)
+            h[int(rng.integers(n))] = 1.0
+            (cells,) = np.nonzero(h)
+            solver.weigh(solver.add(cells.astype(np.int64), h[cells]), 1.0)
+        (cells,) = np.nonzero(rng.random(n) < 0.1)
+        solver.solve_many([(cells.astype(np.int64), np.ones(cells.size))])
+        index, recent, indexed = solver._basis_index()
+        fresh = _row_index(solver._vectors[:indexed], n)
+        assert (index != fresh).nnz == 0 and index.has_sorted_indices
+        assert np.array_equal(index.indptr, fresh.indptr)
+        assert np.array_equal(index.indices, fresh.indices)
+        assert np.array_equal(index.data, fresh.data)
+        assert indexed + (0 if recent is None else recent.shape[1]) == solver.rank

@@ -260,7 +260,10 @@ def test_batched_quantiles_match_one_at_a_time_on_random_matrices() -> None:
         delta = float(rng.choice([0.5, 0.2, 0.05, 1e-3, 1e-6]))
         _batch_matches_one_at_a_time(scales, delta)
         values, counts = _merge_for_test(scales)
-        kinds.add(bool(EXACT._closed_forms(values, counts, delta).all()))
+        from proxy.engine.tails import _BatchSeries
+
+        table = _BatchSeries.fixed(values, counts)
+        kinds.add(bool(EXACT._closed_forms(values, counts, delta, table).all()))
     assert kinds == {True, False}  # both the inversion and the closed forms exercised
 
 
@@ -268,6 +271,29 @@ def _merge_for_test(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     from proxy.engine.tails import _merge_columns
 
     return _merge_columns(np.abs(scales))
+
+
+def test_batched_quantiles_of_counted_columns_match_the_expanded_rows() -> None:
+    # Columns the caller merged (a history's classes of rows) with their counts: the same
+    # quantiles as each row with every column repeated, one at a time.
+    rng = np.random.default_rng(29)
+    for trial in range(60):
+        n_rows, distinct = int(rng.integers(2, 22)), int(rng.integers(2, 300))
+        values = rng.exponential(1.0, (n_rows, distinct)) * rng.choice(
+            [1e-6, 1e-2, 0.1, 1.0], (n_rows, distinct)
+        )
+        if trial % 3 == 1:
+            values[0, 0] = 40.0 * values.max()  # a dominant term
+        counts = rng.integers(1, 50, distinct).astype(np.float64)
+        delta = float(rng.choice([0.5, 0.05, 1e-3, 1e-6]))
+        batch = EXACT.quantiles(values, delta, counts)
+        rows = np.repeat(values, counts.astype(np.int64), axis=1)
+        one = np.array([EXACT.quantile(row, delta) for row in rows])
+        np.testing.assert_allclose(batch, one, rtol=1e-10, atol=0.0)
+        for row, w in zip(rows, batch):
+            assert EXACT.tail(row, w) <= delta + 2 * (EXACT.alias_tol + EXACT.trunc_tol)
+    with pytest.raises(ValueError, match="count"):
+        EXACT.quantiles(np.ones((2, 3)), 0.05, np.ones(2))
 
 
 def test_merged_columns_are_exactly_the_distinct_columns() -> None:
