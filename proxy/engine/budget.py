@@ -309,19 +309,50 @@ class CellBudget:
         if self._shape is not None:
             self._check_tensors(charges, request)
             return
-        cells, nums, denominator = charges.numerators(self._denominator)
+        cells, nums, after, denominator = self._after_cells(charges)
         if cells.size == 0:
             return
-        after = nums
-        if self._partition is not None:
-            spent = self._spent[self._partition.atom_of[cells]]
-            if denominator != self._denominator:
-                spent = spent.astype(object) * (denominator // self._denominator)
-            after = _narrowed(spent + nums)
         worst = int(np.argmax(after))  # the first of equals, in the order cells were touched
         if self.carried + Fraction(int(after[worst]), denominator) <= self.total:
             return
         self._refuse(int(cells[worst]), Fraction(int(nums[worst]), denominator), request)
+
+    def spent_after(self, charges: Charges) -> Fraction:
+        """:attr:`spent` once ``charges`` are committed, without committing them.
+
+        Only the cells they charge are read: the others keep their spend, and spend only grows.
+
+        >>> budget = CellBudget("t", total=Fraction(1), carried=Fraction(1, 10))
+        >>> budget.commit(cell_charges(LinearQuery.from_dense([1.0, 0.0]), Fraction(1, 2)))
+        >>> budget.spent_after(cell_charges(LinearQuery.from_dense([0.0, 1.0]), Fraction(1, 4)))
+        Fraction(3, 5)
+        >>> budget.spent_after(cell_charges(LinearQuery.from_dense([1.0, 1.0]), Fraction(1, 4)))
+        Fraction(17, 20)
+        """
+        if self._shape is not None:
+            terms, denominator = self._tensors(charges)
+            most = 0
+            if terms:
+                self._refine(terms)  # only a finer grid of the same spend: nothing is charged
+                most = self._most_after(self._merged_on_grid(terms), denominator)
+        else:
+            cells, _, after, denominator = self._after_cells(charges)
+            most = int(after.max()) if cells.size else 0
+        scale = denominator // self._denominator
+        return self.carried + Fraction(max(self._max * scale, most), denominator)
+
+    def _after_cells(self, charges: Charges) -> tuple[IntArray, Numerators, Numerators, int]:
+        """By atoms: the cells ``charges`` touch, their charges and their spend with them.
+
+        The numerators are over the returned denominator, a multiple of the budget's.
+        """
+        cells, nums, denominator = charges.numerators(self._denominator)
+        if cells.size == 0 or self._partition is None:
+            return cells, nums, nums, denominator
+        spent = self._spent[self._partition.atom_of[cells]]
+        if denominator != self._denominator:
+            spent = spent.astype(object) * (denominator // self._denominator)
+        return cells, nums, _narrowed(spent + nums), denominator
 
     def _refuse(self, worst_cell: int, need: Fraction, request: str) -> None:
         left = self.total - self.spent_on(worst_cell)
@@ -448,19 +479,51 @@ class CellBudget:
         """The terms on the grid, those over the same dimensions added up first."""
         return [self._on_grid(axes, tensor) for axes, tensor in _merged(terms).items()]
 
-    def _grid_over(self, denominator: int) -> Numerators:
-        """The grid's spend as numerators over ``denominator`` (a multiple of the budget's)."""
+    def _scaled(self, spent: Numerators, denominator: int) -> Numerators:
+        """Numerators of the budget's as numerators over ``denominator`` (a multiple of it)."""
         if denominator == self._denominator:
-            return self._grid
-        return _narrowed(self._grid.astype(object) * (denominator // self._denominator))
+            return spent
+        return _narrowed(spent.astype(object) * (denominator // self._denominator))
+
+    def _after(
+        self, box: _Box, on_grid: list[Numerators], denominator: int
+    ) -> tuple[Numerators, npt.NDArray[np.bool_]]:
+        """The spend in ``box`` with the terms ``on_grid`` added, and the cells they charge.
+
+        The second is a mask that broadcasts to the first.
+        """
+        after = self._scaled(box.read(self._grid), denominator)
+        in_box = [box.restrict(t) for t in on_grid]
+        if after.dtype != object and (
+            any(t.dtype == object for t in in_box)
+            or int(after.max()) + sum(int(t.max()) for t in in_box) >= _INT64_ROOM // 4
+        ):
+            after = after.astype(object)
+        support = np.zeros((1,) * after.ndim, dtype=bool)
+        for tensor in in_box:
+            after = after + tensor
+            support = support | (tensor != 0)
+        return after, support
+
+    def _most_after(self, on_grid: list[Numerators], denominator: int) -> int:
+        """The most any cell the terms ``on_grid`` charge will have spent, over ``denominator``.
+
+        Only the terms' boxes are read: a cell no term charges keeps its spend.
+        """
+        most = 0
+        for box in (_Box.of(t) for t in on_grid):
+            after, support = self._after(box, on_grid, denominator)
+            charged = after if support.all() else after[np.broadcast_to(support, after.shape)]
+            if charged.size:
+                most = max(most, int(charged.max()))
+        return most
 
     def _check_tensors(self, charges: Charges, request: str) -> None:
         terms, denominator = self._tensors(charges)
         if not terms:
             return
         self._refine(terms)  # only a finer grid of the same spend: nothing is charged
-        after, support = self._after(terms, denominator)
-        worst = int(after[support].max())
+        worst = self._most_after(self._merged_on_grid(terms), denominator)
         if self.carried + Fraction(worst, denominator) <= self.total:
             return
         # the first of equals in the order cells were touched (charge by charge, cells
@@ -468,57 +531,105 @@ class CellBudget:
         # term's cells, a grid cell's first cell has each class's smallest value, and cells
         # increase as their values do (C order)
         self._refine(terms, each=True)
-        after, support = self._after(terms, denominator)
-        at_worst = support & (after == worst)
+        on_grid = self._merged_on_grid(terms)
         for axes, term in terms:
-            hit = np.nonzero(at_worst & (self._on_grid(axes, term) != 0))
+            own = self._on_grid(axes, term)
+            box = _Box.of(own)
+            after, _ = self._after(box, on_grid, denominator)
+            hit = np.nonzero((after == worst) & (box.restrict(own) != 0))
             if hit[0].size:
-                values = [f[h] for f, h in zip(self._firsts, hit)]
+                at = box.position(hit)
+                values = [f[h] for f, h in zip(self._firsts, at)]
                 first = int(np.lexsort(values[::-1])[0])
                 assert self._shape is not None
                 cell = int(np.ravel_multi_index([v[first] for v in values], self._shape))
-                at = tuple(h[first] for h in hit)
+                in_box = tuple(h[first] for h in hit)
                 break
-        spent = int(self._grid_over(denominator)[at])
-        self._refuse(cell, Fraction(int(after[at]) - spent, denominator), request)
-
-    def _after(
-        self, terms: list[tuple[tuple[int, ...], Numerators]], denominator: int
-    ) -> tuple[Numerators, npt.NDArray[np.bool_]]:
-        """The grid's spend with ``terms`` added, and the grid cells they charge."""
-        after = self._grid_over(denominator)
-        on_grid = self._merged_on_grid(terms)
-        if any(t.dtype == object for t in on_grid) or after.dtype == object:
-            after = after.astype(object)
-        else:
-            largest = sum(int(t.max()) for t in on_grid)
-            if int(after.max()) + largest >= _INT64_ROOM // 4:
-                after = after.astype(object)
-        support = np.zeros(after.shape, dtype=bool)
-        for tensor in on_grid:
-            after = after + tensor
-            support = support | (tensor != 0)
-        return after, support
+        spent = int(self._grid[tuple(a[first] for a in at)]) * (denominator // self._denominator)
+        self._refuse(cell, Fraction(int(after[in_box]) - spent, denominator), request)
 
     def _commit_tensors(self, charges: Charges) -> None:
         terms, denominator = self._tensors(charges)
         if not terms:
             return
         self._refine(terms)
-        grid = self._grid_over(denominator)
         if denominator != self._denominator:
+            self._grid = self._scaled(self._grid, denominator)
             self._max *= denominator // self._denominator
             self._denominator = denominator
         on_grid = self._merged_on_grid(terms)
         largest = sum(int(t.max()) for t in on_grid)
-        if grid.dtype == np.int64 and (
+        if self._grid.dtype == np.int64 and (
             self._max + largest >= _INT64_ROOM // 4 or any(t.dtype == object for t in on_grid)
         ):
-            grid = grid.astype(object)
-        for tensor in on_grid:
-            grid = grid + tensor.astype(grid.dtype)
-        self._grid = grid
-        self._max = int(grid.max())
+            self._grid = self._grid.astype(object)
+        # spend only grows: the most is the old most or a charged cell's new spend
+        for box, term in ((_Box.of(t), t) for t in on_grid):
+            after = box.read(self._grid) + box.restrict(term).astype(self._grid.dtype)
+            box.write(self._grid, after)
+            self._max = max(self._max, int(after.max()))
+
+
+@dataclass(frozen=True, slots=True)
+class _Box:
+    """The part of the grid a term charges.
+
+    Along each dimension it names, the classes where it is not zero (``picks``); along the
+    others, every class.
+
+    Read and written with one index: the picks as an open mesh, slices elsewhere. NumPy puts
+    the picked dimensions first when they are not adjacent; :meth:`read` and :meth:`write`
+    hand over arrays in the grid's order of dimensions.
+    """
+
+    axes: tuple[int, ...]  # the dimensions picked from (a term's, unless it charges them all)
+    picks: tuple[IntArray, ...]
+    index: tuple[Any, ...]
+
+    @classmethod
+    def of(cls, term: Numerators) -> _Box:
+        """The box of ``term`` on the grid (1 along a dimension it is constant on)."""
+        nonzero = term != 0
+        axes, picks = [], []
+        for d, size in enumerate(term.shape):
+            if size == 1:
+                continue
+            along = nonzero.any(axis=tuple(o for o in range(term.ndim) if o != d))
+            if not along.all():
+                axes.append(d)
+                picks.append(np.flatnonzero(along))
+        index: list[Any] = [slice(None)] * term.ndim
+        for d, mesh in zip(axes, np.ix_(*picks)):
+            index[d] = mesh
+        return cls(tuple(axes), tuple(picks), tuple(index))
+
+    @property
+    def _moved(self) -> bool:
+        """Whether NumPy moves the picked dimensions first (they are not adjacent)."""
+        return len(self.axes) > 1 and self.axes[-1] - self.axes[0] != len(self.axes) - 1
+
+    def read(self, grid: Numerators) -> Numerators:
+        """The box's part of ``grid`` (a copy)."""
+        part = grid[self.index]
+        return np.moveaxis(part, range(len(self.axes)), self.axes) if self._moved else part
+
+    def write(self, grid: Numerators, part: Numerators) -> None:
+        """Set the box's part of ``grid`` to ``part`` (the box's shape)."""
+        grid[self.index] = (
+            np.moveaxis(part, self.axes, range(len(self.axes))) if self._moved else part
+        )
+
+    def restrict(self, term: Numerators) -> Numerators:
+        """``term`` (on the grid, broadcasting) at the box's cells, broadcasting to them."""
+        for d, pick in zip(self.axes, self.picks):
+            if term.shape[d] > 1:
+                term = np.take(term, pick, axis=d)
+        return term
+
+    def position(self, where: tuple[IntArray, ...]) -> tuple[IntArray, ...]:
+        """The grid's index of cells of the box (indices into :meth:`read`'s array)."""
+        picked = dict(zip(self.axes, self.picks))
+        return tuple(picked[d][w] if d in picked else w for d, w in enumerate(where))
 
 
 @dataclass(frozen=True, slots=True)
