@@ -149,7 +149,9 @@ def _merged(
     """Terms over the same dimensions added up (one tensor per set of dimensions)."""
     merged: dict[tuple[int, ...], Numerators] = {}
     for axes, tensor in terms:
-        merged[axes] = merged[axes] + tensor if axes in merged else tensor
+        if axes in merged:  # kept an array: two 0-d object arrays add up to a Python int
+            tensor = np.asarray(merged[axes] + tensor, np.result_type(merged[axes], tensor))
+        merged[axes] = tensor
     return merged
 
 
