@@ -27,6 +27,7 @@ have to list).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -70,8 +71,20 @@ def _distinct_charges(
 ) -> tuple[IntArray, list[Fraction]]:
     """Per cell of ``magnitudes`` (its ``s_ij``), an index into its distinct value's charge."""
     distinct, inverse = np.unique(magnitudes, return_inverse=True)
-    ratio = budget / public_fraction(sensitivity)
-    return inverse, [ratio * public_fraction(s) for s in distinct.tolist()]
+    return inverse, [_charge(budget, sensitivity, s) for s in distinct.tolist()]
+
+
+@functools.lru_cache(maxsize=4096)
+def _charge(budget: Fraction, sensitivity: float, magnitude: float) -> Fraction:
+    """``alpha_i s_ij / S_i``: kept, since a batch's values (a GROUP BY's groups) share them."""
+    return budget * public_fraction(magnitude) / public_fraction(sensitivity)
+
+
+def _over(charges: list[Fraction], denominator: int) -> Numerators:
+    """``charges`` as numerators over ``denominator`` (a multiple of theirs), int64 if they fit."""
+    nums = [c.numerator * (denominator // c.denominator) for c in charges]
+    fits = max(map(abs, nums), default=0) < _INT64_ROOM // 4  # as _narrowed
+    return np.array(nums, dtype=np.int64 if fits else object)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,12 +133,7 @@ class Charges:
                 denominator = math.lcm(denominator, charge.denominator)
         if not parts:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), denominator
-        values = [
-            np.array([c.numerator * (denominator // c.denominator) for c in charges], dtype=object)[
-                inverse
-            ]
-            for _, inverse, charges in parts
-        ]
+        values = [_over(charges, denominator)[inverse] for _, inverse, charges in parts]
         cells = np.concatenate([c for c, _, _ in parts])
         nums = _narrowed(np.concatenate(values))
         unique, first, inverse = np.unique(cells, return_index=True, return_inverse=True)
@@ -400,9 +408,7 @@ class CellBudget:
                 )
                 self._max *= denominator // self._denominator
                 self._denominator = denominator
-            adds = np.array(
-                [c.numerator * (denominator // c.denominator) for c in distinct], dtype=object
-            )
+            adds = _over(distinct, denominator)
             if self._spent.dtype == np.int64 and self._max + int(adds.max()) >= _INT64_ROOM // 4:
                 self._spent = self._spent.astype(object)
             self._spent[atoms] += adds[inverse].astype(self._spent.dtype)
@@ -432,10 +438,7 @@ class CellBudget:
             parts.append((query.axes, magnitudes.shape, inverse, distinct))
         terms = []
         for axes, core_shape, inverse, distinct in parts:
-            values = np.array(
-                [c.numerator * (denominator // c.denominator) for c in distinct], dtype=object
-            )[inverse]
-            terms.append((axes, _narrowed(values).reshape(core_shape)))
+            terms.append((axes, _over(distinct, denominator)[inverse].reshape(core_shape)))
         return terms, denominator
 
     def _grid_cells(self, cells: IntArray) -> tuple[IntArray, ...]:
@@ -488,17 +491,25 @@ class CellBudget:
         return _narrowed(spent.astype(object) * (denominator // self._denominator))
 
     def _after(
-        self, box: _Box, on_grid: list[Numerators], denominator: int
+        self, box: _Box, on_grid: list[Numerators], denominator: int, *, cells: bool = False
     ) -> tuple[Numerators, npt.NDArray[np.bool_]]:
         """The spend in ``box`` with the terms ``on_grid`` added, and the cells they charge.
 
-        The second is a mask that broadcasts to the first.
+        The second is a mask that broadcasts to the first. Along dimensions no term names, the
+        terms are constant: the most spent there is all that counts, unless ``cells`` (the grid
+        cells themselves) are asked for.
         """
-        after = self._scaled(box.read(self._grid), denominator)
+        spent = box.read(self._grid)
+        if not cells:
+            named = {d for t in on_grid for d, size in enumerate(t.shape) if size > 1}
+            others = tuple(d for d in range(spent.ndim) if d not in named)
+            spent = spent.max(axis=others, keepdims=True)
+        after = self._scaled(spent, denominator)
         in_box = [box.restrict(t) for t in on_grid]
+        most = self._max * (denominator // self._denominator)  # the grid's, so the box's too
         if after.dtype != object and (
             any(t.dtype == object for t in in_box)
-            or int(after.max()) + sum(int(t.max()) for t in in_box) >= _INT64_ROOM // 4
+            or most + sum(int(t.max()) for t in in_box) >= _INT64_ROOM // 4
         ):
             after = after.astype(object)
         support = np.zeros((1,) * after.ndim, dtype=bool)
@@ -537,7 +548,7 @@ class CellBudget:
         for axes, term in terms:
             own = self._on_grid(axes, term)
             box = _Box.of(own)
-            after, _ = self._after(box, on_grid, denominator)
+            after, _ = self._after(box, on_grid, denominator, cells=True)
             hit = np.nonzero((after == worst) & (box.restrict(own) != 0))
             if hit[0].size:
                 at = box.position(hit)
