@@ -286,14 +286,24 @@ class CellBudget:
         """
         if self._shape is None or not query.factored:
             return self.most_spent_on(_charged(query)[0])
-        weighed = query.sensitivity_tensor() != 0
-        if not weighed.any():
+        magnitudes = query.sensitivity_tensor()
+        if not magnitudes.any():
             return self.carried
         axes = query.axes
+        if not axes:
+            return self.spent  # every cell
+        weighed = np.nonzero(magnitudes)
+        # the classes of the values it weighs, on the grid; the grid read only in their box
+        classes = np.zeros([self._firsts[d].size for d in axes], dtype=bool)
+        classes[tuple(self._classes[d][v] for d, v in zip(axes, weighed))] = True
+        term = classes.reshape(
+            [self._firsts[d].size if d in axes else 1 for d in range(len(self._shape))]
+        )
+        box = _Box.of(term)
         others = tuple(d for d in range(len(self._shape)) if d not in axes)
-        grid = self._grid.max(axis=others) if others else self._grid
-        spent = grid[np.ix_(*(self._classes[d] for d in axes))] if axes else grid
-        return self.carried + Fraction(int(spent[weighed].max()), self._denominator)
+        spent = box.read(self._grid).max(axis=others, keepdims=True)
+        most = spent[np.broadcast_to(box.restrict(term), spent.shape)].max()
+        return self.carried + Fraction(int(most), self._denominator)
 
     def per_cell(self) -> dict[int, Fraction]:
         """A copy of every ``B_j`` charged since the cube was last defined (without ``carried``)."""
