@@ -22,7 +22,10 @@ a check the cells of the batch, both as array operations. Given the cube's shape
 the spend on a grid instead (per dimension, classes of values no charge has told apart: its
 size follows what charges distinguish, not the cube) and charges factored vectors as tensors
 broadcast over it (a wide cube's range count covers a million cells, which a partition would
-have to list).
+have to list). A check, a commit and :meth:`CellBudget.spent_after` read and write only each
+charge's box of the grid (the classes where it is not zero along the dimensions it names, every
+class of the others), and the most spent is kept as charges arrive (spend only grows), so
+their cost follows what a statement charges, not the grid.
 """
 
 from __future__ import annotations
@@ -587,10 +590,8 @@ class CellBudget:
         ):
             self._grid = self._grid.astype(object)
         # spend only grows: the most is the old most or a charged cell's new spend
-        for box, term in ((_Box.of(t), t) for t in on_grid):
-            after = box.read(self._grid) + box.restrict(term).astype(self._grid.dtype)
-            box.write(self._grid, after)
-            self._max = max(self._max, int(after.max()))
+        for term in on_grid:
+            self._max = max(self._max, int(_Box.of(term).add(self._grid, term).max()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -641,6 +642,14 @@ class _Box:
         grid[self.index] = (
             np.moveaxis(part, self.axes, range(len(self.axes))) if self._moved else part
         )
+
+    def add(self, grid: Numerators, term: Numerators) -> Numerators:
+        """Add ``term`` (on the grid) to the box's part of ``grid``; that part, after."""
+        part = self.read(grid)  # a copy, or the whole grid when nothing is picked
+        np.add(part, self.restrict(term).astype(grid.dtype), out=part)
+        if self.axes:
+            self.write(grid, part)
+        return part
 
     def restrict(self, term: Numerators) -> Numerators:
         """``term`` (on the grid, broadcasting) at the box's cells, broadcasting to them."""
