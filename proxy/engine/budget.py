@@ -633,7 +633,7 @@ class _Box:
         return len(self.axes) > 1 and self.axes[-1] - self.axes[0] != len(self.axes) - 1
 
     def read(self, grid: Numerators) -> Numerators:
-        """The box's part of ``grid`` (a copy)."""
+        """The box's part of ``grid``: a copy, or the whole grid itself when nothing is picked."""
         part = grid[self.index]
         return np.moveaxis(part, range(len(self.axes)), self.axes) if self._moved else part
 
