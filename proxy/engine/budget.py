@@ -435,23 +435,34 @@ class CellBudget:
         The denominator is common to all and a multiple of the budget's.
         """
         assert self._shape is not None
-        parts = []
-        denominator = self._denominator
-        for query, budget in charges:
+        # charges of one shape, sensitivity and budget (a GROUP BY's groups) priced together
+        alike: dict[tuple[tuple[int, ...], float, Fraction], list[int]] = {}
+        magnitudes = []
+        for i, (query, budget) in enumerate(charges):
             if query.core is None:
                 full = (query.kinds, *self._shape)
                 query = LinearQuery.from_tensor(
                     self._shape, query.to_dense().reshape(full), measures=query.measures
                 )
             # the cells' sensitivities s_ij (measures: by the box of bounds) over its axes
-            magnitudes = query.sensitivity_tensor()
-            inverse, distinct = _distinct_charges(magnitudes.ravel(), query.sensitivity, budget)
+            magnitudes.append(query.sensitivity_tensor())
+            alike.setdefault((query.axes, query.sensitivity, budget), []).append(i)
+        parts = []
+        denominator = self._denominator
+        for (axes, sensitivity, budget), members in alike.items():
+            stacked = np.stack([magnitudes[i] for i in members])
+            charged = stacked != 0  # a group's cells are few of its tensor's: the rest pay 0
+            inverse, distinct = _distinct_charges(stacked[charged], sensitivity, budget)
             for charge in distinct:
                 denominator = math.lcm(denominator, charge.denominator)
-            parts.append((query.axes, magnitudes.shape, inverse, distinct))
-        terms = []
-        for axes, core_shape, inverse, distinct in parts:
-            terms.append((axes, _over(distinct, denominator)[inverse].reshape(core_shape)))
+            parts.append((axes, members, charged, inverse, distinct))
+        terms: list[tuple[tuple[int, ...], Numerators]] = [((), np.zeros(0))] * len(magnitudes)
+        for axes, members, charged, inverse, distinct in parts:
+            over = _over(distinct, denominator)
+            values = np.zeros(charged.shape, dtype=over.dtype)
+            values[charged] = over[inverse]
+            for j, i in enumerate(members):
+                terms[i] = (axes, values[j, ...])  # an array, even over no dimension
         return terms, denominator
 
     def _grid_cells(self, cells: IntArray) -> tuple[IntArray, ...]:
