@@ -9,7 +9,6 @@ inputs only, and only then, if a fresh measurement is needed, does the privilege
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import uuid
 from collections import Counter
@@ -653,11 +652,9 @@ class DpService:
 def _most_spent_after(budget: CellBudget, charges: Charges) -> Fraction:
     """The most any cell will have spent once ``charges`` are committed, carried aside.
 
-    Worked out on a copy: the budget itself is charged only once the write has committed.
+    The budget itself is charged only once the write has committed.
     """
-    after = copy.deepcopy(budget)
-    after.commit(charges)
-    return after.spent - after.carried
+    return budget.spent_after(charges) - budget.carried
 
 
 def _new_measurements(

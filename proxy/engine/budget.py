@@ -22,11 +22,15 @@ a check the cells of the batch, both as array operations. Given the cube's shape
 the spend on a grid instead (per dimension, classes of values no charge has told apart: its
 size follows what charges distinguish, not the cube) and charges factored vectors as tensors
 broadcast over it (a wide cube's range count covers a million cells, which a partition would
-have to list).
+have to list). A check, a commit and :meth:`CellBudget.spent_after` read and write only each
+charge's box of the grid (the classes where it is not zero along the dimensions it names, every
+class of the others), and the most spent is kept as charges arrive (spend only grows), so
+their cost follows what a statement charges, not the grid.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -70,8 +74,20 @@ def _distinct_charges(
 ) -> tuple[IntArray, list[Fraction]]:
     """Per cell of ``magnitudes`` (its ``s_ij``), an index into its distinct value's charge."""
     distinct, inverse = np.unique(magnitudes, return_inverse=True)
-    ratio = budget / public_fraction(sensitivity)
-    return inverse, [ratio * public_fraction(s) for s in distinct.tolist()]
+    return inverse, [_charge(budget, sensitivity, s) for s in distinct.tolist()]
+
+
+@functools.lru_cache(maxsize=4096)
+def _charge(budget: Fraction, sensitivity: float, magnitude: float) -> Fraction:
+    """``alpha_i s_ij / S_i``: kept, since a batch's values (a GROUP BY's groups) share them."""
+    return budget * public_fraction(magnitude) / public_fraction(sensitivity)
+
+
+def _over(charges: list[Fraction], denominator: int) -> Numerators:
+    """``charges`` as numerators over ``denominator`` (a multiple of theirs), int64 if they fit."""
+    nums = [c.numerator * (denominator // c.denominator) for c in charges]
+    fits = max(map(abs, nums), default=0) < _INT64_ROOM // 4  # as _narrowed
+    return np.array(nums, dtype=np.int64 if fits else object)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,12 +136,7 @@ class Charges:
                 denominator = math.lcm(denominator, charge.denominator)
         if not parts:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), denominator
-        values = [
-            np.array([c.numerator * (denominator // c.denominator) for c in charges], dtype=object)[
-                inverse
-            ]
-            for _, inverse, charges in parts
-        ]
+        values = [_over(charges, denominator)[inverse] for _, inverse, charges in parts]
         cells = np.concatenate([c for c, _, _ in parts])
         nums = _narrowed(np.concatenate(values))
         unique, first, inverse = np.unique(cells, return_index=True, return_inverse=True)
@@ -149,7 +160,9 @@ def _merged(
     """Terms over the same dimensions added up (one tensor per set of dimensions)."""
     merged: dict[tuple[int, ...], Numerators] = {}
     for axes, tensor in terms:
-        merged[axes] = merged[axes] + tensor if axes in merged else tensor
+        if axes in merged:  # kept an array: two 0-d object arrays add up to a Python int
+            tensor = np.asarray(merged[axes] + tensor, np.result_type(merged[axes], tensor))
+        merged[axes] = tensor
     return merged
 
 
@@ -276,14 +289,24 @@ class CellBudget:
         """
         if self._shape is None or not query.factored:
             return self.most_spent_on(_charged(query)[0])
-        weighed = query.sensitivity_tensor() != 0
-        if not weighed.any():
+        magnitudes = query.sensitivity_tensor()
+        if not magnitudes.any():
             return self.carried
         axes = query.axes
+        if not axes:
+            return self.spent  # every cell
+        weighed = np.nonzero(magnitudes)
+        # the classes of the values it weighs, on the grid; the grid read only in their box
+        classes = np.zeros([self._firsts[d].size for d in axes], dtype=bool)
+        classes[tuple(self._classes[d][v] for d, v in zip(axes, weighed))] = True
+        term = classes.reshape(
+            [self._firsts[d].size if d in axes else 1 for d in range(len(self._shape))]
+        )
+        box = _Box.of(term)
         others = tuple(d for d in range(len(self._shape)) if d not in axes)
-        grid = self._grid.max(axis=others) if others else self._grid
-        spent = grid[np.ix_(*(self._classes[d] for d in axes))] if axes else grid
-        return self.carried + Fraction(int(spent[weighed].max()), self._denominator)
+        spent = box.read(self._grid).max(axis=others, keepdims=True)
+        most = spent[np.broadcast_to(box.restrict(term), spent.shape)].max()
+        return self.carried + Fraction(int(most), self._denominator)
 
     def per_cell(self) -> dict[int, Fraction]:
         """A copy of every ``B_j`` charged since the cube was last defined (without ``carried``)."""
@@ -309,19 +332,50 @@ class CellBudget:
         if self._shape is not None:
             self._check_tensors(charges, request)
             return
-        cells, nums, denominator = charges.numerators(self._denominator)
+        cells, nums, after, denominator = self._after_cells(charges)
         if cells.size == 0:
             return
-        after = nums
-        if self._partition is not None:
-            spent = self._spent[self._partition.atom_of[cells]]
-            if denominator != self._denominator:
-                spent = spent.astype(object) * (denominator // self._denominator)
-            after = _narrowed(spent + nums)
         worst = int(np.argmax(after))  # the first of equals, in the order cells were touched
         if self.carried + Fraction(int(after[worst]), denominator) <= self.total:
             return
         self._refuse(int(cells[worst]), Fraction(int(nums[worst]), denominator), request)
+
+    def spent_after(self, charges: Charges) -> Fraction:
+        """:attr:`spent` once ``charges`` are committed, without committing them.
+
+        Only the cells they charge are read: the others keep their spend, and spend only grows.
+
+        >>> budget = CellBudget("t", total=Fraction(1), carried=Fraction(1, 10))
+        >>> budget.commit(cell_charges(LinearQuery.from_dense([1.0, 0.0]), Fraction(1, 2)))
+        >>> budget.spent_after(cell_charges(LinearQuery.from_dense([0.0, 1.0]), Fraction(1, 4)))
+        Fraction(3, 5)
+        >>> budget.spent_after(cell_charges(LinearQuery.from_dense([1.0, 1.0]), Fraction(1, 4)))
+        Fraction(17, 20)
+        """
+        if self._shape is not None:
+            terms, denominator = self._tensors(charges)
+            most = 0
+            if terms:
+                self._refine(terms)  # only a finer grid of the same spend: nothing is charged
+                most = self._most_after(self._merged_on_grid(terms), denominator)
+        else:
+            cells, _, after, denominator = self._after_cells(charges)
+            most = int(after.max()) if cells.size else 0
+        scale = denominator // self._denominator
+        return self.carried + Fraction(max(self._max * scale, most), denominator)
+
+    def _after_cells(self, charges: Charges) -> tuple[IntArray, Numerators, Numerators, int]:
+        """By atoms: the cells ``charges`` touch, their charges and their spend with them.
+
+        The numerators are over the returned denominator, a multiple of the budget's.
+        """
+        cells, nums, denominator = charges.numerators(self._denominator)
+        if cells.size == 0 or self._partition is None:
+            return cells, nums, nums, denominator
+        spent = self._spent[self._partition.atom_of[cells]]
+        if denominator != self._denominator:
+            spent = spent.astype(object) * (denominator // self._denominator)
+        return cells, nums, _narrowed(spent + nums), denominator
 
     def _refuse(self, worst_cell: int, need: Fraction, request: str) -> None:
         left = self.total - self.spent_on(worst_cell)
@@ -367,9 +421,7 @@ class CellBudget:
                 )
                 self._max *= denominator // self._denominator
                 self._denominator = denominator
-            adds = np.array(
-                [c.numerator * (denominator // c.denominator) for c in distinct], dtype=object
-            )
+            adds = _over(distinct, denominator)
             if self._spent.dtype == np.int64 and self._max + int(adds.max()) >= _INT64_ROOM // 4:
                 self._spent = self._spent.astype(object)
             self._spent[atoms] += adds[inverse].astype(self._spent.dtype)
@@ -383,26 +435,34 @@ class CellBudget:
         The denominator is common to all and a multiple of the budget's.
         """
         assert self._shape is not None
-        parts = []
-        denominator = self._denominator
-        for query, budget in charges:
+        # charges of one shape, sensitivity and budget (a GROUP BY's groups) priced together
+        alike: dict[tuple[tuple[int, ...], float, Fraction], list[int]] = {}
+        magnitudes = []
+        for i, (query, budget) in enumerate(charges):
             if query.core is None:
                 full = (query.kinds, *self._shape)
                 query = LinearQuery.from_tensor(
                     self._shape, query.to_dense().reshape(full), measures=query.measures
                 )
             # the cells' sensitivities s_ij (measures: by the box of bounds) over its axes
-            magnitudes = query.sensitivity_tensor()
-            inverse, distinct = _distinct_charges(magnitudes.ravel(), query.sensitivity, budget)
+            magnitudes.append(query.sensitivity_tensor())
+            alike.setdefault((query.axes, query.sensitivity, budget), []).append(i)
+        parts = []
+        denominator = self._denominator
+        for (axes, sensitivity, budget), members in alike.items():
+            stacked = np.stack([magnitudes[i] for i in members])
+            charged = stacked != 0  # a group's cells are few of its tensor's: the rest pay 0
+            inverse, distinct = _distinct_charges(stacked[charged], sensitivity, budget)
             for charge in distinct:
                 denominator = math.lcm(denominator, charge.denominator)
-            parts.append((query.axes, magnitudes.shape, inverse, distinct))
-        terms = []
-        for axes, core_shape, inverse, distinct in parts:
-            values = np.array(
-                [c.numerator * (denominator // c.denominator) for c in distinct], dtype=object
-            )[inverse]
-            terms.append((axes, _narrowed(values).reshape(core_shape)))
+            parts.append((axes, members, charged, inverse, distinct))
+        terms: list[tuple[tuple[int, ...], Numerators]] = [((), np.zeros(0))] * len(magnitudes)
+        for axes, members, charged, inverse, distinct in parts:
+            over = _over(distinct, denominator)
+            values = np.zeros(charged.shape, dtype=over.dtype)
+            values[charged] = over[inverse]
+            for j, i in enumerate(members):
+                terms[i] = (axes, values[j, ...])  # an array, even over no dimension
         return terms, denominator
 
     def _grid_cells(self, cells: IntArray) -> tuple[IntArray, ...]:
@@ -448,19 +508,59 @@ class CellBudget:
         """The terms on the grid, those over the same dimensions added up first."""
         return [self._on_grid(axes, tensor) for axes, tensor in _merged(terms).items()]
 
-    def _grid_over(self, denominator: int) -> Numerators:
-        """The grid's spend as numerators over ``denominator`` (a multiple of the budget's)."""
+    def _scaled(self, spent: Numerators, denominator: int) -> Numerators:
+        """Numerators of the budget's as numerators over ``denominator`` (a multiple of it)."""
         if denominator == self._denominator:
-            return self._grid
-        return _narrowed(self._grid.astype(object) * (denominator // self._denominator))
+            return spent
+        return _narrowed(spent.astype(object) * (denominator // self._denominator))
+
+    def _after(
+        self, box: _Box, on_grid: list[Numerators], denominator: int, *, cells: bool = False
+    ) -> tuple[Numerators, npt.NDArray[np.bool_]]:
+        """The spend in ``box`` with the terms ``on_grid`` added, and the cells they charge.
+
+        The second is a mask that broadcasts to the first. Along dimensions no term names, the
+        terms are constant: the most spent there is all that counts, unless ``cells`` (the grid
+        cells themselves) are asked for.
+        """
+        spent = box.read(self._grid)
+        if not cells:
+            named = {d for t in on_grid for d, size in enumerate(t.shape) if size > 1}
+            others = tuple(d for d in range(spent.ndim) if d not in named)
+            spent = spent.max(axis=others, keepdims=True)
+        after = self._scaled(spent, denominator)
+        in_box = [box.restrict(t) for t in on_grid]
+        most = self._max * (denominator // self._denominator)  # the grid's, so the box's too
+        if after.dtype != object and (
+            any(t.dtype == object for t in in_box)
+            or most + sum(int(t.max()) for t in in_box) >= _INT64_ROOM // 4
+        ):
+            after = after.astype(object)
+        support = np.zeros((1,) * after.ndim, dtype=bool)
+        for tensor in in_box:
+            after = after + tensor
+            support = support | (tensor != 0)
+        return after, support
+
+    def _most_after(self, on_grid: list[Numerators], denominator: int) -> int:
+        """The most any cell the terms ``on_grid`` charge will have spent, over ``denominator``.
+
+        Only the terms' boxes are read: a cell no term charges keeps its spend.
+        """
+        most = 0
+        for box in (_Box.of(t) for t in on_grid):
+            after, support = self._after(box, on_grid, denominator)
+            charged = after if support.all() else after[np.broadcast_to(support, after.shape)]
+            if charged.size:
+                most = max(most, int(charged.max()))
+        return most
 
     def _check_tensors(self, charges: Charges, request: str) -> None:
         terms, denominator = self._tensors(charges)
         if not terms:
             return
         self._refine(terms)  # only a finer grid of the same spend: nothing is charged
-        after, support = self._after(terms, denominator)
-        worst = int(after[support].max())
+        worst = self._most_after(self._merged_on_grid(terms), denominator)
         if self.carried + Fraction(worst, denominator) <= self.total:
             return
         # the first of equals in the order cells were touched (charge by charge, cells
@@ -468,57 +568,111 @@ class CellBudget:
         # term's cells, a grid cell's first cell has each class's smallest value, and cells
         # increase as their values do (C order)
         self._refine(terms, each=True)
-        after, support = self._after(terms, denominator)
-        at_worst = support & (after == worst)
+        on_grid = self._merged_on_grid(terms)
         for axes, term in terms:
-            hit = np.nonzero(at_worst & (self._on_grid(axes, term) != 0))
+            own = self._on_grid(axes, term)
+            box = _Box.of(own)
+            after, _ = self._after(box, on_grid, denominator, cells=True)
+            hit = np.nonzero((after == worst) & (box.restrict(own) != 0))
             if hit[0].size:
-                values = [f[h] for f, h in zip(self._firsts, hit)]
+                at = box.position(hit)
+                values = [f[h] for f, h in zip(self._firsts, at)]
                 first = int(np.lexsort(values[::-1])[0])
                 assert self._shape is not None
                 cell = int(np.ravel_multi_index([v[first] for v in values], self._shape))
-                at = tuple(h[first] for h in hit)
+                in_box = tuple(h[first] for h in hit)
                 break
-        spent = int(self._grid_over(denominator)[at])
-        self._refuse(cell, Fraction(int(after[at]) - spent, denominator), request)
-
-    def _after(
-        self, terms: list[tuple[tuple[int, ...], Numerators]], denominator: int
-    ) -> tuple[Numerators, npt.NDArray[np.bool_]]:
-        """The grid's spend with ``terms`` added, and the grid cells they charge."""
-        after = self._grid_over(denominator)
-        on_grid = self._merged_on_grid(terms)
-        if any(t.dtype == object for t in on_grid) or after.dtype == object:
-            after = after.astype(object)
-        else:
-            largest = sum(int(t.max()) for t in on_grid)
-            if int(after.max()) + largest >= _INT64_ROOM // 4:
-                after = after.astype(object)
-        support = np.zeros(after.shape, dtype=bool)
-        for tensor in on_grid:
-            after = after + tensor
-            support = support | (tensor != 0)
-        return after, support
+        spent = int(self._grid[tuple(a[first] for a in at)]) * (denominator // self._denominator)
+        self._refuse(cell, Fraction(int(after[in_box]) - spent, denominator), request)
 
     def _commit_tensors(self, charges: Charges) -> None:
         terms, denominator = self._tensors(charges)
         if not terms:
             return
         self._refine(terms)
-        grid = self._grid_over(denominator)
         if denominator != self._denominator:
+            self._grid = self._scaled(self._grid, denominator)
             self._max *= denominator // self._denominator
             self._denominator = denominator
         on_grid = self._merged_on_grid(terms)
         largest = sum(int(t.max()) for t in on_grid)
-        if grid.dtype == np.int64 and (
+        if self._grid.dtype == np.int64 and (
             self._max + largest >= _INT64_ROOM // 4 or any(t.dtype == object for t in on_grid)
         ):
-            grid = grid.astype(object)
-        for tensor in on_grid:
-            grid = grid + tensor.astype(grid.dtype)
-        self._grid = grid
-        self._max = int(grid.max())
+            self._grid = self._grid.astype(object)
+        # spend only grows: the most is the old most or a charged cell's new spend
+        for term in on_grid:
+            self._max = max(self._max, int(_Box.of(term).add(self._grid, term).max()))
+
+
+@dataclass(frozen=True, slots=True)
+class _Box:
+    """The part of the grid a term charges.
+
+    Along each dimension it names, the classes where it is not zero (``picks``); along the
+    others, every class.
+
+    Read and written with one index: the picks as an open mesh, slices elsewhere. NumPy puts
+    the picked dimensions first when they are not adjacent; :meth:`read` and :meth:`write`
+    hand over arrays in the grid's order of dimensions.
+    """
+
+    axes: tuple[int, ...]  # the dimensions picked from (a term's, unless it charges them all)
+    picks: tuple[IntArray, ...]
+    index: tuple[Any, ...]
+
+    @classmethod
+    def of(cls, term: Numerators) -> _Box:
+        """The box of ``term`` on the grid (1 along a dimension it is constant on)."""
+        nonzero = term != 0
+        axes, picks = [], []
+        for d, size in enumerate(term.shape):
+            if size == 1:
+                continue
+            along = nonzero.any(axis=tuple(o for o in range(term.ndim) if o != d))
+            if not along.all():
+                axes.append(d)
+                picks.append(np.flatnonzero(along))
+        index: list[Any] = [slice(None)] * term.ndim
+        for d, mesh in zip(axes, np.ix_(*picks)):
+            index[d] = mesh
+        return cls(tuple(axes), tuple(picks), tuple(index))
+
+    @property
+    def _moved(self) -> bool:
+        """Whether NumPy moves the picked dimensions first (they are not adjacent)."""
+        return len(self.axes) > 1 and self.axes[-1] - self.axes[0] != len(self.axes) - 1
+
+    def read(self, grid: Numerators) -> Numerators:
+        """The box's part of ``grid``: a copy, or the whole grid itself when nothing is picked."""
+        part = grid[self.index]
+        return np.moveaxis(part, range(len(self.axes)), self.axes) if self._moved else part
+
+    def write(self, grid: Numerators, part: Numerators) -> None:
+        """Set the box's part of ``grid`` to ``part`` (the box's shape)."""
+        grid[self.index] = (
+            np.moveaxis(part, self.axes, range(len(self.axes))) if self._moved else part
+        )
+
+    def add(self, grid: Numerators, term: Numerators) -> Numerators:
+        """Add ``term`` (on the grid) to the box's part of ``grid``; that part, after."""
+        part = self.read(grid)  # a copy, or the whole grid when nothing is picked
+        np.add(part, self.restrict(term).astype(grid.dtype), out=part)
+        if self.axes:
+            self.write(grid, part)
+        return part
+
+    def restrict(self, term: Numerators) -> Numerators:
+        """``term`` (on the grid, broadcasting) at the box's cells, broadcasting to them."""
+        for d, pick in zip(self.axes, self.picks):
+            if term.shape[d] > 1:
+                term = np.take(term, pick, axis=d)
+        return term
+
+    def position(self, where: tuple[IntArray, ...]) -> tuple[IntArray, ...]:
+        """The grid's index of cells of the box (indices into :meth:`read`'s array)."""
+        picked = dict(zip(self.axes, self.picks))
+        return tuple(picked[d][w] if d in picked else w for d, w in enumerate(where))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,165 @@
+"""The budget on its grid of value classes against the cells it stands for.
+
+Check, commit and the most spent after a batch read only the part of the grid a charge covers
+and keep the most spent as charges arrive; here they are run on random factored charges (counts
+and measures' sums, classes refined as charges tell values apart, refusals, numerators past
+int64) beside the same charges summed cell by cell, and beside the budget by atoms (no shape),
+whose refusal names the first cell, in the order cells were touched, at the worst spend.
+"""
+
+from __future__ import annotations
+
+import copy
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from proxy.engine.budget import CellBudget, Charges, _Box
+from proxy.errors import BudgetExhausted
+from sqlmap.vector import LinearQuery
+
+SHAPE = (3, 4, 2, 5)  # 120 cells: listed by the reference
+REACHES = ((0, 4), (-3, 2))
+# a Mersenne prime: with it, numerators over the common denominator outgrow int64
+WIDE_DENOMINATOR = 2**61 - 1
+
+
+def _factored(rng: np.random.Generator, measures: tuple[tuple[int, int], ...]) -> LinearQuery:
+    """A count or measures' sum over 0-3 of the dimensions (adjacent or not): masks as a
+    range or IN list makes, or small weights that tell values apart."""
+    while True:
+        axes = sorted(rng.choice(len(SHAPE), size=int(rng.integers(0, 4)), replace=False))
+        kinds = 1 + len(measures)
+        shape = [SHAPE[d] if d in axes else 1 for d in range(len(SHAPE))]
+        if rng.random() < 0.6:
+            core = np.ones(shape)
+            for d in axes:
+                along = [SHAPE[d] if o == d else 1 for o in range(len(SHAPE))]
+                core = core * (rng.random(SHAPE[d]) < 0.6).reshape(along)
+        else:
+            core = rng.integers(-2, 3, size=shape).astype(float)
+        kind = np.zeros((kinds, *[1] * len(SHAPE)))
+        kind[int(rng.integers(kinds))] = 1.0
+        if kinds > 1 and rng.random() < 0.3:
+            kind[int(rng.integers(kinds))] += 0.5  # two kinds: SUM(v) / 2 + COUNT(*)
+        query = LinearQuery.from_tensor(SHAPE, kind * core, measures=measures)
+        if not query.is_zero:
+            return query
+
+
+def _batch(rng: np.random.Generator, measures: tuple[tuple[int, int], ...]) -> Charges:
+    items = []
+    for _ in range(int(rng.integers(1, 4))):
+        denominator = WIDE_DENOMINATOR if rng.random() < 0.1 else int(rng.choice([8, 3, 10]))
+        budget = Fraction(int(rng.integers(1, 2 * denominator)), 4 * denominator)
+        items.append((_factored(rng, measures), budget))
+    return Charges(tuple(items))
+
+
+def _refusal(budget: CellBudget, charges: Charges) -> str | None:
+    try:
+        budget.check(charges, request="q")
+    except BudgetExhausted as refused:
+        assert refused.detail is not None
+        return refused.detail
+    return None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_grid_equals_the_cells_on_random_factored_charges(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    refused = 0
+    for _ in range(12):
+        measures = REACHES[: int(rng.integers(0, 3))]
+        carried = Fraction(int(rng.integers(0, 3)), 7)
+        total = carried + Fraction(int(rng.integers(2, 12)), 4)
+        grid = CellBudget("t", total=total, carried=carried, shape=SHAPE)
+        atoms = CellBudget("t", total=total, carried=carried)
+        spent: dict[int, Fraction] = {}  # cell by cell, the sum of every committed charge
+        for _ in range(10):
+            charges = _batch(rng, measures)
+            after = dict(spent)
+            for cell, charge in charges.per_cell().items():
+                after[cell] = after.get(cell, Fraction(0)) + charge
+            most_after = carried + max(after.values())
+            # what answering deep-copied the budget and committed to learn, without the copy
+            charged_copy = copy.deepcopy(grid)
+            charged_copy.commit(charges)
+            assert grid.spent_after(charges) == most_after == charged_copy.spent
+            assert atoms.spent_after(charges) == most_after
+            assert grid.per_cell() == spent  # working it out charged nothing
+
+            worst = max(after[c] for c in charges.per_cell())
+            detail = _refusal(grid, charges)
+            assert (detail is not None) == (carried + worst > total)
+            assert detail == _refusal(atoms, charges)  # the same cell, cost and what is left
+            if detail is not None:
+                refused += 1
+                continue
+            grid.commit(charges)
+            atoms.commit(charges)
+            spent = after
+            assert grid.per_cell() == spent == atoms.per_cell()
+            assert grid.spent == carried + max(spent.values()) == atoms.spent
+            cells = np.flatnonzero(rng.random(int(np.prod(SHAPE))) < 0.2)
+            assert grid.most_spent_on(cells) == carried + max(
+                (spent.get(c, Fraction(0)) for c in cells.tolist()), default=Fraction(0)
+            )
+    assert refused > 0
+
+
+def test_a_charge_reads_only_its_part_of_the_grid() -> None:
+    """A count over one value of one dimension leaves the rest of the grid as it was, and
+    the most spent follows the cells charged, not a maximum over the grid."""
+    shape = (4, 3, 5)
+    budget = CellBudget("t", total=Fraction(10), shape=shape)
+
+    def count(d: int, values: list[int]) -> LinearQuery:
+        along = [shape[d] if o == d else 1 for o in range(3)]
+        return LinearQuery.from_tensor(shape, np.isin(np.arange(shape[d]), values).reshape(along))
+
+    budget.commit(Charges.of_query(count(0, [0, 1]), Fraction(1, 2)))
+    budget.commit(Charges.of_query(count(2, [4]), Fraction(1, 3)))
+    charge = Charges.of_query(count(0, [1]), Fraction(1, 6))  # the same denominator: 6
+    assert budget.spent_after(charge) == Fraction(1, 2) + Fraction(1, 3) + Fraction(1, 6)
+    before = budget._grid.copy()  # refined for the charge: value 1 of dimension 0 apart
+    budget.commit(charge)
+    changed = np.argwhere(budget._grid != before)
+    assert set(budget._firsts[0][changed[:, 0]].tolist()) == {1}
+    assert len(changed) == budget._grid[0].size
+    assert budget.spent == Fraction(1)
+    # a cell the batch does not charge stays the most spent
+    assert budget.spent_after(Charges.of_query(count(0, [2]), Fraction(1, 8))) == Fraction(1)
+
+
+def test_the_box_of_a_term_is_where_it_is_not_zero() -> None:
+    """Picked along the dimensions where the term charges some classes only; read and written
+    in the grid's order whether NumPy moves the picked dimensions first or not."""
+    grid = np.arange(3 * 2 * 4).reshape(3, 2, 4)
+    term = np.zeros((3, 1, 4), dtype=np.int64)
+    term[1, 0, 2] = term[2, 0, 0] = 5
+    box = _Box.of(term)  # dimensions 0 and 2, not adjacent: NumPy moves them first
+    assert box.axes == (0, 2) and [p.tolist() for p in box.picks] == [[1, 2], [0, 2]]
+    assert box.read(grid).tolist() == grid[1:, :, ::2].tolist()
+    assert box.restrict(term)[:, 0, :].tolist() == [[0, 5], [5, 0]]
+    box.write(grid, box.read(grid) + box.restrict(term))
+    assert grid[1, :, 2].tolist() == [15, 19] and grid[0].tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    everywhere = _Box.of(np.ones((1, 2, 1), dtype=np.int64))
+    assert everywhere.axes == () and everywhere.read(grid).shape == grid.shape
+
+
+def test_a_cell_the_batch_does_not_charge_does_not_refuse_it() -> None:
+    """Two cells of a charge's box that it does not charge may have spent past the total (an
+    entry another process recorded is charged unchecked): the batch still fits."""
+    shape = (2, 2, 3)
+    budget = CellBudget("t", total=Fraction(1), shape=shape)
+    off_diagonal = np.array([[0, 1], [0, 0]]).reshape(2, 2, 1)
+    budget.commit(Charges.of_query(LinearQuery.from_tensor(shape, off_diagonal), Fraction(2)))
+    diagonal = Charges.of_query(
+        LinearQuery.from_tensor(shape, np.eye(2)[..., None]), Fraction(1, 2)
+    )
+    budget.check(diagonal, request="q")
+    assert budget.spent_after(diagonal) == Fraction(2)
+    budget.commit(diagonal)
+    assert budget.spent_on(0) == Fraction(1, 2) and budget.spent == Fraction(2)
