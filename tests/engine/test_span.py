@@ -281,6 +281,7 @@ def test_copies_sharing_matrices_solve_as_solvers_of_their_own(seed: int) -> Non
             assert found is not None and expected is not None
             assert np.allclose(found, expected, rtol=1e-8, atol=1e-9 * np.abs(expected).max())
 
+
 def _history(
     rng: np.random.Generator, n: int, count: int, near: tuple[int, ...] = ()
 ) -> list[np.ndarray]:
@@ -379,6 +380,7 @@ def test_place_all_goes_over_the_cells_when_l_is_ill_conditioned(
     solver.place_all()
     assert placed == [64, 64, 8]  # the first block has no basis yet: by inner products
     assert solver.rank == np.linalg.matrix_rank(np.array(vectors))
+
 
 def test_the_row_index_takes_in_new_basis_vectors_as_building_it_afresh_would() -> None:
     # More than _PENDING basis vectors joining between solves: the index takes them in
