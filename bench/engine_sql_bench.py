@@ -214,6 +214,28 @@ def _history(
     return entries
 
 
+def restarted(
+    cube: Cube, history: list[HistoryEntry], seed: int, *, factored: bool = True
+) -> PrivacyEngine:
+    """An engine loaded from ``history``, as a restart loads it (budget ample, noise seeded)."""
+    return PrivacyEngine(
+        "adult",
+        cube.n_coordinates,
+        total_budget=Fraction(10**9),
+        history=history,
+        rng=SeededRandomSource(seed),
+        measures=cube.measure_reach,
+        shape=cube.shape if factored else None,
+    )
+
+
+def requests_of(translator: Translator, sql: str) -> list[QueryRequest]:
+    """A statement's values as the engine is asked them."""
+    spec = translator.translate(sql)
+    assert spec.accuracy is not None
+    return [QueryRequest(q, spec.accuracy) for q in spec.queries]
+
+
 def run(
     name: str,
     cube: Cube,
@@ -231,17 +253,7 @@ def run(
     history = _history(translator, pool, m, x, seed + 1)
     rss_before = _rss_mb()
     start = time.perf_counter()
-    load_cpu, engine = _cpu_ms(
-        lambda: PrivacyEngine(
-            "adult",
-            cube.n_coordinates,
-            total_budget=Fraction(10**9),
-            history=history,
-            rng=SeededRandomSource(seed),
-            measures=cube.measure_reach,
-            shape=cube.shape if factored else None,
-        )
-    )
+    load_cpu, engine = _cpu_ms(lambda: restarted(cube, history, seed, factored=factored))
     load_wall = time.perf_counter() - start
     assert isinstance(engine, PrivacyEngine)
 

@@ -18,10 +18,17 @@ import random
 import statistics
 import sys
 import time
-from fractions import Fraction
 
-from bench.engine_sql_bench import GROUP_BY_20, Statements, _histogram, _history, cubes
-from proxy.engine import PrivacyEngine, QueryRequest, SeededRandomSource
+from bench.engine_sql_bench import (
+    GROUP_BY_20,
+    Statements,
+    _histogram,
+    _history,
+    cubes,
+    requests_of,
+    restarted,
+)
+from proxy.engine import QueryRequest
 from sqlmap.translate import Translator
 
 
@@ -36,31 +43,18 @@ def main() -> None:
     statements = Statements(cube, seed)
     pool = [statements.sql() for _ in range(max(50, min(args.m // 5, 2_000)))]
     x = _histogram(cube, seed)
-    engine = PrivacyEngine(
-        "adult",
-        cube.n_coordinates,
-        total_budget=Fraction(10**9),
-        history=_history(translator, pool, args.m, x, seed + 1),
-        rng=SeededRandomSource(seed),
-        measures=cube.measure_reach,
-        shape=cube.shape,
-    )
-
-    def requests(sql: str) -> list[QueryRequest]:
-        spec = translator.translate(sql)
-        assert spec.accuracy is not None
-        return [QueryRequest(q, spec.accuracy) for q in spec.queries]
+    engine = restarted(cube, _history(translator, pool, args.m, x, seed + 1), seed)
 
     def measure(queries: object) -> list[float]:
         return [q.evaluate(x) for q in queries]  # type: ignore[attr-defined]
 
     rng = random.Random(seed + 2)  # the bench's stream, so the history is the bench's
-    engine.answer(requests(pool[0]), measure)
+    engine.answer(requests_of(translator, pool[0]), measure)
     for _ in range(200):
         sql = rng.choice(pool) if rng.random() < 0.5 else statements.sql()
-        engine.answer(requests(sql), measure)
-    group_by = requests(f"{GROUP_BY_20} WITH ACCURACY 500")
-    singles = [r for r in (requests(sql) for sql in pool[:200]) if len(r) == 1]
+        engine.answer(requests_of(translator, sql), measure)
+    group_by = requests_of(translator, f"{GROUP_BY_20} WITH ACCURACY 500")
+    singles = [r for r in (requests_of(translator, sql) for sql in pool[:200]) if len(r) == 1]
     index = engine._index  # the caches a first plan finds empty
     keys = [r.query.without_offset().key for r in group_by]
 

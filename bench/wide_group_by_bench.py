@@ -16,10 +16,16 @@ import argparse
 import resource
 import sys
 import time
-from fractions import Fraction
 
-from bench.engine_sql_bench import GROUP_BY_20, Statements, _histogram, _history, cubes
-from proxy.engine import PrivacyEngine, QueryRequest, SeededRandomSource
+from bench.engine_sql_bench import (
+    GROUP_BY_20,
+    Statements,
+    _histogram,
+    _history,
+    cubes,
+    requests_of,
+    restarted,
+)
 from sqlmap.translate import Translator
 
 AGES = ((25, 34), (35, 44), (45, 54), (55, 64))
@@ -47,15 +53,7 @@ def main() -> None:
     x = _histogram(cube, seed)
     history = _history(translator, pool, args.m, x, seed + 1)
     start = time.process_time()
-    engine = PrivacyEngine(
-        "adult",
-        cube.n_coordinates,
-        total_budget=Fraction(10**9),
-        history=history,
-        rng=SeededRandomSource(seed),
-        measures=cube.measure_reach,
-        shape=cube.shape,
-    )
+    engine = restarted(cube, history, seed)
     size, distinct, rank = engine.history_shape
     print(
         f"loaded m = {size:,} ({distinct:,} distinct, rank {rank}) in "
@@ -69,9 +67,7 @@ def main() -> None:
             (f"wide GROUP BY, age {low}-{high}", WIDE_GROUP_BY.format(low, high)),
             (f"GROUP BY race, sex, income ±{eps}", f"{GROUP_BY_20} WITH ACCURACY {eps}"),
         ):
-            spec = translator.translate(sql)
-            assert spec.accuracy is not None
-            requests = [QueryRequest(q, spec.accuracy) for q in spec.queries]
+            requests = requests_of(translator, sql)
             plan_start = time.process_time()
             plan = engine.plan(requests)
             cpu = time.process_time() - plan_start
