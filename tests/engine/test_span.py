@@ -106,17 +106,8 @@ def test_a_restart_places_blocks_as_one_by_one_placement_would(seed: int) -> Non
         for solver in (restart, one_by_one):
             solver.weigh(solver.add(cells.astype(np.int64), h[cells]), float(w))
         one_by_one.solve_many([probe])  # places the vector now
-    stacked = np.array(vectors)
-    assert restart.rank == one_by_one.rank == np.linalg.matrix_rank(stacked)
-    queries = [rng.standard_normal(len(vectors)) @ stacked for _ in range(4)]
-    as_pairs = [(np.flatnonzero(q).astype(np.int64), q[q != 0]) for q in queries]
-    found, distances = restart.solve_many(as_pairs)
-    expected, expected_distances = one_by_one.solve_many(as_pairs)
-    assert distances == pytest.approx(expected_distances, abs=1e-9)
-    for g, e in zip(found, expected):
-        assert g is not None and e is not None
-        u, u_expected = g * np.sqrt(weights2), e * np.sqrt(weights2)
-        assert np.allclose(u, u_expected, rtol=1e-8, atol=1e-9 * np.abs(u_expected).max())
+    assert restart.rank == one_by_one.rank == np.linalg.matrix_rank(np.array(vectors))
+    _assert_solve_alike(restart, one_by_one, vectors, rng, scale=np.sqrt(weights2))
 
 
 def test_terms_one_at_a_time_are_kept_as_updates_while_the_inverse_is_accurate(
@@ -219,15 +210,7 @@ def test_a_vector_solved_then_added_is_placed_from_that_solve(
         assert projected[0] - before == (0 if reused else 1)
         vectors.append(h)
     assert reusing.rank == afresh.rank == np.linalg.matrix_rank(np.array(vectors))
-    stacked = np.array(vectors)
-    queries = [rng.standard_normal(len(vectors)) @ stacked for _ in range(4)]
-    as_pairs = [(np.flatnonzero(q).astype(np.int64), q[q != 0]) for q in queries]
-    found, distances = reusing.solve_many(as_pairs)
-    expected, expected_distances = afresh.solve_many(as_pairs)
-    assert distances == pytest.approx(expected_distances, abs=1e-9)
-    for g, e in zip(found, expected):
-        assert g is not None and e is not None
-        assert np.allclose(g, e, rtol=1e-8, atol=1e-9 * np.abs(e).max())
+    _assert_solve_alike(reusing, afresh, vectors, rng)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -273,13 +256,38 @@ def test_copies_sharing_matrices_solve_as_solvers_of_their_own(seed: int) -> Non
                     alone.weigh(alone.add(cells.astype(np.int64), vector[cells]), w)
             added = [v for v, _ in log if not isinstance(v, int)]
             q = rng.standard_normal(len(added)) @ np.array(added)  # in the span
-            pair = [(np.flatnonzero(q).astype(np.int64), q[q != 0])]
+            pair = [_as_pair(q)]
             (found,), distances = solver.solve_many(pair)
             (expected,), expected_distances = alone.solve_many(pair)
             assert solver.rank == alone.rank
             assert distances == pytest.approx(expected_distances, abs=1e-9)
             assert found is not None and expected is not None
             assert np.allclose(found, expected, rtol=1e-8, atol=1e-9 * np.abs(expected).max())
+
+
+def _as_pair(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A dense vector as the solver takes it: its non-zero cells and their weights."""
+    return np.flatnonzero(q).astype(np.int64), q[q != 0]
+
+
+def _assert_solve_alike(
+    solver: SpanSolver,
+    reference: SpanSolver,
+    vectors: list[np.ndarray],
+    rng: np.random.Generator,
+    scale: np.ndarray | float = 1.0,
+) -> None:
+    """Same distances, and weights (times ``scale``), on four random queries in the span."""
+    stacked = np.array(vectors)
+    queries = [rng.standard_normal(len(vectors)) @ stacked for _ in range(4)]
+    as_pairs = [_as_pair(q) for q in queries]
+    found, distances = solver.solve_many(as_pairs)
+    expected, expected_distances = reference.solve_many(as_pairs)
+    assert distances == pytest.approx(expected_distances, abs=1e-9)
+    for g, e in zip(found, expected):
+        assert g is not None and e is not None
+        u, u_expected = g * scale, e * scale
+        assert np.allclose(u, u_expected, rtol=1e-8, atol=1e-9 * np.abs(u_expected).max())
 
 
 def _history(
@@ -340,7 +348,7 @@ def test_place_all_places_as_the_cells_would(seed: int, monkeypatch: pytest.Monk
     stacked = np.array(vectors)
     queries = [rng.standard_normal(len(vectors)) @ stacked for _ in range(4)]
     queries.append(np.where(rng.random(n) < 0.3, 1.0, 0.0))  # mostly outside the span
-    as_pairs = [(np.flatnonzero(q).astype(np.int64), q[q != 0]) for q in queries]
+    as_pairs = [_as_pair(q) for q in queries]
     found, distances = bulk.solve_many(as_pairs)
     expected, expected_distances = cellwise.solve_many(as_pairs)
     assert distances == pytest.approx(expected_distances, abs=1e-9)
