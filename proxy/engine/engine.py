@@ -333,8 +333,10 @@ class PrivacyEngine:
         """
         index = self._index
         vectors = [self._vector(r.query) for r in requests]
-        # the batch shares each solve and the exact tails of its BLUEs; the loop then hits
-        intervals(index.solve_many(vectors), [r.accuracy.delta for r in requests], self._tail)
+        # the batch shares each solve and the exact tails of its BLUEs; the loop then hits;
+        # once values are measured, later ones are solved as corrections of that solve
+        batch = index.batch(vectors)
+        intervals(batch.solutions, [r.accuracy.delta for r in requests], self._tail)
         decisions: list[Decision] = []
         measurements: list[LinearQuery] = []
         measured_by: list[int] = []
@@ -342,7 +344,7 @@ class PrivacyEngine:
         workspace: _Workspace | None = None
         for i, (request, vector) in enumerate(zip(requests, vectors)):
             decision = decide(
-                vector, request.accuracy, index.solve(vector), self._tail, index.repeats(vector)
+                vector, request.accuracy, batch.solve(i), self._tail, index.repeats(vector)
             )
             decisions.append(decision)
             if decision.budget == 0:
@@ -356,7 +358,7 @@ class PrivacyEngine:
                     workspace = _Workspace(copy, index.version, [])
                     index = copy
                 alpha, step = float(decision.budget), float(decision.step)
-                index.append(vector, alpha=alpha, step=step)
+                batch.measured(i, index, index.append(vector, alpha=alpha, step=step))
                 workspace.placed.append((vector, alpha, step))
         cost = Charges(tuple(charges))
         self._budget.check(cost, request=describe_batch(requests))

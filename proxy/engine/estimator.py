@@ -28,10 +28,17 @@ import numpy.typing as npt
 
 from proxy.engine.factored import AnovaCoordinates
 from proxy.engine.solver import MinNormSolver
-from proxy.engine.span import SpanSolver
+from proxy.engine.span import BatchUpdates, SpanSolver
 from sqlmap.vector import LinearQuery
 
-__all__ = ["Solution", "RowColumns", "HistoryIndex", "combine", "ESTIMABLE_RESIDUAL"]
+__all__ = [
+    "Solution",
+    "RowColumns",
+    "HistoryIndex",
+    "BatchSolve",
+    "combine",
+    "ESTIMABLE_RESIDUAL",
+]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -474,6 +481,24 @@ class HistoryIndex:
 
     def solve_many(self, queries: Sequence[LinearQuery]) -> list[Solution | None]:
         """:meth:`solve` for a batch (a GROUP BY): the estimable ones share every solve."""
+        solutions, _ = self._solve_many(queries, keep=False)
+        return solutions
+
+    def batch(self, queries: Sequence[LinearQuery]) -> BatchSolve:
+        """The batch's BLUEs, then each on the history plus the batch's values measured before.
+
+        See :class:`BatchSolve`.
+        """
+        solutions, updates = self._solve_many(queries, keep=True)
+        return BatchSolve(self, queries, solutions, updates)
+
+    def _solve_many(
+        self, queries: Sequence[LinearQuery], *, keep: bool
+    ) -> tuple[list[Solution | None], BatchUpdates | None]:
+        """:meth:`solve_many`, and with ``keep`` the span's :class:`BatchUpdates`.
+
+        They hold every non-zero query, by position, if the span solved some (else None).
+        """
         found: dict[bytes, Solution | None] = {}
         pending: dict[bytes, LinearQuery] = {}
         keys = []
@@ -498,9 +523,17 @@ class HistoryIndex:
                 found[key] = self._solutions[(self._stamp, key)]
             else:
                 pending[key] = query
+        updates = None
         if pending:
             span = self._spanning()
-            if span is not None:
+            if span is not None and keep:
+                batch = [vectors[query.key] for query in nonzero]
+                every, distances, updates = span.solve_batch(batch)
+                first = {query.key: i for i, query in reversed(list(enumerate(nonzero)))}
+                per_vector = [every[first[key]] for key in pending]
+                residuals = [distances[first[key]] for key in pending]
+                solutions = self._solutions_of(per_vector, residuals)
+            elif span is not None:
                 per_vector, residuals = span.solve_many([vectors[key] for key in pending])
                 solutions = self._solutions_of(per_vector, residuals)
             else:
@@ -508,12 +541,16 @@ class HistoryIndex:
                 solutions = [self._cell_solution(u, r) for u, r in zip(us, residuals)]
             for key, solution in zip(pending, solutions):
                 found[key] = solution
-                self._solutions[(self._stamp, key)] = solution
-            terms = sum(0 if s is None else s.rows.size for s in self._solutions.values())
-            while len(self._solutions) > _CACHE_SIZE or terms > _CACHE_TERMS:
-                _, evicted = self._solutions.popitem(last=False)
-                terms -= 0 if evicted is None else evicted.rows.size
-        return [found[key] for key in keys]
+                self._cache(key, solution)
+        return [found[key] for key in keys], updates
+
+    def _cache(self, key: bytes, solution: Solution | None) -> None:
+        """Keep ``solution`` as the BLUE of ``key`` on this history, within the cache's bounds."""
+        self._solutions[(self._stamp, key)] = solution
+        terms = sum(0 if s is None else s.rows.size for s in self._solutions.values())
+        while len(self._solutions) > _CACHE_SIZE or terms > _CACHE_TERMS:
+            _, evicted = self._solutions.popitem(last=False)
+            terms -= 0 if evicted is None else evicted.rows.size
 
     def _held(self, query: LinearQuery) -> LinearQuery:
         """The query as this index holds vectors: factored over its cube, or cell by cell."""
@@ -710,3 +747,82 @@ class HistoryIndex:
             shares /= shares.sum()
             found.append(self.estimator(rows, shares * t, float(shares @ residual)))
         return tuple(found)
+
+
+class BatchSolve:
+    """A batch's BLUEs as the plan measures some of its values: each on what came before it.
+
+    Value ``i`` is estimated from the history plus the values measured before it in the batch,
+    which a plan appends to a copy of the index (:meth:`measured`). Solving each on that copy
+    would place the fresh vectors and solve from scratch per value; the batch's first solve
+    already holds what those solves need (:class:`~proxy.engine.span.BatchUpdates`), so each
+    is a correction of it, with the copy's rows, precisions and classes: the copy's BLUE to
+    rounding. Where a correction cannot follow (the sparse solver, a cancelling correction,
+    a span grown past its bound) the value is solved on the copy.
+    """
+
+    def __init__(
+        self,
+        index: HistoryIndex,
+        queries: Sequence[LinearQuery],
+        solutions: list[Solution | None],
+        updates: BatchUpdates | None,
+    ) -> None:
+        self.solutions = solutions  # on the history alone
+        self._original = index
+        self._index = index  # the history plus the batch's values measured so far
+        self._queries = list(queries)
+        self._held = [index._held(query) for query in queries]
+        self._nonzero = [i for i, query in enumerate(self._held) if not query.is_zero]
+        self._column = {i: c for c, i in enumerate(self._nonzero)}
+        self._updates = updates
+        self._solved = updates is not None  # whether the batch's span solve was made
+        self._distinct = index.distinct
+
+    def measured(self, i: int, index: HistoryIndex, row: int) -> None:
+        """Value ``i`` was appended as ``row`` of ``index`` (the plan's copy of the history)."""
+        self._index = index
+        new_vector = index.distinct > self._distinct
+        self._distinct = index.distinct
+        if not self._solved:  # every value was cached: solve the batch's span now, once
+            self._solved = True
+            span = self._original._spanning()
+            if span is not None and self._nonzero:
+                vectors = self._original._vectors([self._held[k] for k in self._nonzero])
+                _, _, self._updates = span.solve_batch(vectors)
+        updates = self._updates
+        if updates is None or i not in self._column:
+            return
+        group = int(index._group[row])
+        cells, _ = index._group_vectors[group]
+        if not updates.measure(
+            self._column[i],
+            float(index._precision[row]),
+            float(index._factor[row]),
+            new_vector,
+            cells.size,
+        ):
+            self._updates = None  # later values are solved on the copy
+
+    def solve(self, i: int) -> Solution | None:
+        """The BLUE of value ``i`` on the history plus the values measured before it."""
+        index = self._index
+        if index is self._original:
+            return self.solutions[i]
+        query = self._held[i]
+        updates = self._updates
+        if query.is_zero or updates is None:
+            return index.solve(self._queries[i])
+        key = query.key
+        coords, _ = index._vector(query)
+        if not np.all(index._covered[coords]):
+            return None
+        if (index._stamp, key) in index._solutions:
+            return index._solutions[(index._stamp, key)]
+        corrected = updates.solve(self._column[i])
+        if corrected is None:
+            return index.solve(self._queries[i])
+        per_vector, residual = corrected
+        (solution,) = index._solutions_of([per_vector], [residual])
+        index._cache(key, solution)
+        return solution

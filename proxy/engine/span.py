@@ -44,7 +44,7 @@ import scipy.linalg
 import scipy.linalg.lapack
 from scipy import sparse
 
-__all__ = ["SpanSolver"]
+__all__ = ["SpanSolver", "BatchUpdates"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -77,6 +77,9 @@ _JOINS = 1e-2
 _DENSE_BASIS_BYTES = 2**28  # past this, the basis is not held densely over the cells: _place
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the power method's start: x_i = (i * _GOLDEN) mod 1
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
+# A batch's corrected solve (BatchUpdates) is given up once it is this many times smaller than
+# a term it was formed from: its rounding, relative to it, is then that much larger.
+_GROWTH = 1e3
 
 
 class SpanSolver:
@@ -594,24 +597,54 @@ class SpanSolver:
 
         Queries farther than ``residual`` from the span get ``None`` (not solved).
         """
+        found, residuals, _ = self._solve(queries, keep=False)
+        return found, residuals
+
+    def solve_batch(
+        self, queries: Sequence[tuple[IntArray, FloatArray]]
+    ) -> tuple[list[FloatArray | None], list[float], BatchUpdates]:
+        """:meth:`solve_many`, keeping what corrects the batch's later solves.
+
+        Every query is solved, the far ones too (a fresh measurement of the batch may bring
+        them into the span), and its remainder from the span kept over the cells.
+        """
+        found, residuals, updates = self._solve(queries, keep=True)
+        assert updates is not None
+        return found, residuals, updates
+
+    def _solve(
+        self, queries: Sequence[tuple[IntArray, FloatArray]], *, keep: bool
+    ) -> tuple[list[FloatArray | None], list[float], BatchUpdates | None]:
         self._place()
         r = self._rank
         found: list[FloatArray | None] = [None] * len(queries)
-        if r == 0:
-            return found, [1.0] * len(queries)
-        beta, distances = self._project(queries, self._inner(queries))
-        residuals = distances / np.array([float(np.linalg.norm(w)) for _, w in queries])
+        norms = np.array([float(np.linalg.norm(w)) for _, w in queries])
+        if r == 0 and not keep:
+            return found, [1.0] * len(queries), None
+        if keep:
+            beta, distances, fitted = self._project(queries, self._inner(queries), residuals=True)
+        else:
+            beta, distances = self._project(queries, self._inner(queries))
+        residuals = distances / norms
         inside = residuals <= self._residual
-        if np.any(inside):
+        if r == 0:
+            residuals[:] = 1.0
+            inside[:] = False
+        solved = np.ones(len(queries), dtype=bool) if keep else inside
+        updates = None
+        if np.any(solved):
             self.prepare()
             inverse = self._k_inv[:r, :r]
-            target = self._lower[:r, :r].T @ beta[:, inside]
+            target = self._lower[:r, :r].T @ beta[:, solved]
             y = inverse @ target
             y += inverse @ (target - self._k[:r, :r] @ y)
             per_vector = self._coords[:r, : self.size].T @ y
-            for column, i in enumerate(np.flatnonzero(inside).tolist()):
-                found[i] = per_vector[:, column]
-        return found, residuals.tolist()
+            for column, i in enumerate(np.flatnonzero(solved).tolist()):
+                if inside[i]:
+                    found[i] = per_vector[:, column]
+            if keep:
+                updates = BatchUpdates(self, target, y, per_vector, np.negative(fitted), norms)
+        return found, residuals.tolist(), updates
 
     @overload
     def _project(
@@ -713,6 +746,138 @@ class SpanSolver:
             if recent is not None:
                 out[indexed:] = recent[touched].T @ dense
         return out
+
+
+class BatchUpdates:
+    """A batch's solves as some of its queries are measured: each later solve corrected.
+
+    A GROUP BY whose groups buy fresh answers decides each group on the history plus the groups
+    measured before it. Solving each again (placing the fresh vector, then ``r^2`` products)
+    repeats what the batch's first solve already holds: per query ``q_b`` its coordinates
+    ``t_b = L^{-1} H_B^T q_b``, ``y_b = K^{-1} t_b``, its values ``z_j^T y_b`` and its remainder
+    from the span over the cells. A fresh query ``a`` measured with precision ``p`` adds
+    ``p^2 t_a t_a^T`` to ``K`` (its vector ``q_a / f`` weighed ``(p f)^2``), in coordinates
+    grown by one orthonormal direction per fresh vector outside the span (its remainder, made
+    orthogonal to the earlier ones twice, as :meth:`SpanSolver._place` does). Since ``y_a`` is
+    kept up to date with the others, each measurement corrects every ``y_b`` in ``O(r)``:
+
+    - in the span, by Sherman-Morrison: ``y_b -= y_a gamma (t_a^T y_b)``,
+      ``gamma = p^2 / (1 + p^2 t_a^T y_a``);
+    - outside it, along a new direction with coordinate ``x_b`` (``d`` for ``q_a``): ``K`` is
+      bordered as in :meth:`SpanSolver._update`, ``y_b`` becomes
+      ``[y_b - (x_b / d) y_a, -(t_a^T y'_b) / d + x_b / (p^2 d^2)]`` (``t_a`` without ``d``,
+      ``y'_b`` the first part),
+
+    and the values ``z_j^T y_b`` of the history's vectors follow from ``z_j^T y_a`` the same
+    way: no product over the basis or the vectors per query. A fresh vector is placed as the
+    plan's copy of the index would place it (joining the span past ``_INDEPENDENT`` of its
+    norm, its coordinates along later directions zero), so the corrected solves are those of
+    the copy to rounding. A correction that cancels (a ``y_b`` shrunk by more than
+    ``_GROWTH`` from the largest term it was made of) would carry that much of its terms'
+    rounding: the caller then solves on the copy instead, as it does once a fresh vector
+    would take the copy past its ``max_rank``.
+    """
+
+    def __init__(
+        self,
+        solver: SpanSolver,
+        coordinates: FloatArray,
+        y: FloatArray,
+        per_vector: FloatArray,
+        remainders: FloatArray,
+        norms: FloatArray,
+    ) -> None:
+        r, k = coordinates.shape
+        self._rank = r
+        self._dims = r  # the coordinates so far: the span's, then one per direction joined
+        self._t = np.zeros((r + k, k))
+        self._t[:r] = coordinates
+        self._y = np.zeros((r + k, k))
+        self._y[:r] = y
+        self._values = per_vector  # z_j^T y_b: history vector j, query b (owned: updated)
+        self._remainders = remainders  # q_b less its projection on the span so far
+        self._norms = norms
+        self._largest = np.abs(y).max(axis=0, initial=0.0)
+        self._directions: list[FloatArray] = []
+        self._residual = solver._residual
+        self._max_rank = solver._max_rank
+        self._basis_nnz = solver._basis_nnz
+        self._new: list[tuple[int, float]] = []  # new distinct vectors: (query, factor)
+        self._held: dict[int, FloatArray] = {}  # measured queries' coordinates when measured
+
+    def measure(self, a: int, precision: float, factor: float, new_vector: bool, nnz: int) -> bool:
+        """Query ``a`` measured with ``precision`` as ``factor`` times a vector (new or not).
+
+        False if the correction cannot follow (the span would pass ``max_rank``, or ``y_a``
+        has cancelled): later solves of the batch must be made on the copy.
+        """
+        if not self._accurate(a):
+            return False
+        r, dims = self._rank, self._dims
+        remainder = self._remainders[:, a]
+        if new_vector and self._directions:  # orthogonal to the earlier directions once more
+            directions = np.stack(self._directions, axis=1)
+            again = directions.T @ remainder
+            remainder -= directions @ again
+            self._t[r:dims, a] += again
+        d = math.sqrt(float(remainder @ remainder))
+        t_a = self._t[:dims, a].copy()
+        y_a = self._y[:dims, a].copy()
+        values_a = self._values[:, a].copy()
+        w = precision * precision
+        if new_vector and d > _INDEPENDENT * self._norms[a]:
+            rank = dims + 1
+            if self._max_rank is not None and (
+                rank - 1 == self._max_rank
+                or (rank - 1 >= _SPARSE_FROM and (rank - 1) ** 2 > _SPARSE * self._basis_nnz)
+            ):
+                return False
+            self._basis_nnz += nnz
+            direction = remainder / d
+            along = direction @ self._remainders  # x_b for every query
+            along[a] = d
+            self._remainders -= np.outer(direction, along)
+            self._remainders[:, a] = 0.0
+            self._directions.append(direction)
+            self._t[dims] = along
+            shift = along / d
+            terms = np.outer(y_a, shift)
+            self._y[:dims] -= terms
+            self._y[dims] = -(t_a @ self._y[:dims]) / d + along / (w * d * d)
+            self._values -= np.outer(values_a, shift)
+            self._dims = rank
+        else:
+            self._remainders[:, a] = 0.0  # placed in the span: later directions give it none
+            gamma = w / (1.0 + w * float(t_a @ y_a))
+            coefficient = gamma * (t_a @ self._y[:dims])
+            terms = np.outer(y_a, coefficient)
+            self._y[:dims] -= terms
+            self._values -= np.outer(values_a, coefficient)
+        self._largest = np.maximum(self._largest, np.abs(terms).max(axis=0, initial=0.0))
+        if new_vector:
+            self._held[a] = self._t[: self._dims, a].copy()
+            self._new.append((a, factor))
+        return True
+
+    def _accurate(self, b: int) -> bool:
+        """Whether ``y_b`` kept all but ``_GROWTH`` of the size of the terms it was made of."""
+        size = float(np.abs(self._y[: self._dims, b]).max(initial=0.0))
+        return bool(size * _GROWTH >= self._largest[b])
+
+    def solve(self, b: int) -> tuple[FloatArray, float] | None:
+        """Query ``b``'s values ``z_j^T y`` and relative distance from the span.
+
+        The values are for every vector, the history's then the batch's new ones, as
+        :meth:`SpanSolver.solve_many` would give them on the copy (meaningful only within the
+        solver's ``residual``); None if the correction cancelled.
+        """
+        remainder = self._remainders[:, b]
+        residual = math.sqrt(float(remainder @ remainder)) / float(self._norms[b])
+        if residual <= self._residual and not self._accurate(b):
+            return None
+        y = self._y[: self._dims, b]
+        new = [float(self._held[a] @ y[: self._held[a].size]) / f for a, f in self._new]
+        return np.concatenate([self._values[:, b], new]), residual
 
 
 def _row_index(vectors: list[tuple[IntArray, FloatArray]], n_cells: int) -> sparse.csr_array:

@@ -1,0 +1,182 @@
+"""A batch's later solves, corrected for the values measured before them (BatchSolve).
+
+Each corrected BLUE is checked against the plan's copy of the index solving it from scratch
+(the one-at-a-time path: the fresh vectors placed, then solved) and against dense least squares
+over every row, history and fresh.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from proxy.engine.estimator import BatchSolve, HistoryIndex, Solution
+from sqlmap.vector import LinearQuery
+
+
+def _dense_blue(h: np.ndarray, precision: np.ndarray, q: np.ndarray) -> np.ndarray | None:
+    """t = argmin sum (t_i / p_i)^2 subject to t H = q, by a dense pseudo-inverse."""
+    a = (precision[:, None] * h).T
+    u = np.linalg.pinv(a, rcond=1e-12) @ q
+    if np.linalg.norm(a @ u - q) > 1e-6 * np.linalg.norm(q):
+        return None
+    return u * precision
+
+
+def _weights(solution: Solution, m: int) -> np.ndarray:
+    dense = np.zeros(m)
+    dense[solution.rows] = solution.weights
+    return dense
+
+
+def _same(a: Solution | None, b: Solution | None, m: int) -> None:
+    assert (a is None) == (b is None)
+    if a is not None and b is not None:
+        wa, wb = _weights(a, m), _weights(b, m)
+        np.testing.assert_allclose(wa, wb, rtol=1e-8, atol=1e-9 * float(np.abs(wb).max()))
+        assert a.variance == pytest.approx(b.variance, rel=1e-8)
+        assert a.residual == pytest.approx(b.residual, abs=1e-12)
+
+
+def _history(rng: np.random.Generator, n: int, factored: bool) -> tuple[HistoryIndex, list]:
+    """A history over ``n`` cells (a 4 x 3 x 5 cube when factored) with uneven precisions."""
+    index = HistoryIndex(n, shape=(4, 3, 5) if factored else None)
+    rows = []
+    for _ in range(int(rng.integers(3, 25))):
+        h = np.where(rng.random(n) < 0.3, rng.choice([1.0, 2.0, -1.0], n), 0.0)
+        if not np.any(h):
+            continue
+        query = LinearQuery.from_dense(h)
+        for _ in range(int(rng.integers(1, 3))):
+            alpha = float(rng.choice([1e-4, 0.05, 0.5, 3.0]))
+            index.append(query, alpha=alpha, step=1e-3)
+            rows.append((h, alpha / query.sensitivity))
+    return index, rows
+
+
+def _batch(rng: np.random.Generator, n: int, rows: list) -> list[np.ndarray]:
+    """Disjoint groups, repeats of history rows, sums of earlier values, duplicates, zeros."""
+    cells = rng.permutation(n)
+    cuts = np.sort(rng.choice(np.arange(1, n), size=int(rng.integers(2, 7)), replace=False))
+    batch = []
+    for part in np.split(cells, cuts):
+        q = np.zeros(n)
+        q[part] = 1.0
+        batch.append(q)
+    for _ in range(int(rng.integers(0, 4))):
+        kind = rng.random()
+        if kind < 0.3 and rows:
+            batch.append(rows[int(rng.integers(len(rows)))][0] * float(rng.choice([1.0, -2.0])))
+        elif kind < 0.6:
+            picks = rng.choice(len(batch), 2, replace=False)
+            batch.append(batch[picks[0]] + 0.5 * batch[picks[1]])
+        elif kind < 0.8:
+            batch.append(batch[int(rng.integers(len(batch)))].copy())
+        else:
+            batch.append(np.zeros(n))
+    order = rng.permutation(len(batch))
+    return [batch[i] for i in order]
+
+
+def _run(seed: int, factored: bool) -> int:
+    """Measure a random part of a batch in order; every later value against both references.
+
+    Returns how many values were corrected (not solved on the copy)."""
+    rng = np.random.default_rng(seed)
+    n = 60 if factored else int(rng.integers(8, 30))
+    index, rows = _history(rng, n, factored)
+    dense = [_batch_query(q, factored) for q in _batch(rng, n, rows)]
+    batch = index.batch(dense)
+    copy = index.copy()
+    corrected = 0
+    for i, query in enumerate(dense):
+        got = batch.solve(i)
+        if i == 0 or batch._index is index:
+            _same(got, index.solve(query), index.size)
+        else:
+            corrected += batch._updates is not None
+            reference = copy.copy().solve(query)  # a copy of its own: placed from scratch
+            _same(got, reference, copy.size)
+            h = np.array([r for r, _ in rows])
+            blue = _dense_blue(h, np.array([p for _, p in rows]), query.to_dense())
+            if got is not None and blue is not None and got.residual < 1e-9:
+                # a fresh vector within span._INDEPENDENT of the span is taken as in it
+                np.testing.assert_allclose(
+                    _weights(got, copy.size), blue, rtol=1e-3, atol=1e-4 * np.abs(blue).max()
+                )
+        if rng.random() < 0.6 and not query.is_zero:
+            alpha = float(rng.choice([0.01, 0.2, 1.0, 50.0]))
+            batch.measured(i, copy, copy.append(query, alpha=alpha, step=1e-3))
+            rows.append((query.to_dense(), alpha / query.sensitivity))
+    return corrected
+
+
+def _batch_query(q: np.ndarray, factored: bool) -> LinearQuery:
+    if factored:
+        return LinearQuery.from_tensor((4, 3, 5), q.reshape(1, 4, 3, 5))
+    return LinearQuery.from_dense(q)
+
+
+@pytest.mark.parametrize("factored", [False, True])
+def test_corrected_solves_are_the_copys_and_the_dense_blues(factored: bool) -> None:
+    corrected = sum(_run(seed, factored) for seed in range(60))
+    assert corrected > 100  # the corrections, not the fallback, were checked
+
+
+def test_a_cancelling_correction_is_solved_on_the_copy() -> None:
+    """A value measured far more precisely than the history, then asked again: its ``y``
+    shrinks by the ratio of precisions, so the copy solves it."""
+    index = HistoryIndex(4)
+    for h in ([1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0], [0.0, 0.0, 1.0, 1.0], [1.0, 0, 0, 1]):
+        index.append(LinearQuery.from_dense(h), alpha=1e-4, step=1e-3)
+    query = LinearQuery.from_dense([1.0, 0.0, 1.0, 0.0])
+    batch = index.batch([query, query])
+    copy = index.copy()
+    batch.measured(0, copy, copy.append(query, alpha=1e4, step=1e-3))
+    assert batch._updates is not None
+    assert batch._updates.solve(1) is None  # the correction cancelled
+    _same(batch.solve(1), copy.copy().solve(query), copy.size)
+
+
+def test_a_span_past_its_bound_is_solved_on_the_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh vector that would take the copy's span past ``max_rank``: no more corrections."""
+    index = HistoryIndex(6)
+    index.append(LinearQuery.from_dense([1.0, 1.0, 0, 0, 0, 0]), alpha=1.0, step=1e-3)
+    assert index._span is not None
+    monkeypatch.setattr(index._span, "_max_rank", 2)
+    groups = [LinearQuery.from_dense(np.eye(6)[k]) for k in range(2, 6)]
+    batch = index.batch(groups)
+    copy = index.copy()
+    batch.measured(0, copy, copy.append(groups[0], alpha=1.0, step=1e-3))  # rank 2
+    assert batch._updates is not None
+    _same(batch.solve(1), copy.copy().solve(groups[1]), copy.size)
+    batch.measured(1, copy, copy.append(groups[1], alpha=1.0, step=1e-3))  # would be rank 3
+    assert batch._updates is None
+    _same(batch.solve(2), copy.copy().solve(groups[2]), copy.size)
+
+
+def test_a_batch_asked_again_solves_its_span_once_a_value_is_measured() -> None:
+    """Every value cached (no solve at ``batch``): the corrections start from a solve then."""
+    rng = np.random.default_rng(3)
+    index, _ = _history(rng, 12, factored=False)
+    groups = [LinearQuery.from_dense(np.eye(12)[k] + np.eye(12)[k + 6]) for k in range(6)]
+    index.solve_many(groups)
+    batch = index.batch(groups)
+    assert isinstance(batch, BatchSolve) and batch._updates is None
+    copy = index.copy()
+    batch.measured(0, copy, copy.append(groups[0], alpha=0.3, step=1e-3))
+    assert batch._updates is not None
+    for i in range(1, 6):
+        _same(batch.solve(i), copy.copy().solve(groups[i]), copy.size)
+
+
+def test_dense_blue_helper_is_the_estimators() -> None:
+    """The test's dense BLUE agrees with the index on a plain history (no batch)."""
+    rng = np.random.default_rng(5)
+    index, rows = _history(rng, 10, factored=False)
+    h = np.array([r for r, _ in rows])
+    q = h[0] + h[-1]
+    blue = _dense_blue(h, np.array([p for _, p in rows]), q)
+    found = index.solve(LinearQuery.from_dense(q))
+    assert blue is not None and found is not None
+    np.testing.assert_allclose(_weights(found, index.size), blue, rtol=1e-6, atol=1e-9)
