@@ -847,14 +847,13 @@ class BatchUpdates:
             self._values -= np.outer(values_a, shift)
             self._dims = rank
         else:
-            self._remainders[:, a] = 0.0  # placed in the span: later directions give it none
             gamma = w / (1.0 + w * float(t_a @ y_a))
             coefficient = gamma * (t_a @ self._y[:dims])
             terms = np.outer(y_a, coefficient)
             self._y[:dims] -= terms
             self._values -= np.outer(values_a, coefficient)
         self._largest = np.maximum(self._largest, np.abs(terms).max(axis=0, initial=0.0))
-        if new_vector:
+        if new_vector:  # its coordinates: later directions give it none, as the copy places it
             self._held[a] = self._t[: self._dims, a].copy()
             self._new.append((a, factor))
         return True

@@ -180,3 +180,20 @@ def test_dense_blue_helper_is_the_estimators() -> None:
     found = index.solve(LinearQuery.from_dense(q))
     assert blue is not None and found is not None
     np.testing.assert_allclose(_weights(found, index.size), blue, rtol=1e-6, atol=1e-9)
+
+
+def test_a_fresh_vector_taken_as_in_the_span_has_no_coordinate_along_later_ones() -> None:
+    """As the copy places it: within ``_INDEPENDENT`` of the span it is its projection there,
+    and a later fresh direction (here the cell it nearly missed) gives it none."""
+    index = HistoryIndex(4)
+    index.append(LinearQuery.from_dense([1.0, 1.0, 0.0, 0.0]), alpha=0.5, step=1e-3)
+    index.append(LinearQuery.from_dense([0.0, 0.0, 0.0, 1.0]), alpha=0.5, step=1e-3)
+    near = LinearQuery.from_dense([1.0, 1.0, 1e-5, 0.0])  # 7e-6 of its norm from the span
+    cell = LinearQuery.from_dense([0.0, 0.0, 1.0, 0.0])
+    asked = LinearQuery.from_dense([1.0, 1.0, 1.0, 1.0])
+    batch = index.batch([near, cell, asked])
+    copy = index.copy()
+    batch.measured(0, copy, copy.append(near, alpha=5.0, step=1e-3))
+    batch.measured(1, copy, copy.append(cell, alpha=0.1, step=1e-3))
+    assert batch._updates is not None
+    _same(batch.solve(2), copy.copy().solve(asked), copy.size)
