@@ -643,7 +643,7 @@ class SpanSolver:
                 if inside[i]:
                     found[i] = per_vector[:, column]
             if keep:
-                updates = BatchUpdates(self, target, y, per_vector, np.negative(fitted), norms)
+                updates = BatchUpdates(self, target, y, per_vector, fitted, norms)
         return found, residuals.tolist(), updates
 
     @overload
@@ -784,9 +784,10 @@ class BatchUpdates:
         coordinates: FloatArray,
         y: FloatArray,
         per_vector: FloatArray,
-        remainders: FloatArray,
+        fitted: FloatArray,
         norms: FloatArray,
     ) -> None:
+        """``fitted``: ``H_B beta_b - q_b`` over the cells, as columns (taken, not copied)."""
         r, k = coordinates.shape
         self._rank = r
         self._dims = r  # the coordinates so far: the span's, then one per direction joined
@@ -795,7 +796,8 @@ class BatchUpdates:
         self._y = np.zeros((r + k, k))
         self._y[:r] = y
         self._values = per_vector  # z_j^T y_b: history vector j, query b (owned: updated)
-        self._remainders = remainders  # q_b less its projection on the span so far
+        # proj q_b - q_b on the span so far: the remainders, with their sign changed
+        self._remainders = fitted
         self._norms = norms
         self._largest = np.abs(y).max(axis=0, initial=0.0)
         self._directions: list[FloatArray] = []
