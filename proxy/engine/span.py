@@ -800,7 +800,7 @@ class BatchUpdates:
         self._remainders = fitted
         self._norms = norms
         self._largest = np.abs(y).max(axis=0, initial=0.0)
-        self._directions: list[FloatArray] = []
+        self._directions = np.zeros_like(fitted)  # the new directions over the cells, in order
         self._residual = solver._residual
         self._max_rank = solver._max_rank
         self._basis_nnz = solver._basis_nnz
@@ -810,6 +810,8 @@ class BatchUpdates:
     def measure(self, a: int, precision: float, factor: float, new_vector: bool, nnz: int) -> bool:
         """Query ``a`` measured with ``precision`` as ``factor`` times a vector (new or not).
 
+        Queries are measured in order: only those after ``a`` are corrected (and solved) since.
+
         False if the correction cannot follow (the span would pass ``max_rank``, or ``y_a``
         has cancelled): later solves of the batch must be made on the copy.
         """
@@ -817,16 +819,17 @@ class BatchUpdates:
             return False
         r, dims = self._rank, self._dims
         remainder = self._remainders[:, a]
-        if new_vector and self._directions:  # orthogonal to the earlier directions once more
-            directions = np.stack(self._directions, axis=1)
+        if new_vector and dims > r:  # orthogonal to the earlier directions once more
+            directions = self._directions[:, : dims - r]
             again = directions.T @ remainder
             remainder -= directions @ again
             self._t[r:dims, a] += again
         d = math.sqrt(float(remainder @ remainder))
         t_a = self._t[:dims, a].copy()
-        y_a = self._y[:dims, a].copy()
-        values_a = self._values[:, a].copy()
+        y_a = self._y[:dims, a]
+        values_a = self._values[:, a]
         w = precision * precision
+        later = slice(a + 1, None)  # the queries decided after this one (the others are done)
         if new_vector and d > _INDEPENDENT * self._norms[a]:
             rank = dims + 1
             if self._max_rank is not None and (
@@ -836,25 +839,26 @@ class BatchUpdates:
                 return False
             self._basis_nnz += nnz
             direction = remainder / d
-            along = direction @ self._remainders  # x_b for every query
-            along[a] = d
-            self._remainders -= np.outer(direction, along)
-            self._remainders[:, a] = 0.0
-            self._directions.append(direction)
-            self._t[dims] = along
+            along = direction @ self._remainders[:, later]  # x_b
+            self._remainders[:, later] -= np.outer(direction, along)
+            self._directions[:, dims - r] = direction
+            self._t[dims, a] = d
+            self._t[dims, later] = along
             shift = along / d
             terms = np.outer(y_a, shift)
-            self._y[:dims] -= terms
-            self._y[dims] = -(t_a @ self._y[:dims]) / d + along / (w * d * d)
-            self._values -= np.outer(values_a, shift)
+            self._y[:dims, later] -= terms
+            self._y[dims, later] = -(t_a @ self._y[:dims, later]) / d + along / (w * d * d)
+            self._values[:, later] -= np.outer(values_a, shift)
             self._dims = rank
         else:
             gamma = w / (1.0 + w * float(t_a @ y_a))
-            coefficient = gamma * (t_a @ self._y[:dims])
+            coefficient = gamma * (t_a @ self._y[:dims, later])
             terms = np.outer(y_a, coefficient)
-            self._y[:dims] -= terms
-            self._values -= np.outer(values_a, coefficient)
-        self._largest = np.maximum(self._largest, np.abs(terms).max(axis=0, initial=0.0))
+            self._y[:dims, later] -= terms
+            self._values[:, later] -= np.outer(values_a, coefficient)
+        self._largest[later] = np.maximum(
+            self._largest[later], np.abs(terms).max(axis=0, initial=0.0)
+        )
         if new_vector:  # its coordinates: later directions give it none, as the copy places it
             self._held[a] = self._t[: self._dims, a].copy()
             self._new.append((a, factor))
