@@ -489,7 +489,7 @@ class HistoryIndex:
 
         See :class:`BatchSolve`.
         """
-        solutions, updates = self._solve_many(queries, keep=True)
+        solutions, updates = self._solve_many(queries, keep=len(queries) > 1)
         return BatchSolve(self, queries, solutions, updates)
 
     def _solve_many(

@@ -630,21 +630,29 @@ class SpanSolver:
         if r == 0:
             residuals[:] = 1.0
             inside[:] = False
-        solved = np.ones(len(queries), dtype=bool) if keep else inside
+        if np.any(inside):
+            target, y, per_vector = self._solve_in_span(beta[:, inside])
+            for column, i in enumerate(np.flatnonzero(inside).tolist()):
+                found[i] = per_vector[:, column]
+        else:
+            target, y, per_vector = None, None, None
         updates = None
-        if np.any(solved):
-            self.prepare()
-            inverse = self._k_inv[:r, :r]
-            target = self._lower[:r, :r].T @ beta[:, solved]
-            y = inverse @ target
-            y += inverse @ (target - self._k[:r, :r] @ y)
-            per_vector = self._coords[:r, : self.size].T @ y
-            for column, i in enumerate(np.flatnonzero(solved).tolist()):
-                if inside[i]:
-                    found[i] = per_vector[:, column]
-            if keep:
-                updates = BatchUpdates(self, target, y, per_vector, fitted, norms)
+        if keep:
+            updates = BatchUpdates(self, beta, inside, target, y, per_vector, fitted, norms)
         return found, residuals.tolist(), updates
+
+    def _solve_in_span(self, beta: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """``t = L^T beta``, ``y`` (``K y = t``, refined once) and ``z_j^T y`` for each ``j``.
+
+        ``beta``: span coordinates of queries, as columns.
+        """
+        r = self._rank
+        self.prepare()
+        inverse = self._k_inv[:r, :r]
+        target = self._lower[:r, :r].T @ beta
+        y = inverse @ target
+        y += inverse @ (target - self._k[:r, :r] @ y)
+        return target, y, self._coords[:r, : self.size].T @ y
 
     @overload
     def _project(
@@ -781,31 +789,56 @@ class BatchUpdates:
     def __init__(
         self,
         solver: SpanSolver,
-        coordinates: FloatArray,
-        y: FloatArray,
-        per_vector: FloatArray,
+        beta: FloatArray,
+        inside: npt.NDArray[np.bool_],
+        target: FloatArray | None,
+        y: FloatArray | None,
+        per_vector: FloatArray | None,
         fitted: FloatArray,
         norms: FloatArray,
     ) -> None:
-        """``fitted``: ``H_B beta_b - q_b`` over the cells, as columns (taken, not copied)."""
-        r, k = coordinates.shape
+        """The batch's solve: ``beta`` of every query, ``t``, ``y`` and values of those inside.
+
+        ``fitted``: ``H_B beta_b - q_b`` over the cells, as columns (taken, not copied). The
+        queries outside the span are solved at the first measurement, if any.
+        """
+        r, k = beta.shape
         self._rank = r
         self._dims = r  # the coordinates so far: the span's, then one per direction joined
         self._t = np.zeros((r + k, k))
-        self._t[:r] = coordinates
         self._y = np.zeros((r + k, k))
-        self._y[:r] = y
-        self._values = per_vector  # z_j^T y_b: history vector j, query b (owned: updated)
+        self._values = np.zeros((solver.size, k))  # z_j^T y_b: history vector j, query b
+        if target is not None and y is not None and per_vector is not None:
+            self._t[:r, inside] = target
+            self._y[:r, inside] = y
+            self._values[:, inside] = per_vector
+        # solved when a query is first measured (the solver is as it was until the plan ends)
+        self._unsolved: tuple[SpanSolver, FloatArray, npt.NDArray[np.bool_]] | None = (
+            (solver, beta, ~inside) if not np.all(inside) else None
+        )
         # proj q_b - q_b on the span so far: the remainders, with their sign changed
         self._remainders = fitted
         self._norms = norms
-        self._largest = np.abs(y).max(axis=0, initial=0.0)
+        self._largest = np.abs(self._y[:r]).max(axis=0, initial=0.0)
         self._directions = np.zeros_like(fitted)  # the new directions over the cells, in order
         self._residual = solver._residual
         self._max_rank = solver._max_rank
         self._basis_nnz = solver._basis_nnz
         self._new: list[tuple[int, float]] = []  # new distinct vectors: (query, factor)
         self._held: dict[int, FloatArray] = {}  # measured queries' coordinates when measured
+
+    def _solve_outside(self) -> None:
+        """Solve the queries outside the span too (a fresh vector may bring them in)."""
+        if self._unsolved is None:
+            return
+        (solver, beta, outside), self._unsolved = self._unsolved, None
+        r = self._rank
+        if r:
+            target, y, per_vector = solver._solve_in_span(beta[:, outside])
+            self._t[:r, outside] = target
+            self._y[:r, outside] = y
+            self._values[:, outside] = per_vector
+            self._largest[outside] = np.abs(y).max(axis=0, initial=0.0)
 
     def measure(self, a: int, precision: float, factor: float, new_vector: bool, nnz: int) -> bool:
         """Query ``a`` measured with ``precision`` as ``factor`` times a vector (new or not).
@@ -815,6 +848,7 @@ class BatchUpdates:
         False if the correction cannot follow (the span would pass ``max_rank``, or ``y_a``
         has cancelled): later solves of the batch must be made on the copy.
         """
+        self._solve_outside()
         if not self._accurate(a):
             return False
         r, dims = self._rank, self._dims
