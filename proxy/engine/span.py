@@ -80,6 +80,11 @@ _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is
 # A batch's corrected solve (BatchUpdates) is given up once it is this many times smaller than
 # a term it was formed from: its rounding, relative to it, is then that much larger.
 _GROWTH = 1e3
+# A new direction corrects each later query's remainder over the cells; past this many cells
+# times later queries per r^2 (a solve's order) the copy solves them instead: a wide cube's
+# hundreds of fresh groups over its 10^5 coordinates.
+_BORDER_COST = 2.5
+_BORDER_FREE = 2**20  # cells times later queries corrected whatever the rank (a few ms)
 
 
 class SpanSolver:
@@ -783,7 +788,8 @@ class BatchUpdates:
     the copy to rounding. A correction that cancels (a ``y_b`` shrunk by more than
     ``_GROWTH`` from the largest term it was made of) would carry that much of its terms'
     rounding: the caller then solves on the copy instead, as it does once a fresh vector
-    would take the copy past its ``max_rank``.
+    would take the copy past its ``max_rank``, or when a new direction's correction of the
+    later remainders over the cells would cost more than solving them (``_BORDER_COST``).
     """
 
     def __init__(
@@ -871,6 +877,10 @@ class BatchUpdates:
                 or (rank - 1 >= _SPARSE_FROM and (rank - 1) ** 2 > _SPARSE * self._basis_nnz)
             ):
                 return False
+            if self._remainders.shape[0] * (self._remainders.shape[1] - a - 1) > max(
+                _BORDER_COST * dims * dims, _BORDER_FREE
+            ):
+                return False  # the later queries' remainders cost more than solving them
             self._basis_nnz += nnz
             direction = remainder / d
             along = direction @ self._remainders[:, later]  # x_b

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from proxy.engine import span
 from proxy.engine.estimator import BatchSolve, HistoryIndex, Solution
 from sqlmap.vector import LinearQuery
 
@@ -197,3 +198,18 @@ def test_a_fresh_vector_taken_as_in_the_span_has_no_coordinate_along_later_ones(
     batch.measured(1, copy, copy.append(cell, alpha=0.1, step=1e-3))
     assert batch._updates is not None
     _same(batch.solve(2), copy.copy().solve(asked), copy.size)
+
+
+def test_a_direction_too_costly_to_correct_over_the_cells_is_solved_on_the_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many later queries over many cells at a low rank: the copy solves them instead."""
+    monkeypatch.setattr(span, "_BORDER_FREE", 16)
+    index = HistoryIndex(40)
+    index.append(LinearQuery.from_dense(np.ones(40)), alpha=1.0, step=1e-3)
+    groups = [LinearQuery.from_dense(np.eye(40)[k] + np.eye(40)[k + 20]) for k in range(20)]
+    batch = index.batch(groups)
+    copy = index.copy()
+    batch.measured(0, copy, copy.append(groups[0], alpha=1.0, step=1e-3))
+    assert batch._updates is None  # 40 cells x 19 later queries > 2.5 x 1^2 and > 16
+    _same(batch.solve(1), copy.copy().solve(groups[1]), copy.size)
