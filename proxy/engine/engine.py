@@ -18,10 +18,11 @@ what the ledger store loaded) and grows only through :meth:`record` and :meth:`a
 
 Queries of one batch are planned in order, each seeing the measurements planned before it, so a
 GROUP BY whose groups together with the history determine one another pays only for what is new.
-The plan decides on a copy of the history index holding those measurements; :meth:`record`
-takes that copy as the engine's index when the entries it records are the ones the copy holds
-(same vectors, budgets and steps) and the history has not changed since, so the work of placing
-them in the history's span is not done again.
+The plan appends those measurements to a copy of the history index and solves each later query
+as a correction of the batch's first solve (:class:`~proxy.engine.estimator.BatchSolve`), or on
+the copy where a correction cannot follow; :meth:`record` takes that copy as the engine's index
+when the entries it records are the ones the copy holds (same vectors, budgets and steps) and the
+history has not changed since, so whatever the copy placed is not placed again.
 Callers must not interleave plan and execute of two batches on one engine (hold a per-table
 lock across the database round trip); :meth:`execute` refuses a plan made before another batch
 changed the history.
