@@ -30,8 +30,15 @@ from scipy import optimize
 
 from proxy.engine.estimator import Solution
 from proxy.engine.noise import noise_step, public_fraction
-from proxy.engine.selection import TAIL_SLACK, Basis, choose, lattice_interval, meets
-from proxy.engine.tails import EXACT, TailMethod, discrete_laplace_tail
+from proxy.engine.selection import (
+    TAIL_SLACK,
+    Basis,
+    choose,
+    error_terms,
+    lattice_interval,
+    meets,
+)
+from proxy.engine.tails import EXACT, ExactTail, Scales, TailMethod, discrete_laplace_tail
 from sqlmap.accuracy import AccuracyRequest
 from sqlmap.vector import LinearQuery
 
@@ -215,14 +222,24 @@ def _combined(
     """
     history_var = float(np.square(history.scales).sum())
     target = accuracy.delta * (1 - _COMBINED_MARGIN)
+    terms = error_terms(history) if isinstance(tail, ExactTail) else None
+    known: dict[float, tuple[float, float]] = {}  # the budget bought was the last one tried
 
     def miss(budget: float) -> tuple[float, float]:
         """(bound on P(miss), weight of the new measurement) at ``budget``."""
+        if budget in known:
+            return known[budget]
         fresh_scale = sensitivity / budget
         weight = history_var / (history_var + fresh_scale**2)
-        scales = np.append((1.0 - weight) * history.scales, weight * fresh_scale)
+        # the history's terms sorted once for every budget tried (the fresh one is the largest)
+        scales: Scales | None = (
+            None if terms is None else terms.joined(1.0 - weight, weight * fresh_scale)
+        )
+        if scales is None:
+            scales = np.append((1.0 - weight) * history.scales, weight * fresh_scale)
         shift = (1.0 - weight) * history.shift + weight * float(step)
-        return tail.tail(scales, accuracy.eps - shift) + TAIL_SLACK, weight
+        found = known[budget] = (tail.tail(scales, accuracy.eps - shift) + TAIL_SLACK, weight)
+        return found
 
     if miss(float(ceiling))[0] > target:
         return None  # the coupling allowance outweighs the history's help
