@@ -223,7 +223,7 @@ def _combined(
     history_var = float(np.square(history.scales).sum())
     target = accuracy.delta * (1 - _COMBINED_MARGIN)
     terms = error_terms(history) if isinstance(tail, ExactTail) else None
-    known: dict[float, tuple[float, float]] = {}  # the budget bought was the last one tried
+    known: dict[float, tuple[float, float]] = {}  # by budget: each is tried once
 
     def miss(budget: float) -> tuple[float, float]:
         """(bound on P(miss), weight of the new measurement) at ``budget``."""
@@ -241,20 +241,20 @@ def _combined(
         found = known[budget] = (tail.tail(scales, accuracy.eps - shift) + TAIL_SLACK, weight)
         return found
 
-    if miss(float(ceiling))[0] > target:
+    # the ends of the bracket are tried at exp(log(b)), where the root finding looks again
+    # (not always b to the last bit): it finds them among those already known
+    log_ceiling = math.log(float(ceiling))
+    if miss(math.exp(log_ceiling))[0] > target:
         return None  # the coupling allowance outweighs the history's help
     low = float(ceiling) / 2
     for _ in range(60):  # as the budget -> 0 the combination -> the history estimate, which missed
-        if miss(low)[0] > target:
+        if miss(math.exp(math.log(low)))[0] > target:
             break
         low /= 2
     else:
         return None  # not reached (the slack keeps the two bounds consistent); fresh is safe
     log_budget = optimize.brentq(
-        lambda b: miss(math.exp(b))[0] - target,
-        math.log(low),
-        math.log(float(ceiling)),
-        xtol=1e-10,
+        lambda b: miss(math.exp(b))[0] - target, math.log(low), log_ceiling, xtol=1e-10
     )
     budget = round_up(math.exp(log_budget))
     while budget < ceiling and miss(float(budget))[0] > target:
