@@ -918,23 +918,26 @@ def _newton_roots(
     """
     lo, hi = low.astype(np.float64), high.astype(np.float64)
     w = lo.copy()
-    open_rows = np.ones(w.size, dtype=bool)
+    open_rows = np.arange(w.size)  # only these are evaluated: a row's sums are its own
     for _ in range(_NEWTON_STEPS):
-        phase = s * w[:, None]
-        excess = 1.0 - (2.0 / math.pi) * (np.sin(phase) * coefficients).sum(axis=1) - delta
-        slope = (2.0 / math.pi) * (np.cos(phase) * coefficients * s).sum(axis=1)  # -tail'
-        lo = np.where(excess > 0.0, w, lo)
-        hi = np.where(excess > 0.0, hi, w)
+        at, nodes, weights = w[open_rows], s[open_rows], coefficients[open_rows]
+        phase = nodes * at[:, None]
+        excess = 1.0 - (2.0 / math.pi) * (np.sin(phase) * weights).sum(axis=1) - delta
+        slope = (2.0 / math.pi) * (np.cos(phase) * weights * nodes).sum(axis=1)  # -tail'
+        below = np.where(excess > 0.0, at, lo[open_rows])
+        above = np.where(excess > 0.0, hi[open_rows], at)
+        lo[open_rows], hi[open_rows] = below, above
         with np.errstate(divide="ignore", invalid="ignore"):
             step = excess / slope
-        newton = w + step
-        inside = (slope > 0.0) & (newton > lo) & (newton < hi)
-        settled = inside & (np.abs(step) <= _NEWTON_RTOL * w)
-        w = np.where(open_rows, np.where(inside, newton, 0.5 * (lo + hi)), w)
-        open_rows &= ~settled
-        if not open_rows.any():
+        newton = at + step
+        inside = (slope > 0.0) & (newton > below) & (newton < above)
+        settled = inside & (np.abs(step) <= _NEWTON_RTOL * at)
+        w[open_rows] = np.where(inside, newton, 0.5 * (below + above))
+        open_rows = open_rows[~settled]
+        if not open_rows.size:
             return w
-    return np.where(open_rows, math.nan, w)
+    w[open_rows] = math.nan
+    return w
 
 
 def quantile(method: TailMethod, scales: npt.ArrayLike | Runs, delta: float) -> float:
