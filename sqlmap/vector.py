@@ -72,6 +72,7 @@ class LinearQuery:
         "_row_range",
         "_key",
         "_nonzero",
+        "_sensitivity",
     )
 
     n_cells: int
@@ -88,6 +89,7 @@ class LinearQuery:
     # derived on first use (a restart asks each shared vector for them once per entry)
     _key: bytes | None
     _nonzero: FloatArray | None
+    _sensitivity: float | None  # asked by every decision, budget check and charge
 
     def __init__(
         self,
@@ -146,6 +148,7 @@ class LinearQuery:
             ("_magnitudes", None),
             ("_key", None),
             ("_nonzero", None),
+            ("_sensitivity", None),
         ):
             object.__setattr__(self, name, value)
 
@@ -349,10 +352,14 @@ class LinearQuery:
 
         Without measures ``max_j |q_j|`` (papers' Lemma 3.1).
         """
-        if self._magnitudes is not None:
-            return float(np.max(self._magnitudes, initial=0.0))
-        magnitudes = self.cell_sensitivities()[1]
-        return float(np.max(magnitudes)) if magnitudes.size else 0.0
+        if self._sensitivity is None:
+            if self._magnitudes is not None:
+                sensitivity = float(np.max(self._magnitudes, initial=0.0))
+            else:
+                magnitudes = self.cell_sensitivities()[1]
+                sensitivity = float(np.max(magnitudes)) if magnitudes.size else 0.0
+            object.__setattr__(self, "_sensitivity", sensitivity)
+        return self._sensitivity  # type: ignore[return-value]
 
     def to_dense(self) -> FloatArray:
         """The weight of every coordinate, zeros included."""

@@ -30,8 +30,15 @@ from scipy import optimize
 
 from proxy.engine.estimator import Solution
 from proxy.engine.noise import noise_step, public_fraction
-from proxy.engine.selection import TAIL_SLACK, Basis, choose, lattice_interval, meets
-from proxy.engine.tails import EXACT, TailMethod, discrete_laplace_tail
+from proxy.engine.selection import (
+    TAIL_SLACK,
+    Basis,
+    choose,
+    error_terms,
+    lattice_interval,
+    meets,
+)
+from proxy.engine.tails import EXACT, ExactTail, Scales, TailMethod, discrete_laplace_tail
 from sqlmap.accuracy import AccuracyRequest
 from sqlmap.vector import LinearQuery
 
@@ -215,29 +222,39 @@ def _combined(
     """
     history_var = float(np.square(history.scales).sum())
     target = accuracy.delta * (1 - _COMBINED_MARGIN)
+    terms = error_terms(history) if isinstance(tail, ExactTail) else None
+    known: dict[float, tuple[float, float]] = {}  # by budget: each is tried once
 
     def miss(budget: float) -> tuple[float, float]:
         """(bound on P(miss), weight of the new measurement) at ``budget``."""
+        if budget in known:
+            return known[budget]
         fresh_scale = sensitivity / budget
         weight = history_var / (history_var + fresh_scale**2)
-        scales = np.append((1.0 - weight) * history.scales, weight * fresh_scale)
+        # the history's terms sorted once for every budget tried (the fresh one is the largest)
+        scales: Scales | None = (
+            None if terms is None else terms.joined(1.0 - weight, weight * fresh_scale)
+        )
+        if scales is None:
+            scales = np.append((1.0 - weight) * history.scales, weight * fresh_scale)
         shift = (1.0 - weight) * history.shift + weight * float(step)
-        return tail.tail(scales, accuracy.eps - shift) + TAIL_SLACK, weight
+        found = known[budget] = (tail.tail(scales, accuracy.eps - shift) + TAIL_SLACK, weight)
+        return found
 
-    if miss(float(ceiling))[0] > target:
+    # the ends of the bracket are tried at exp(log(b)), where the root finding looks again
+    # (not always b to the last bit): it finds them among those already known
+    log_ceiling = math.log(float(ceiling))
+    if miss(math.exp(log_ceiling))[0] > target:
         return None  # the coupling allowance outweighs the history's help
     low = float(ceiling) / 2
     for _ in range(60):  # as the budget -> 0 the combination -> the history estimate, which missed
-        if miss(low)[0] > target:
+        if miss(math.exp(math.log(low)))[0] > target:
             break
         low /= 2
     else:
         return None  # not reached (the slack keeps the two bounds consistent); fresh is safe
     log_budget = optimize.brentq(
-        lambda b: miss(math.exp(b))[0] - target,
-        math.log(low),
-        math.log(float(ceiling)),
-        xtol=1e-10,
+        lambda b: miss(math.exp(b))[0] - target, math.log(low), log_ceiling, xtol=1e-10
     )
     budget = round_up(math.exp(log_budget))
     while budget < ceiling and miss(float(budget))[0] > target:

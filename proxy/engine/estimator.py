@@ -56,6 +56,9 @@ _REPEAT_SINGLES = 4
 _SPAN_MAX_RANK = 1500
 _CACHE_SIZE = 128  # a solution may hold a weight for every row,
 _CACHE_TERMS = 2_000_000  # so the cache is also bounded in terms (about 40 bytes each)
+# repeat estimates kept (:meth:`HistoryIndex.repeats`), by queries and by their rows in all
+_REPEATS_KEPT = 1024
+_REPEATS_TERMS = 1_000_000
 # factored vectors' coordinates kept (a dashboard repeats its own), at most this many in all:
 # a GROUP BY over three of a wide cube's dimensions has thousands per group
 _COORDINATES_MEMO = 2_000_000
@@ -311,6 +314,42 @@ def combine(parts: Sequence[tuple[float, Solution]]) -> Solution:
     )
 
 
+class _RepeatCache:
+    """Repeat estimates by query key, with the tuple of rows they were drawn from.
+
+    A query's repeats change only when a row of its support arrives, which replaces that
+    support's tuple (:meth:`HistoryIndex.append`): an entry holds while the index holds the
+    very tuple it was made from. Kept alive here, the tuple's identity cannot be reused, so
+    copies of an index share the cache. Each pooled estimate then keeps the intervals found
+    for it (a dashboard asks its GROUP BYs again and again).
+    """
+
+    __slots__ = ("_found", "_terms")
+
+    def __init__(self) -> None:
+        self._found: OrderedDict[bytes, tuple[tuple[int, ...], tuple[Solution, ...]]] = (
+            OrderedDict()
+        )
+        self._terms = 0
+
+    def get(self, key: bytes, rows: tuple[int, ...]) -> tuple[Solution, ...] | None:
+        entry = self._found.get(key)
+        if entry is None or entry[0] is not rows:
+            return None
+        self._found.move_to_end(key)
+        return entry[1]
+
+    def put(self, key: bytes, rows: tuple[int, ...], found: tuple[Solution, ...]) -> None:
+        old = self._found.pop(key, None)
+        if old is not None:
+            self._terms -= sum(s.rows.size for s in old[1])
+        self._found[key] = (rows, found)
+        self._terms += sum(s.rows.size for s in found)
+        while len(self._found) > _REPEATS_KEPT or self._terms > _REPEATS_TERMS:
+            _, (_, evicted) = self._found.popitem(last=False)
+            self._terms -= sum(s.rows.size for s in evicted)
+
+
 class HistoryIndex:
     """The history matrix ``H`` with budgets and noise steps, answering BLUEs and repeats.
 
@@ -374,6 +413,7 @@ class HistoryIndex:
         self._share = np.zeros(16)
         self._stamp = next(_STAMPS)
         self._solutions: OrderedDict[tuple[int, bytes], Solution | None] = OrderedDict()
+        self._repeats = _RepeatCache()
         self._classes = _RowClasses()
 
     @property
@@ -421,6 +461,7 @@ class HistoryIndex:
         other._cell_rows = self._cell_rows
         other._stamp = self._stamp
         other._solutions = self._solutions
+        other._repeats = self._repeats
         other._classes = self._classes.copy()
         return other
 
@@ -729,9 +770,13 @@ class HistoryIndex:
         if query.n_cells != self.n_cells:
             raise ValueError("query is over a different number of cells")
         query = self._held(query)
-        rows = np.array(self._by_support.get(self._support(query), ()), dtype=np.int64)
-        if rows.size == 0:
+        support_rows = self._by_support.get(self._support(query), ())
+        if not support_rows:
             return ()
+        known = self._repeats.get(query.key, support_rows)
+        if known is not None:
+            return known
+        rows = np.array(support_rows, dtype=np.int64)
         weights = np.stack([self._weights[row] for row in rows.tolist()])
         wanted = self._nonzero(query)
         t = wanted[0] / weights[:, 0]
@@ -746,7 +791,9 @@ class HistoryIndex:
             shares = 1.0 / np.square(scales)
             shares /= shares.sum()
             found.append(self.estimator(rows, shares * t, float(shares @ residual)))
-        return tuple(found)
+        repeats = tuple(found)
+        self._repeats.put(query.key, support_rows, repeats)
+        return repeats
 
 
 class BatchSolve:

@@ -34,8 +34,16 @@ from typing import Literal
 
 import numpy as np
 
+from proxy.engine import tails
 from proxy.engine.estimator import Solution, combine
-from proxy.engine.tails import EXACT, ExactTail, TailMethod, discrete_laplace_tail, quantile
+from proxy.engine.tails import (
+    EXACT,
+    ExactTail,
+    Runs,
+    TailMethod,
+    discrete_laplace_tail,
+    quantile,
+)
 from sqlmap.accuracy import AccuracyRequest
 
 __all__ = [
@@ -47,6 +55,7 @@ __all__ = [
     "intervals",
     "choose",
     "meets",
+    "error_terms",
 ]
 
 Basis = Literal["blue", "repeat", "mixture"]
@@ -149,7 +158,7 @@ def interval(
     # dashboard refreshing) finds its exact quantile here instead of inverting phi again.
     known = estimator.widths.get((tail, delta))
     if known is None:
-        known = estimator.shift + quantile(tail, estimator.scales, delta - TAIL_SLACK)
+        known = estimator.shift + quantile(tail, error_terms(estimator), delta - TAIL_SLACK)
         estimator.widths[(tail, delta)] = known
     return Candidate(estimator, known, 1.0 - delta, basis)
 
@@ -193,6 +202,18 @@ def intervals(
                 scales[q, np.searchsorted(rows, estimator.rows)] = estimator.scales
         for estimator, found in zip(batch, tail.quantiles(scales, delta - TAIL_SLACK, counts)):
             estimator.widths[(tail, delta)] = estimator.shift + float(found)
+
+
+def error_terms(estimator: Solution) -> Runs:
+    """The estimator's error scales sorted for its exact tails, by class of rows if it has them.
+
+    Rows of one class have equal scales (:class:`~proxy.engine.estimator.RowColumns`), so only
+    the classes are sorted: the runs are those of the scales row by row.
+    """
+    columns = estimator.columns
+    if columns is None:
+        return tails.error_terms(estimator.scales)
+    return tails.error_terms(estimator.scales[columns.first], columns.counts)
 
 
 def _best_repeat(repeats: Sequence[Solution], delta: float, tail: TailMethod) -> Candidate:

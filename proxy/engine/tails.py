@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +38,9 @@ __all__ = [
     "discrete_laplace_tail",
     "dominant_tail",
     "tail_extent",
+    "Runs",
+    "error_terms",
+    "Scales",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -67,16 +70,16 @@ _CHERNOFF_GRID = np.geomspace(1e-4, 0.999, 40)
 class TailMethod(Protocol):
     """Something that computes ``P(|sum_k b_k L_k| > x)`` for standard Laplace ``L_k``."""
 
-    def tail(self, scales: FloatArray, x: float) -> float:
+    def tail(self, scales: Scales, x: float) -> float:
         """The probability that the weighted sum exceeds ``x`` in absolute value."""
         ...
 
-    def quantile(self, scales: FloatArray, delta: float) -> float:
+    def quantile(self, scales: Scales, delta: float) -> float:
         """The least ``x`` whose tail is at most ``delta``."""
         ...
 
 
-class _Runs:
+class Runs:
     """Positive scales sorted in decreasing order, as runs of equal values with their counts.
 
     Built once per tail or quantile and shared by every evaluation of ``phi`` it needs:
@@ -84,7 +87,16 @@ class _Runs:
     their count, and the power sums of the small terms (:func:`_sum_log1p`) are kept per split.
     """
 
-    __slots__ = ("values", "counts", "size", "_power_sums", "_offset", "_chernoff", "_moments")
+    __slots__ = (
+        "values",
+        "counts",
+        "size",
+        "_power_sums",
+        "_offset",
+        "_shared_from",
+        "_chernoff",
+        "_moments",
+    )
 
     def __init__(
         self,
@@ -100,11 +112,14 @@ class _Runs:
         # with the runs this one was cut from
         self._power_sums: dict[int, FloatArray] = {} if power_sums is None else power_sums
         self._offset = offset
+        # splits before this one hold runs the shared power sums do not (:meth:`joined`)
+        self._shared_from = 0
         self._chernoff: tuple[FloatArray, FloatArray] | None = None
         self._moments: tuple[FloatArray, FloatArray] | None = None
 
     @classmethod
-    def of(cls, scales: npt.ArrayLike) -> _Runs:
+    def of(cls, scales: npt.ArrayLike) -> Runs:
+        """The runs of ``scales`` (absolute values; zeros dropped)."""
         b = np.abs(np.asarray(scales, dtype=np.float64).ravel())
         if not np.all(np.isfinite(b)):
             raise ValueError("scales must be finite")
@@ -115,7 +130,7 @@ class _Runs:
         return cls(b[starts], np.diff(np.append(starts, b.size)).astype(np.float64))
 
     @classmethod
-    def of_counted(cls, values: FloatArray, counts: FloatArray) -> _Runs:
+    def of_counted(cls, values: FloatArray, counts: FloatArray) -> Runs:
         """The runs of ``values[k]`` taken ``counts[k]`` times (what :meth:`of` gives then)."""
         positive = values > 0
         order = np.argsort(-values[positive], kind="stable")
@@ -124,6 +139,37 @@ class _Runs:
             return cls(b, np.zeros(0))
         starts = np.concatenate([[0], np.flatnonzero(b[1:] != b[:-1]) + 1])
         return cls(b[starts], np.add.reduceat(c, starts))
+
+    def joined(self, factor: float, top: float) -> Runs | None:
+        """``factor`` times these scales with one more, ``top``.
+
+        What :meth:`of` gives for ``np.append(factor * scales, top)`` (scaling keeps the order),
+        without sorting again, and sharing these runs' power sums: they are ratios of scales,
+        which a common factor leaves as they are, to rounding. A history estimate weighed
+        against a fresh measurement is this at every budget tried
+        (:func:`proxy.engine.decision.decide`). None unless the factor keeps every run
+        positive and apart and ``top`` equals none of them (:meth:`of` is then the way).
+        """
+        if self.values.size == 0 or not (factor > 0.0 and 0.0 < top < math.inf):
+            return None
+        values = factor * self.values
+        at = int(np.count_nonzero(values > top))  # decreasing: ``top`` goes after these
+        if (
+            values[-1] <= 0.0
+            or (at < values.size and values[at] == top)
+            or np.any(values[1:] == values[:-1])
+        ):
+            return None
+        joined = Runs(
+            np.concatenate([values[:at], [top], values[at:]]),
+            np.concatenate([self.counts[:at], [1.0], self.counts[at:]]),
+            self._power_sums,
+            self._offset - 1,
+        )
+        # a split at or before ``top`` counts it among the series' terms, and those before it
+        # one place off: such sums are its own, neither read nor kept in the shared ones
+        joined._shared_from = max(at, self._shared_from) + 1
+        return joined
 
     def expanded(self) -> FloatArray:
         """Every scale, in decreasing order."""
@@ -134,13 +180,15 @@ class _Runs:
         top = min(k, self.values.size)
         return np.repeat(self.values[:top], self.counts[:top].astype(np.int64))[:k]
 
-    def rest(self) -> _Runs:
+    def rest(self) -> Runs:
         """The scales without one copy of the largest."""
         if self.counts[0] > 1:
             counts = self.counts.copy()
             counts[0] -= 1
-            return _Runs(self.values, counts)
-        return _Runs(self.values[1:], self.counts[1:], self._power_sums, self._offset + 1)
+            return Runs(self.values, counts)
+        rest = Runs(self.values[1:], self.counts[1:], self._power_sums, self._offset + 1)
+        rest._shared_from = max(0, self._shared_from - 1)
+        return rest
 
     def series(self, split: int) -> tuple[int, FloatArray]:
         """A split at or after ``split`` (at most ``_REUSE`` runs later) and its power sums.
@@ -152,12 +200,15 @@ class _Runs:
         known = [
             at - self._offset
             for at in self._power_sums
-            if 0 <= at - self._offset - split <= _REUSE and at - self._offset < self.values.size
+            if 0 <= at - self._offset - split <= _REUSE
+            and self._shared_from <= at - self._offset < self.values.size
         ]
         if known:
             split = min(known)
             return split, self._power_sums[split + self._offset]
-        sums = self._power_sums[split + self._offset] = self._compute_power_sums(split)
+        sums = self._compute_power_sums(split)
+        if split >= self._shared_from:
+            self._power_sums[split + self._offset] = sums
         return split, sums
 
     def _compute_power_sums(self, split: int) -> FloatArray:
@@ -203,11 +254,29 @@ class _Runs:
         return self._chernoff
 
 
-def _positive_scales(scales: npt.ArrayLike | _Runs) -> _Runs:
-    return scales if isinstance(scales, _Runs) else _Runs.of(scales)
+# an error's scales: an array, or sorted into runs once for many tails (:func:`error_terms`)
+Scales: TypeAlias = FloatArray | Runs
 
 
-def tail_extent(scales: npt.ArrayLike | _Runs, tol: float) -> float:
+def _positive_scales(scales: npt.ArrayLike | Runs) -> Runs:
+    return scales if isinstance(scales, Runs) else Runs.of(scales)
+
+
+def error_terms(scales: npt.ArrayLike, counts: FloatArray | None = None) -> Runs:
+    """``scales`` sorted into runs once, to serve many tails and quantiles of them.
+
+    ``counts``: ``scales[k]`` stands for ``counts[k]`` equal terms (classes of history rows),
+    so that only the classes are sorted. The runs are what the arrays would give.
+    """
+    if counts is None:
+        return Runs.of(scales)
+    values = np.abs(np.asarray(scales, dtype=np.float64))
+    if not np.all(np.isfinite(values)):
+        raise ValueError("scales must be finite")
+    return Runs.of_counted(values, counts)
+
+
+def tail_extent(scales: npt.ArrayLike | Runs, tol: float) -> float:
     """A distance ``a`` with ``P(|X| > a) <= tol``, from the Chernoff bound.
 
     ``P(|X| >= a) <= 2 exp(-lambda a) prod_k 1/(1 - b_k^2 lambda^2)`` for
@@ -224,17 +293,17 @@ def tail_extent(scales: npt.ArrayLike | _Runs, tol: float) -> float:
     return float(np.min((math.log(2.0 / tol) + log_mgf) / lam))
 
 
-def _log_mgf(b: _Runs, s: float) -> float:
+def _log_mgf(b: Runs, s: float) -> float:
     """``log E exp(s R) = -sum_k log(1 - b_k^2 s^2)`` for ``R = sum_k b_k L_k``, ``s b_k < 1``."""
     return float(-_sum_log1p(b, np.array([s]), -1.0)[0])
 
 
-def _second(b: _Runs) -> float:
+def _second(b: Runs) -> float:
     """The second largest scale (the largest again if it repeats)."""
     return float(b.values[0] if b.counts[0] > 1 else b.values[1])
 
 
-def _may_dominate(b: _Runs, x: float, tol: float) -> bool:
+def _may_dominate(b: Runs, x: float, tol: float) -> bool:
     """A cheap necessary condition for :func:`_dominant_error` at ``x`` to be at most ``tol``.
 
     The bound is ``exp(-s x) E exp(s R)`` for some ``s < 1/b_2``; since ``-log(1 - z) >= z``
@@ -248,7 +317,7 @@ def _may_dominate(b: _Runs, x: float, tol: float) -> bool:
     )
 
 
-def _dominant_error(b: _Runs, x: float) -> float:
+def _dominant_error(b: Runs, x: float) -> float:
     """A bound on how far :func:`dominant_tail`'s closed form exceeds the tail at ``x``.
 
     The excess is ``2 E[(cosh(z) - 1) 1{z < 0}]`` with ``z = (x - R) / b_1``, at most
@@ -265,7 +334,7 @@ def _dominant_error(b: _Runs, x: float) -> float:
     return float(np.exp(np.min(log_bound)))
 
 
-def _separated(b: _Runs) -> bool:
+def _separated(b: Runs) -> bool:
     """Whether the largest scale stands clear of the next, as the closed form needs.
 
     Scales equal up to rounding would put ``log(1 - (b_2/b_1)^2)`` at ``-inf``.
@@ -273,7 +342,7 @@ def _separated(b: _Runs) -> bool:
     return bool(_second(b) < b.values[0] * (1.0 - 1e-9))
 
 
-def dominant_tail(scales: npt.ArrayLike | _Runs, x: float) -> tuple[float, float]:
+def dominant_tail(scales: npt.ArrayLike | Runs, x: float) -> tuple[float, float]:
     """``P(|b_1 L_1 + R| > x)`` as a closed form in the largest scale, and that form's error.
 
     With ``G`` the tail of ``b_1 L_1`` and ``x > 0``, ``2 P(b_1 L_1 + R > x) = 2 E G(x - R)``
@@ -315,7 +384,7 @@ def _two_term_tail(b1: float, b2: float, x: float) -> float:
     return e1 + b2 * b2 * difference / (b1 + b2)
 
 
-def _sum_log1p(runs: _Runs, s: FloatArray, sign: float) -> FloatArray:
+def _sum_log1p(runs: Runs, s: FloatArray, sign: float) -> FloatArray:
     """``sum_k log(1 + sign (b_k s)^2)`` at each ``s`` (ascending; ``b_k s < 1`` if ``sign < 0``).
 
     Terms with ``b_k max(s) <= 1/2`` are summed as the power series
@@ -340,7 +409,7 @@ def _sum_log1p(runs: _Runs, s: FloatArray, sign: float) -> FloatArray:
     return out
 
 
-def _log_phi_above(b: _Runs, s: FloatArray) -> FloatArray:
+def _log_phi_above(b: Runs, s: FloatArray) -> FloatArray:
     """An upper bound on ``log phi(s)`` at each ``s`` (ascending), close where it matters.
 
     The small terms (``b_k max(s) <= 1/2``) enter through ``log(1 + x) >= x - x^2 / 2``, two
@@ -359,7 +428,7 @@ def _log_phi_above(b: _Runs, s: FloatArray) -> FloatArray:
     return -out
 
 
-def _log_phi(b: _Runs, s: FloatArray) -> FloatArray:
+def _log_phi(b: Runs, s: FloatArray) -> FloatArray:
     """``log phi(s) = -sum_k log(1 + b_k^2 s^2)`` at each node ``s`` (ascending)."""
     return -_sum_log1p(b, s, 1.0)
 
@@ -397,11 +466,11 @@ class ExactTail:
     alias_tol: float = _ALIAS_TOL
     trunc_tol: float = _TRUNC_TOL
 
-    def tail(self, scales: FloatArray, x: float) -> float:
+    def tail(self, scales: Scales, x: float) -> float:
         """``P(|sum_k b_k L_k| > x)`` for independent standard Laplace ``L_k``."""
         return self._tail(_positive_scales(scales), x)
 
-    def _tail(self, b: _Runs, x: float) -> float:
+    def _tail(self, b: Runs, x: float) -> float:
         if x < 0 or (b.size > 0 and x == 0):
             return 1.0
         if b.size == 0:
@@ -416,7 +485,7 @@ class ExactTail:
                 return value
         return self._nodes(b, x, x).tail(x)
 
-    def quantile(self, scales: FloatArray, delta: float) -> float:
+    def quantile(self, scales: Scales, delta: float) -> float:
         """The least ``w`` with ``P(|X| > w) <= delta`` (see :func:`quantile`)."""
         b = _positive_scales(scales)
         if b.size <= 2 or not 0 < delta < 1:
@@ -474,7 +543,7 @@ class ExactTail:
         table = _BatchSeries.fixed(values, counts)
         alone = self._closed_forms(values, counts, delta, table)
         for q in np.flatnonzero(alone):
-            out[q] = self.quantile(_Runs.of_counted(values[q], counts), delta)  # type: ignore[arg-type]
+            out[q] = self.quantile(Runs.of_counted(values[q], counts), delta)
         batch = np.flatnonzero(~alone)
         if batch.size:
             out[batch] = self._batch_quantiles(values[batch], counts, delta, table.take(batch))
@@ -567,14 +636,14 @@ class ExactTail:
             found = _Nodes(nodes[q, :size], coefficients[q, :size])
             if found.tail(low[q]) <= delta or found.tail(high[q]) > delta:
                 # the bracket needs widening: rare
-                out[q] = self.quantile(_Runs.of_counted(values[q], counts), delta)  # type: ignore[arg-type]
+                out[q] = self.quantile(Runs.of_counted(values[q], counts), delta)
             elif math.isnan(roots[q]):
                 out[q] = _root(found.tail, delta, float(low[q]), float(high[q]))
             else:
                 out[q] = _safe_side(found.tail, delta, float(roots[q]))
         return out
 
-    def _dominant_quantile(self, b: _Runs, delta: float) -> float | None:
+    def _dominant_quantile(self, b: Runs, delta: float) -> float | None:
         """The quantile from :func:`dominant_tail`'s closed form, if its error is negligible there.
 
         The form is ``delta`` at ``w = b_1 (ln(1/delta) + ln E exp(R / b_1))``; rounded up to
@@ -598,7 +667,7 @@ class ExactTail:
             w = math.nextafter(w * (1 + 1e-15), math.inf)
         return w
 
-    def _nodes(self, b: _Runs, x_lo: float, x_hi: float) -> _Nodes:
+    def _nodes(self, b: Runs, x_lo: float, x_hi: float) -> _Nodes:
         a = tail_extent(b, self.alias_tol)
         h = math.pi / max(x_hi, a)
         sin_half = math.sin(h * x_lo / 2.0)
@@ -675,7 +744,7 @@ class _BatchSeries:
 
     ``sums[q, r - 1] = sum_k c_k (b_qk / reference_q)^{2r}`` over the terms with
     ``0 < b_qk <= reference_q``, ``r = 1 .. _SERIES_TERMS``, each order summing only the terms
-    that still count there (as :meth:`_Runs._compute_power_sums`). They serve every evaluation
+    that still count there (as :meth:`Runs._compute_power_sums`). They serve every evaluation
     at frequencies ``s <= _SERIES_RADIUS / reference_q``, of either sign, the terms above the
     reference then summed exactly.
     """
@@ -752,7 +821,7 @@ def _batch_sum_log1p(
 
     ``s`` is Q x J, each row ascending. As there, the terms with ``b max(s) <= 1/2`` go through
     the power series (their power sums cut to the terms that count at each order, as
-    :meth:`_Runs._compute_power_sums`), the others exactly. ``table``: power sums computed
+    :meth:`Runs._compute_power_sums`), the others exactly. ``table``: power sums computed
     before at a split fixed per row (:class:`_BatchSeries`), used if they serve these ``s``
     (the terms above its reference are then summed exactly); ``values`` may have terms zeroed
     (left out) that the table holds only if they lie above its reference.
@@ -805,7 +874,7 @@ def laplace_sum_tail(scales: npt.ArrayLike, x: float) -> float:
 
 def _root_quantile(
     tail: Callable[[float], float],
-    b: _Runs,
+    b: Runs,
     delta: float,
     low: float = 0.0,
     high: float | None = None,
@@ -849,32 +918,37 @@ def _newton_roots(
     """
     lo, hi = low.astype(np.float64), high.astype(np.float64)
     w = lo.copy()
-    open_rows = np.ones(w.size, dtype=bool)
+    open_rows = np.arange(w.size)  # only these are evaluated: a row's sums are its own
     for _ in range(_NEWTON_STEPS):
-        phase = s * w[:, None]
-        excess = 1.0 - (2.0 / math.pi) * (np.sin(phase) * coefficients).sum(axis=1) - delta
-        slope = (2.0 / math.pi) * (np.cos(phase) * coefficients * s).sum(axis=1)  # -tail'
-        lo = np.where(excess > 0.0, w, lo)
-        hi = np.where(excess > 0.0, hi, w)
+        at, nodes, weights = w[open_rows], s[open_rows], coefficients[open_rows]
+        phase = nodes * at[:, None]
+        excess = 1.0 - (2.0 / math.pi) * (np.sin(phase) * weights).sum(axis=1) - delta
+        slope = (2.0 / math.pi) * (np.cos(phase) * weights * nodes).sum(axis=1)  # -tail'
+        below = np.where(excess > 0.0, at, lo[open_rows])
+        above = np.where(excess > 0.0, hi[open_rows], at)
+        lo[open_rows], hi[open_rows] = below, above
         with np.errstate(divide="ignore", invalid="ignore"):
             step = excess / slope
-        newton = w + step
-        inside = (slope > 0.0) & (newton > lo) & (newton < hi)
-        settled = inside & (np.abs(step) <= _NEWTON_RTOL * w)
-        w = np.where(open_rows, np.where(inside, newton, 0.5 * (lo + hi)), w)
-        open_rows &= ~settled
-        if not open_rows.any():
+        newton = at + step
+        inside = (slope > 0.0) & (newton > below) & (newton < above)
+        settled = inside & (np.abs(step) <= _NEWTON_RTOL * at)
+        w[open_rows] = np.where(inside, newton, 0.5 * (below + above))
+        open_rows = open_rows[~settled]
+        if not open_rows.size:
             return w
-    return np.where(open_rows, math.nan, w)
+    w[open_rows] = math.nan
+    return w
 
 
-def quantile(method: TailMethod, scales: npt.ArrayLike, delta: float) -> float:
+def quantile(method: TailMethod, scales: npt.ArrayLike | Runs, delta: float) -> float:
     """The smallest half-width ``w`` with ``P(|X| > w) <= delta`` (to 1e-12 relative, rounded up).
 
     >>> round(quantile(EXACT, [3.0], 0.05) / (3.0 * math.log(20)), 9)
     1.0
     """
-    return method.quantile(np.asarray(scales, dtype=np.float64), delta)
+    if not isinstance(scales, Runs):
+        scales = np.asarray(scales, dtype=np.float64)
+    return method.quantile(scales, delta)
 
 
 def discrete_laplace_tail(rho: float, k: int) -> float:
@@ -905,14 +979,14 @@ class MonteCarloTail:
     generator: np.random.Generator
     samples: int = 1_000_000
 
-    def tail(self, scales: FloatArray, x: float) -> float:
+    def tail(self, scales: Scales, x: float) -> float:
         """Fraction of simulated sums whose absolute value exceeds ``x``."""
         total = np.zeros(self.samples)
         for b in _positive_scales(scales).expanded():
             total += self.generator.laplace(0.0, b, self.samples)
         return float(np.count_nonzero(np.abs(total) > x)) / self.samples
 
-    def quantile(self, scales: FloatArray, delta: float) -> float:
+    def quantile(self, scales: Scales, delta: float) -> float:
         """Root of the simulated tail (one simulation per evaluation, as the paper's method)."""
         runs = _positive_scales(scales)
         b = runs.expanded()
@@ -932,7 +1006,7 @@ class ConvolutionTail:
     gamma: float = 0.01
     step: float = 1.0
 
-    def tail(self, scales: FloatArray, x: float) -> float:
+    def tail(self, scales: Scales, x: float) -> float:
         """Binned-convolution estimate of ``P(|X| > x)``."""
         if _positive_scales(scales).size == 0:
             return 0.0 if x >= 0 else 1.0
@@ -941,7 +1015,7 @@ class ConvolutionTail:
         centres = (np.arange(pmf.size) - half) * self.step
         return float(np.clip(pmf[np.abs(centres) > x].sum(), 0.0, 1.0))
 
-    def pmf(self, scales: FloatArray) -> FloatArray:
+    def pmf(self, scales: Scales) -> FloatArray:
         """The binned masses of ``X``: odd length, bin ``i`` centred on ``(i - half) * step``.
 
         >>> ConvolutionTail().pmf(np.array([1.0])).size  # ceil(ln(1 / 0.01)) = 5 bins a side
@@ -963,7 +1037,7 @@ class ConvolutionTail:
             pmf = fft.irfft(spectrum, length)[:size]
         return pmf
 
-    def quantile(self, scales: FloatArray, delta: float) -> float:
+    def quantile(self, scales: Scales, delta: float) -> float:
         """Root of the binned tail."""
         runs = _positive_scales(scales)
         b = runs.expanded()

@@ -11,6 +11,7 @@ import pytest
 from proxy.engine.decision import decide, fresh_budget
 from proxy.engine.estimator import HistoryIndex
 from proxy.engine.noise import noise_step
+from proxy.engine.selection import error_terms
 from proxy.engine.tails import EXACT, discrete_laplace_tail
 from proxy.errors import InvalidParameterValue
 from sqlmap.accuracy import AccuracyRequest
@@ -108,3 +109,33 @@ def test_the_zero_query_is_exact() -> None:
 def test_bad_accuracy_is_refused(eps: float, confidence: float) -> None:
     with pytest.raises(InvalidParameterValue):
         AccuracyRequest(eps, confidence)
+
+
+class _ArraysOnly:
+    """The exact tail, always handed arrays (the plain path of a combined decision)."""
+
+    def tail(self, scales: np.ndarray, x: float) -> float:
+        assert isinstance(scales, np.ndarray)
+        return EXACT.tail(scales, x)
+
+    def quantile(self, scales: np.ndarray, delta: float) -> float:
+        return EXACT.quantile(np.asarray(scales), delta)
+
+
+@pytest.mark.parametrize("eps", [10.0, 15.0, 18.0])
+def test_a_combined_decision_sorts_the_history_once_and_decides_as_the_arrays_do(
+    eps: float,
+) -> None:
+    query = LinearQuery.from_dense([0, 0, 0, 0, 1, 1, 0, 0, 0])
+    history = _running_index().solve(query)
+    assert history is not None
+    accuracy = AccuracyRequest(eps, 0.8)
+    sorted_once = decide(query, accuracy, history)
+    arrays = decide(query, accuracy, history, _ArraysOnly())
+    assert sorted_once.source == arrays.source == "combined"
+    assert sorted_once.budget == arrays.budget
+    assert sorted_once.fresh_weight == arrays.fresh_weight
+    assert sorted_once.confidence == pytest.approx(arrays.confidence, rel=1e-13)
+    # and the sorted terms served it: the fresh term is the largest at the budget bought
+    weight, fresh = sorted_once.fresh_weight, 1.0 / float(sorted_once.budget)
+    assert error_terms(history).joined(1.0 - weight, weight * fresh) is not None

@@ -298,3 +298,28 @@ def test_classes_of_a_whole_history_at_once_are_those_found_row_by_row() -> None
     for cut in (_BULK_CLASSES + 1, _BULK_CLASSES + 2, 2 * _BULK_CLASSES, m):
         classes = growing.of(group[:cut], precision[:cut], factor[:cut])
     assert classes.first.tolist() == first and classes.counts.tolist() == counts
+
+
+def test_repeat_estimates_are_kept_until_a_row_of_their_cells_arrives() -> None:
+    # a dashboard's GROUP BY asks the same groups again: their pooled repeats (and the
+    # intervals found for them) are the same objects until the history adds a row over the
+    # same cells, in this index or, independently, in a copy of it
+    index = HistoryIndex(3)
+    for row, alpha in (([1, 1, 0], 1.0), ([2, 2, 0], 2.0), ([0, 1, 1], 1.0)):
+        index.append(LinearQuery.from_dense(row), alpha=alpha, step=0.01)
+    query = LinearQuery.from_dense([1.0, 1.0, 0.0])
+    first = index.repeats(query)
+    assert [r.rows.tolist() for r in first] == [[1], [0], [0, 1]]
+    assert index.repeats(LinearQuery.from_dense([1.0, 1.0, 0.0])) is first
+    index.append(LinearQuery.from_dense([0, 1, 1]), alpha=3.0, step=0.01)  # other cells
+    assert index.repeats(query) is first
+    copy = index.copy()
+    copy.append(LinearQuery.from_dense([3, 3, 0]), alpha=1.0, step=0.01)  # row 4 of the copy
+    index.append(LinearQuery.from_dense([1, 2, 0]), alpha=1.0, step=0.01)  # row 4: not a repeat
+    in_copy, in_index = copy.repeats(query), index.repeats(query)
+    assert [r.rows.tolist() for r in in_copy] == [[1], [0], [4], [0, 1, 4]]
+    assert [r.rows.tolist() for r in in_index] == [[1], [0], [0, 1]]
+    assert in_index is not first
+    assert [r.rows.tolist() for r in copy.repeats(query)] == [[1], [0], [4], [0, 1, 4]]
+    for found, again in zip(in_index, first):  # the same estimates, found again
+        assert np.array_equal(found.weights, again.weights)

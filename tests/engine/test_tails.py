@@ -203,7 +203,7 @@ def test_the_dominant_quantile_is_skipped_only_where_it_would_be_refused() -> No
     # The bound on the dominant form's width may settle that it cannot apply; where it does,
     # the full test (the rest's log-MGF) must refuse it too, and where it does not, the result
     # is the one the full test gives.
-    from proxy.engine.tails import _dominant_error, _log_mgf, _may_dominate, _Runs, _separated
+    from proxy.engine.tails import Runs, _dominant_error, _log_mgf, _may_dominate, _separated
 
     rng = np.random.default_rng(11)
     skipped = taken = 0
@@ -212,7 +212,7 @@ def test_the_dominant_quantile_is_skipped_only_where_it_would_be_refused() -> No
         scales = rng.exponential(1.0, n) * rng.choice([1e-3, 1e-2, 0.1, 1.0], n)
         scales[0] = float(rng.choice([1.0, 5.0, 50.0, 500.0]))
         delta = float(rng.choice([0.5, 0.05, 1e-3, 1e-6]))
-        b = _Runs.of(scales)
+        b = Runs.of(scales)
         found = EXACT._dominant_quantile(b, delta)
         if not _separated(b):
             assert found is None
@@ -346,3 +346,54 @@ def test_batched_quantiles_of_a_group_by_over_a_real_history() -> None:
     for together, single in zip(plan.decisions, alone):
         assert together.source == single.source
         assert together.half_width == pytest.approx(single.half_width, rel=1e-11)
+
+
+def test_joined_runs_are_the_arrays_runs_and_give_their_tails() -> None:
+    # a history estimate's terms sorted once, then scaled with one larger term added at each
+    # budget a combined decision tries: the runs the arrays would give, tails to rounding,
+    # the power sums shared among them and never mixed up
+    from proxy.engine.tails import Runs, _sum_log1p, error_terms
+
+    rng = np.random.default_rng(5)
+    scales = np.repeat(rng.gamma(2.0, 0.3, 400), rng.integers(1, 6, 400))
+    rng.shuffle(scales)
+    base = error_terms(scales)
+    largest = float(scales.max())
+    # the new term above all the others, among them, and below them all
+    for factor, above in ((0.9, 1.5), (0.3, 1.01), (0.999, 0.5), (0.5, 30.0), (0.9, 1e-3)):
+        top = factor * largest * above
+        joined = base.joined(factor, top)
+        plain = Runs.of(np.append(factor * scales, top))
+        assert joined is not None
+        assert np.array_equal(joined.values, plain.values)
+        assert np.array_equal(joined.counts, plain.counts) and joined.size == plain.size
+        # frequencies where every term, the top one too, goes through the series: its power
+        # sums count the top term, which its siblings do not have
+        for s in (np.array([0.01, 0.1 / top]), np.array([0.5, 4.0 / top]), np.array([9.0])):
+            for sign in (1.0, -1.0):
+                if sign < 0 and s[-1] * joined.values[0] >= 1:
+                    continue
+                assert np.allclose(
+                    _sum_log1p(joined, s, sign), _sum_log1p(plain, s, sign), rtol=1e-13, atol=0
+                )
+        for x in (0.5 * top, 2.0 * top, 8.0 * top):
+            assert EXACT.tail(joined, x) == pytest.approx(EXACT.tail(plain, x), rel=1e-12)
+        assert EXACT.quantile(joined, 0.05) == pytest.approx(EXACT.quantile(plain, 0.05), rel=1e-12)
+    # counted classes sort to the same runs as the rows
+    values, first, counts = np.unique(scales, return_index=True, return_counts=True)
+    by_class = error_terms(scales[first], counts.astype(np.float64))
+    assert np.array_equal(by_class.values, base.values)
+    assert np.array_equal(by_class.counts, base.counts)
+    assert values.size == base.values.size
+
+
+def test_joined_runs_decline_what_the_arrays_would_sort_otherwise() -> None:
+    from proxy.engine.tails import error_terms
+
+    base = error_terms(np.array([2.0, 1.0, 1.0, math.nextafter(1.0, 2.0)]))
+    assert base.joined(1.0, 2.0) is None  # ties the largest: one run of two
+    assert base.joined(0.5, 0.5) is None  # ties another
+    assert base.joined(0.0, 1.0) is None  # no terms left but the top
+    assert base.joined(1.0, math.inf) is None
+    assert base.joined(1e-308, 1.0) is None  # subnormal products merge neighbouring runs
+    assert base.joined(0.5, 1.5) is not None and base.joined(0.5, 0.7) is not None
