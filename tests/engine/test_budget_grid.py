@@ -163,3 +163,58 @@ def test_a_cell_the_batch_does_not_charge_does_not_refuse_it() -> None:
     assert budget.spent_after(diagonal) == Fraction(2)
     budget.commit(diagonal)
     assert budget.spent_on(0) == Fraction(1, 2) and budget.spent == Fraction(2)
+
+
+def _assert_maxima_current(budget: CellBudget) -> int:
+    """Every set's kept maxima, brought up to date, equal the grid's over the other dimensions
+    where they were read; how many cells were."""
+    grid, cells = budget._grid, 0
+    for named in list(budget._maxima._sets):
+        others = tuple(d for d in range(grid.ndim) if d not in named and grid.shape[d] > 1)
+        kept = budget._maxima.of(named, [], grid, budget._denominator)
+        read = budget._maxima._sets[named][1]
+        truth = grid.max(axis=others, keepdims=True)
+        assert kept[read].tolist() == truth[read].tolist()
+        cells += int(read.sum())
+    return cells
+
+
+@pytest.mark.parametrize(
+    ("seed", "log", "sets"), [(0, 256, 32), (1, 256, 32), (2, 3, 2), (3, 1, 1)]
+)
+def test_the_kept_maxima_follow_long_streams_of_charges(
+    seed: int, log: int, sets: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sets of dimensions asked again and again (a dashboard's GROUP BYs) are read from the
+    maxima kept for them, brought up to date from the charges since: through refinements,
+    new denominators, numerators past int64 and forgotten sets, the most spent after a batch
+    and the refusals are the cells' own, and every kept set equals the grid's maxima."""
+    budget_module = CellBudget.__module__
+    monkeypatch.setattr(f"{budget_module}._MAXIMA_SHARE", 1)  # keep sets of the small grid too
+    monkeypatch.setattr(f"{budget_module}._MAXIMA_LOG", log)
+    monkeypatch.setattr(f"{budget_module}._MAXIMA_SETS", sets)
+    rng = np.random.default_rng(50 + seed)
+    measures = REACHES[: seed % 3]
+    total = Fraction(10)
+    grid = CellBudget("t", total=total, shape=SHAPE)
+    atoms = CellBudget("t", total=total)
+    spent: dict[int, Fraction] = {}
+    kept, refused = 0, 0
+    for _ in range(60):
+        charges = _batch(rng, measures)
+        after = dict(spent)
+        for cell, charge in charges.per_cell().items():
+            after[cell] = after.get(cell, Fraction(0)) + charge
+        assert grid.spent_after(charges) == max(after.values())
+        kept += _assert_maxima_current(grid)
+        detail = _refusal(grid, charges)
+        assert detail == _refusal(atoms, charges)
+        if detail is not None:
+            refused += 1
+            continue
+        grid.commit(charges)
+        atoms.commit(charges)
+        spent = after
+        assert grid.spent == max(spent.values())
+    assert grid.per_cell() == spent == atoms.per_cell()
+    assert kept > 0 and refused > 0
