@@ -648,8 +648,9 @@ class _Maxima:
     ) -> Numerators:
         """``M_U`` for ``U = named`` over ``denominator`` (the grid's), keeping the grid's dims.
 
-        Exact in ``boxes`` (along the dimensions of ``U``: those of terms over ``U``); the
-        grid itself when every dimension it splits is in ``U``.
+        Exact in ``boxes`` (along the dimensions of ``U``: those of terms over ``U``), and
+        wherever it was read and is kept; the grid itself when every dimension it splits is
+        in ``U``.
         """
         others = tuple(d for d in range(grid.ndim) if d not in named and grid.shape[d] > 1)
         if not others:
@@ -657,7 +658,9 @@ class _Maxima:
         kept = self._sets.pop(named, None)
         pending = [] if kept is None else self._log[kept[3] - self._start :]
         foreign = [(box, term) for box, term, _ in pending if _names_outside(term, named)]
-        if kept is None or sum(box.size(grid.shape) for box, _ in foreign) >= grid.size:
+        # re-read where the others charged unless reading the boxes afresh costs less
+        afresh = sum(box.within(named).size(grid.shape) for box in boxes)
+        if kept is None or sum(box.size(grid.shape) for box, _ in foreign) >= afresh:
             shape = [n if d in named else 1 for d, n in enumerate(grid.shape)]
             maxima: Numerators = np.zeros(shape, dtype=grid.dtype)
             read = np.zeros(shape, dtype=bool)

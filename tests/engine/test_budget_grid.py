@@ -166,14 +166,15 @@ def test_a_cell_the_batch_does_not_charge_does_not_refuse_it() -> None:
 
 
 def _assert_maxima_current(budget: CellBudget) -> int:
-    """Every set's kept maxima, brought up to date, equal the grid's over the other dimensions
+    """The maxima kept for each set up to date equal the grid's over the other dimensions
     where they were read; how many cells were."""
-    grid, cells = budget._grid, 0
-    for named in list(budget._maxima._sets):
+    grid, maxima, cells = budget._grid, budget._maxima, 0
+    for named, (kept, read, denominator, position) in maxima._sets.items():
+        if position < maxima._start + len(maxima._log):
+            continue  # brought up to date when next asked
         others = tuple(d for d in range(grid.ndim) if d not in named and grid.shape[d] > 1)
-        kept = budget._maxima.of(named, [], grid, budget._denominator)
-        read = budget._maxima._sets[named][1]
         truth = grid.max(axis=others, keepdims=True)
+        assert denominator == budget._denominator
         assert kept[read].tolist() == truth[read].tolist()
         cells += int(read.sum())
     return cells
@@ -209,6 +210,7 @@ def test_the_kept_maxima_follow_long_streams_of_charges(
         kept += _assert_maxima_current(grid)
         detail = _refusal(grid, charges)
         assert detail == _refusal(atoms, charges)
+        kept += _assert_maxima_current(grid)
         if detail is not None:
             refused += 1
             continue
@@ -218,3 +220,34 @@ def test_the_kept_maxima_follow_long_streams_of_charges(
         assert grid.spent == max(spent.values())
     assert grid.per_cell() == spent == atoms.per_cell()
     assert kept > 0 and refused > 0
+
+
+def test_kept_maxima_split_with_the_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A set kept over two dimensions keeps up when a later charge splits the classes of the
+    second: the most spent after a GROUP BY over both is then read from the split maxima."""
+    monkeypatch.setattr(f"{CellBudget.__module__}._MAXIMA_SHARE", 1)
+    shape = (2, 3, 5)
+    budget = CellBudget("t", total=Fraction(100), shape=shape)
+    group_by = np.array([[1.0, 1.0, 2.0, 2.0, 2.0], [2.0, 2.0, 1.0, 1.0, 1.0]])[:, None, :]
+    grouped = Charges.of_query(LinearQuery.from_tensor(shape, group_by), Fraction(1, 2))
+    spent: dict[int, Fraction] = {}
+
+    def charge(charges: Charges) -> None:
+        budget.check(charges, request="q")
+        budget.commit(charges)
+        for cell, amount in charges.per_cell().items():
+            spent[cell] = spent.get(cell, Fraction(0)) + amount
+
+    charge(Charges.of_query(LinearQuery.from_tensor(shape, np.eye(3)[0][:, None]), Fraction(1)))
+    charge(grouped)
+    assert (0, 2) in budget._maxima._sets
+    classes_before = budget._firsts[2].size
+    charge(Charges.of_query(LinearQuery.from_tensor(shape, np.eye(5)[4]), Fraction(1, 3)))
+    assert budget._firsts[2].size > classes_before  # value 4 split from 2 and 3
+    for _ in range(2):
+        after = dict(spent)
+        for cell, amount in grouped.per_cell().items():
+            after[cell] = after.get(cell, Fraction(0)) + amount
+        assert budget.spent_after(grouped) == max(after.values())
+        charge(grouped)
+    assert budget.per_cell() == spent
