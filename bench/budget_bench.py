@@ -7,7 +7,8 @@ A history of ``m`` answers is drawn from a pool of SQL statements as in
 :mod:`bench.engine_sql_bench` (same cubes, statements and budgets) and committed to a
 :class:`~proxy.engine.budget.CellBudget` on the cube's grid of value classes one answer at a
 time (the engine's record path). Then a stream of statements, half new and half from the pool,
-each charged at the budget a fresh answer at its accuracy would spend: per statement, the CPU
+each charged at the budget a fresh answer at its accuracy would spend (``--asked N``: those
+from the pool among its first ``N`` only, as a dashboard asks): per statement, the CPU
 time (``time.process_time``) of the check ``plan`` makes, of ``answering._most_spent_after``
 (what the ledger store records with the write) and of the commit ``record`` makes.
 """
@@ -29,7 +30,9 @@ from proxy.engine.noise import noise_step
 from sqlmap.translate import Translator
 
 
-def run(name: str, m: int, stream: int, seed: int = 7) -> str:
+def run(name: str, m: int, stream: int, seed: int = 7, asked: int | None = None) -> str:
+    """``asked``: the stream's statements from the pool come from its first ``asked`` only (a
+    dashboard asking its few statements again), not from all of it."""
     cube = cubes()[name]
     translator = Translator([cube])
     statements = Statements(cube, seed)
@@ -45,7 +48,8 @@ def run(name: str, m: int, stream: int, seed: int = 7) -> str:
     rng = np.random.default_rng(seed + 2)
     times: dict[str, list[float]] = {"check": [], "after": [], "commit": []}
     for _ in range(stream):
-        sql = pool[int(rng.integers(len(pool)))] if rng.random() < 0.5 else statements.sql()
+        again = pool[: asked or len(pool)]
+        sql = again[int(rng.integers(len(again)))] if rng.random() < 0.5 else statements.sql()
         spec = translator.translate(sql)
         assert spec.accuracy is not None
         charges = Charges(
@@ -69,7 +73,8 @@ def run(name: str, m: int, stream: int, seed: int = 7) -> str:
         return f"{np.percentile(values, 50):.2f} / {np.percentile(values, 95):.2f}"
 
     return (
-        f"| {name} | {m:,} | {load_s:.2f} | {grid_before:,} -> {budget._grid.size:,} | "
+        f"| {name} | {m:,} | {asked or len(pool)} | {load_s:.2f} | "
+        f"{grid_before:,} -> {budget._grid.size:,} | "
         f"{cell(times['check'])} | {cell(times['after'])} | {cell(times['commit'])} |"
     )
 
@@ -79,16 +84,19 @@ def main() -> None:
     parser.add_argument("--cube", choices=["demo", "wide", "both"], default="wide")
     parser.add_argument("--m", default="1000", help="charges first, comma-separated")
     parser.add_argument("--stream", type=int, default=200, help="statements charged per run")
+    parser.add_argument(
+        "--asked", type=int, help="the stream asks again only the pool's first ASKED statements"
+    )
     args = parser.parse_args()
     names = ["demo", "wide"] if args.cube == "both" else [args.cube]
     print(
-        "| cube | m | load CPU s | grid cells (after stream) | check p50 / p95 ms "
-        "| most spent after | commit |"
+        "| cube | m | statements asked again | load CPU s | grid cells (after stream) "
+        "| check p50 / p95 ms | most spent after | commit |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for name in names:
         for m in (int(v) for v in args.m.split(",")):
-            print(run(name, m, args.stream), flush=True)
+            print(run(name, m, args.stream, asked=args.asked), flush=True)
 
 
 if __name__ == "__main__":

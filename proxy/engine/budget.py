@@ -25,7 +25,11 @@ broadcast over it (a wide cube's range count covers a million cells, which a par
 have to list). A check, a commit and :meth:`CellBudget.spent_after` read and write only each
 charge's box of the grid (the classes where it is not zero along the dimensions it names, every
 class of the others), and the most spent is kept as charges arrive (spend only grows), so
-their cost follows what a statement charges, not the grid.
+their cost follows what a statement charges, not the grid. A check and
+:meth:`CellBudget.spent_after` need only the grid's maxima over the dimensions a statement
+does not name; those are kept per set of dimensions asked (a dashboard's GROUP BYs ask the
+same sets again) and brought up to date from the charges since (:class:`_Maxima`), so that a
+GROUP BY with no WHERE, whose box is the whole grid, reads it once rather than at each check.
 """
 
 from __future__ import annotations
@@ -49,9 +53,15 @@ from sqlmap.vector import LinearQuery
 __all__ = ["Charges", "CellBudget", "UserCaps", "cell_charges", "float_up", "format_budget"]
 
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 Numerators = npt.NDArray[Any]  # int64, or Python integers (object) once they outgrow it
 # Spends are int64 numerators while they stay below this; past it, Python integers.
 _INT64_ROOM = 2**62
+# The grid's maxima over the dimensions outside a set (_Maxima): kept for this many sets, while
+# the grid is at least _MAXIMA_SHARE times larger, and with at most _MAXIMA_LOG charges pending.
+_MAXIMA_SETS = 32
+_MAXIMA_SHARE = 8
+_MAXIMA_LOG = 256
 
 
 def float_up(value: Fraction) -> float:
@@ -240,6 +250,8 @@ class CellBudget:
         self._classes = [np.zeros(n, dtype=np.int64) for n in self._shape or ()]
         self._firsts = [np.zeros(1, dtype=np.int64) for _ in self._shape or ()]
         self._grid: Numerators = np.zeros((1,) * len(self._shape or ()), dtype=np.int64)
+        # the grid's maxima over the dimensions outside a set (see _Maxima), by the set
+        self._maxima = _Maxima()
 
     @property
     def spent(self) -> Fraction:
@@ -494,6 +506,7 @@ class CellBudget:
                 if first.size == self._firsts[d].size:
                     continue  # nothing split
                 self._grid = np.take(self._grid, self._classes[d][first], axis=d)
+                self._maxima.split(d, self._classes[d][first])
                 self._classes[d] = classes.ravel().astype(np.int64)
                 self._firsts[d] = first.astype(np.int64)  # first occurrences: smallest values
 
@@ -510,25 +523,16 @@ class CellBudget:
 
     def _scaled(self, spent: Numerators, denominator: int) -> Numerators:
         """Numerators of the budget's as numerators over ``denominator`` (a multiple of it)."""
-        if denominator == self._denominator:
-            return spent
-        return _narrowed(spent.astype(object) * (denominator // self._denominator))
+        return _rescaled(spent, self._denominator, denominator)
 
     def _after(
-        self, box: _Box, on_grid: list[Numerators], denominator: int, *, cells: bool = False
+        self, box: _Box, on_grid: list[Numerators], denominator: int
     ) -> tuple[Numerators, npt.NDArray[np.bool_]]:
         """The spend in ``box`` with the terms ``on_grid`` added, and the cells they charge.
 
-        The second is a mask that broadcasts to the first. Along dimensions no term names, the
-        terms are constant: the most spent there is all that counts, unless ``cells`` (the grid
-        cells themselves) are asked for.
+        The second is a mask that broadcasts to the first.
         """
-        spent = box.read(self._grid)
-        if not cells:
-            named = {d for t in on_grid for d, size in enumerate(t.shape) if size > 1}
-            others = tuple(d for d in range(spent.ndim) if d not in named)
-            spent = spent.max(axis=others, keepdims=True)
-        after = self._scaled(spent, denominator)
+        after = self._scaled(box.read(self._grid), denominator)
         in_box = [box.restrict(t) for t in on_grid]
         most = self._max * (denominator // self._denominator)  # the grid's, so the box's too
         if after.dtype != object and (
@@ -545,15 +549,26 @@ class CellBudget:
     def _most_after(self, on_grid: list[Numerators], denominator: int) -> int:
         """The most any cell the terms ``on_grid`` charge will have spent, over ``denominator``.
 
-        Only the terms' boxes are read: a cell no term charges keeps its spend.
+        The terms are constant along the dimensions none of them names, so only the grid's
+        maxima over those count: kept per set of named dimensions (:class:`_Maxima`), they are
+        read instead of the grid. A cell no term charges keeps its spend.
         """
-        most = 0
-        for box in (_Box.of(t) for t in on_grid):
-            after, support = self._after(box, on_grid, denominator)
-            charged = after if support.all() else after[np.broadcast_to(support, after.shape)]
-            if charged.size:
-                most = max(most, int(charged.max()))
-        return most
+        named = tuple(sorted({d for t in on_grid for d, size in enumerate(t.shape) if size > 1}))
+        boxes = [_Box.of(t) for t in on_grid]
+        spent = self._maxima.of(named, boxes, self._grid, self._denominator)
+        after = self._scaled(spent, denominator)
+        most = self._max * (denominator // self._denominator)  # the grid's, so the maxima's too
+        if after.dtype != object and (
+            any(t.dtype == object for t in on_grid)
+            or most + sum(int(t.max()) for t in on_grid) >= _INT64_ROOM // 4
+        ):
+            after = after.astype(object)
+        support = np.zeros((1,) * after.ndim, dtype=bool)
+        for term in on_grid:
+            after = after + term
+            support = support | (term != 0)
+        charged = after[np.broadcast_to(support, after.shape)]
+        return int(charged.max()) if charged.size else 0
 
     def _check_tensors(self, charges: Charges, request: str) -> None:
         terms, denominator = self._tensors(charges)
@@ -572,7 +587,7 @@ class CellBudget:
         for axes, term in terms:
             own = self._on_grid(axes, term)
             box = _Box.of(own)
-            after, _ = self._after(box, on_grid, denominator, cells=True)
+            after, _ = self._after(box, on_grid, denominator)
             hit = np.nonzero((after == worst) & (box.restrict(own) != 0))
             if hit[0].size:
                 at = box.position(hit)
@@ -602,7 +617,150 @@ class CellBudget:
             self._grid = self._grid.astype(object)
         # spend only grows: the most is the old most or a charged cell's new spend
         for term in on_grid:
-            self._max = max(self._max, int(_Box.of(term).add(self._grid, term).max()))
+            box = _Box.of(term)
+            self._max = max(self._max, int(box.add(self._grid, term).max()))
+            self._maxima.charged(box, term, denominator)
+
+
+class _Maxima:
+    """The grid's maxima over the dimensions outside a set ``U``, kept per set as charges come.
+
+    A check whose terms name the dimensions ``U`` needs, per class of ``U`` a term charges, the
+    most any cell of it has spent (the maximum ``M_U`` over the other dimensions); read off the
+    grid, that costs the terms' boxes, and a GROUP BY with no WHERE has the whole grid in its
+    box (a wide cube's: millions of cells). So ``M_U`` is kept, for the last ``_MAXIMA_SETS``
+    sets asked, where it was read, with the charges committed since it was last brought up to
+    date (their boxes and terms, on the grid). Spend only grows, and a charge is zero outside
+    its box: ``M_U`` after them is ``M_U`` plus the charges over dimensions within ``U``
+    (constant along the others), raised to the grid's maxima over the boxes of the others, read
+    from the grid when the set is next asked. Integers over the budget's denominators, exactly
+    as the grid's.
+    """
+
+    def __init__(self) -> None:
+        # U -> (M_U, where it was read, its denominator, the log position it is up to date with)
+        self._sets: dict[tuple[int, ...], tuple[Numerators, BoolArray, int, int]] = {}
+        self._log: list[tuple[_Box, Numerators, int]] = []  # charges: box, term, denominator
+        self._start = 0  # the log position of _log[0]
+
+    def of(
+        self, named: tuple[int, ...], boxes: list[_Box], grid: Numerators, denominator: int
+    ) -> Numerators:
+        """``M_U`` for ``U = named`` over ``denominator`` (the grid's), keeping the grid's dims.
+
+        Exact in ``boxes`` (along the dimensions of ``U``: those of terms over ``U``), and
+        wherever it was read and is kept; the grid itself when every dimension it splits is
+        in ``U``.
+        """
+        others = tuple(d for d in range(grid.ndim) if d not in named and grid.shape[d] > 1)
+        if not others:
+            return grid
+        kept = self._sets.pop(named, None)
+        pending = [] if kept is None else self._log[kept[3] - self._start :]
+        foreign = [(box, term) for box, term, _ in pending if _names_outside(term, named)]
+        # re-read where the others charged unless reading the boxes afresh costs less
+        afresh = sum(box.within(named).size(grid.shape) for box in boxes)
+        if kept is None or sum(box.size(grid.shape) for box, _ in foreign) >= afresh:
+            shape = [n if d in named else 1 for d, n in enumerate(grid.shape)]
+            maxima: Numerators = np.zeros(shape, dtype=grid.dtype)
+            read = np.zeros(shape, dtype=bool)
+        else:
+            maxima, read, scale = kept[0], kept[1], kept[2]
+            for _, term, over in pending:
+                maxima = _rescaled(maxima, scale, over)
+                scale = over
+                if not _names_outside(term, named):  # constant along the others: it adds
+                    maxima = _plus(maxima, term)
+            maxima = _rescaled(maxima, scale, denominator)
+            for box, _ in foreign:  # where it charged, the grid as it is now
+                maxima = _raised(maxima, box, grid, others, named)
+        for box in boxes:
+            within = box.within(named)
+            if not within.read(read).all():
+                maxima = _raised(maxima, box, grid, others, named, exactly=True)
+                within.write(read, np.ones_like(within.read(read)))
+        if maxima.size * _MAXIMA_SHARE <= grid.size:  # far smaller than the grid: worth keeping
+            self._sets[named] = (maxima, read, denominator, self._start + len(self._log))
+            while len(self._sets) > _MAXIMA_SETS:
+                del self._sets[next(iter(self._sets))]  # the least recently asked
+        self._prune()
+        return maxima
+
+    def charged(self, box: _Box, term: Numerators, denominator: int) -> None:
+        """A term committed to ``box`` of the grid, over ``denominator``."""
+        if self._sets:
+            self._log.append((box, term, denominator))
+            if len(self._log) > _MAXIMA_LOG:  # a set not asked for long: made afresh if asked
+                oldest = min(kept[3] for kept in self._sets.values())
+                self._sets = {u: kept for u, kept in self._sets.items() if kept[3] != oldest}
+                self._prune()
+
+    def split(self, d: int, parents: IntArray) -> None:
+        """Dimension ``d``'s classes split: new class ``i`` was class ``parents[i]``."""
+        self._sets = {
+            named: (
+                (np.take(m, parents, axis=d), np.take(read, parents, axis=d), over, position)
+                if d in named
+                else (m, read, over, position)
+            )
+            for named, (m, read, over, position) in self._sets.items()
+        }
+        for i, (_, term, over) in enumerate(self._log):
+            if term.shape[d] > 1:
+                term = np.take(term, parents, axis=d)
+                self._log[i] = (_Box.of(term), term, over)
+
+    def _prune(self) -> None:
+        """Forget the charges every kept set is up to date with."""
+        upto = min((kept[3] for kept in self._sets.values()), default=None)
+        if upto is None:
+            self._start += len(self._log)
+            self._log = []
+        elif upto > self._start:
+            del self._log[: upto - self._start]
+            self._start = upto
+
+
+def _names_outside(term: Numerators, named: tuple[int, ...]) -> bool:
+    """Whether ``term`` (on the grid) varies along a dimension outside ``named``."""
+    return any(size > 1 and d not in named for d, size in enumerate(term.shape))
+
+
+def _plus(values: Numerators, term: Numerators) -> Numerators:
+    """``values + term``, as Python integers if int64 might not hold it."""
+    if values.dtype != object and (
+        term.dtype == object or int(values.max()) + int(term.max()) >= _INT64_ROOM // 4
+    ):
+        values = values.astype(object)
+    return values + term
+
+
+def _raised(
+    maxima: Numerators,
+    box: _Box,
+    grid: Numerators,
+    others: tuple[int, ...],
+    named: tuple[int, ...],
+    *,
+    exactly: bool = False,
+) -> Numerators:
+    """``maxima`` raised to the grid's maxima over ``others`` in ``box`` (set to, ``exactly``).
+
+    ``box`` picks along ``named`` only, if ``exactly``: every class of the others.
+    """
+    part = box.read(grid).max(axis=others, keepdims=True)
+    if part.dtype == object and maxima.dtype != object:
+        maxima = maxima.astype(object)
+    within = box.within(named)
+    within.write(maxima, part if exactly else np.maximum(within.read(maxima), part))
+    return maxima
+
+
+def _rescaled(values: Numerators, denominator: int, to: int) -> Numerators:
+    """Numerators over ``denominator`` as numerators over ``to`` (a multiple of it)."""
+    if to == denominator:
+        return values
+    return _narrowed(values.astype(object) * (to // denominator))
 
 
 @dataclass(frozen=True, slots=True)
@@ -625,18 +783,35 @@ class _Box:
     def of(cls, term: Numerators) -> _Box:
         """The box of ``term`` on the grid (1 along a dimension it is constant on)."""
         nonzero = term != 0
-        axes, picks = [], []
+        picked = []
         for d, size in enumerate(term.shape):
             if size == 1:
                 continue
             along = nonzero.any(axis=tuple(o for o in range(term.ndim) if o != d))
             if not along.all():
-                axes.append(d)
-                picks.append(np.flatnonzero(along))
-        index: list[Any] = [slice(None)] * term.ndim
+                picked.append((d, np.flatnonzero(along)))
+        return cls.along(picked, term.ndim)
+
+    @classmethod
+    def along(cls, picked: list[tuple[int, IntArray]], ndim: int) -> _Box:
+        """The box of classes ``picks`` along each of its dimensions, every class elsewhere."""
+        axes = tuple(d for d, _ in picked)
+        picks = tuple(p for _, p in picked)
+        index: list[Any] = [slice(None)] * ndim
         for d, mesh in zip(axes, np.ix_(*picks)):
             index[d] = mesh
-        return cls(tuple(axes), tuple(picks), tuple(index))
+        return cls(axes, picks, tuple(index))
+
+    def within(self, named: tuple[int, ...]) -> _Box:
+        """The box's picks along the dimensions ``named`` only."""
+        return _Box.along(
+            [(d, p) for d, p in zip(self.axes, self.picks) if d in named], len(self.index)
+        )
+
+    def size(self, shape: tuple[int, ...]) -> int:
+        """The number of cells of the box on a grid of ``shape``."""
+        picked = dict(zip(self.axes, self.picks))
+        return math.prod(picked[d].size if d in picked else n for d, n in enumerate(shape))
 
     @property
     def _moved(self) -> bool:

@@ -76,6 +76,7 @@ _SCREEN_COND = 1e6
 _JOINS = 1e-2
 _DENSE_BASIS_BYTES = 2**28  # past this, the basis is not held densely over the cells: _place
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the power method's start: x_i = (i * _GOLDEN) mod 1
+_MIRROR_ROWS = 256  # rows of K^{-1} made symmetric together (their temporaries stay small)
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
 # A batch's corrected solve (BatchUpdates) is given up once it is this many times smaller than
 # a term it was formed from: its rounding, relative to it, is then that much larger.
@@ -176,14 +177,20 @@ class SpanSolver:
                 and (other._rank > self._rank or other._placed > self._placed)
                 for other in self._others()
             ):
-                setattr(self, name, array.copy())
+                columns = self._placed if name == "_coords" else self._rank
+                setattr(self, name, _compact(array, self._rank, columns, _BLOCK))
 
     def _private(self) -> None:
-        """Copy ``K`` and ``K^{-1}`` before changing them if another live solver holds them."""
+        """Copy ``K`` and ``K^{-1}`` before changing them if another live solver holds them.
+
+        Only their order ``r`` is copied, not the buffer's room (which doubles as the basis
+        grows): a plan's copy borders few basis vectors, with ``_BLOCK`` rows to spare (as
+        :meth:`_claim` copies).
+        """
         for name in ("_k", "_k_inv"):
             array = getattr(self, name)
             if any(getattr(other, name) is array for other in self._others()):
-                setattr(self, name, array.copy())
+                setattr(self, name, _compact(array, self._rank, self._rank, _BLOCK))
 
     def resize(self, n_cells: int) -> None:
         """Allow for ``n_cells`` cells (coordinates), more than before."""
@@ -538,12 +545,14 @@ class SpanSolver:
     def _invert_k(self) -> None:
         """``K^{-1}`` from ``K`` through its Cholesky factor."""
         r = self._rank
-        factor, info = scipy.linalg.lapack.dpotrf(self._k[:r, :r], lower=1, clean=1)
+        # one r x r temporary: LAPACK factors and inverts a Fortran-ordered copy in place
+        work = np.array(self._k[:r, :r], order="F")
+        _, info = scipy.linalg.lapack.dpotrf(work, lower=1, clean=0, overwrite_a=1)
         if info == 0:
-            inverse, info = scipy.linalg.lapack.dpotri(factor, lower=1)
+            _, info = scipy.linalg.lapack.dpotri(work, lower=1, overwrite_c=1)
         if info != 0:
             raise np.linalg.LinAlgError(f"K is not positive definite (LAPACK info {info})")
-        self._k_inv[:r, :r] = np.tril(inverse) + np.tril(inverse, -1).T
+        _symmetric_from_lower(work, self._k_inv[:r, :r])
         self._k_dim = r
         self._k_updates = 0
 
@@ -941,6 +950,31 @@ def _row_index(vectors: list[tuple[IntArray, FloatArray]], n_cells: int) -> spar
         shape=(n_cells, len(vectors)),
     )
     return columns.tocsr()
+
+
+def _compact(matrix: FloatArray, rows: int, columns: int, room: int) -> FloatArray:
+    """A copy of ``matrix``'s leading ``rows`` x ``columns`` with ``room`` more of each (zero).
+
+    Not the whole buffer: its room past them was never written, so no memory backs it, and a
+    copy of it would be.
+    """
+    out = np.zeros((rows + room, columns + room))
+    out[:rows, :columns] = matrix[:rows, :columns]
+    return out
+
+
+def _symmetric_from_lower(lower: FloatArray, out: FloatArray) -> None:
+    """``out`` = the symmetric matrix whose lower triangle ``lower`` holds, in bands of rows.
+
+    The same entries as ``tril(lower) + tril(lower, -1).T``, without its square temporaries.
+    """
+    n = lower.shape[0]
+    out[...] = lower
+    for start in range(0, n, _MIRROR_ROWS):
+        stop = min(start + _MIRROR_ROWS, n)
+        band = lower[start:stop, start:stop]
+        out[start:stop, start:stop] = np.tril(band) + np.tril(band, -1).T
+        out[start:stop, stop:] = lower[stop:, start:stop].T
 
 
 def _grown(matrix: FloatArray, rows: int, columns: int) -> FloatArray:

@@ -163,3 +163,91 @@ def test_a_cell_the_batch_does_not_charge_does_not_refuse_it() -> None:
     assert budget.spent_after(diagonal) == Fraction(2)
     budget.commit(diagonal)
     assert budget.spent_on(0) == Fraction(1, 2) and budget.spent == Fraction(2)
+
+
+def _assert_maxima_current(budget: CellBudget) -> int:
+    """The maxima kept for each set up to date equal the grid's over the other dimensions
+    where they were read; how many cells were."""
+    grid, maxima, cells = budget._grid, budget._maxima, 0
+    for named, (kept, read, denominator, position) in maxima._sets.items():
+        if position < maxima._start + len(maxima._log):
+            continue  # brought up to date when next asked
+        others = tuple(d for d in range(grid.ndim) if d not in named and grid.shape[d] > 1)
+        truth = grid.max(axis=others, keepdims=True)
+        assert denominator == budget._denominator
+        assert kept[read].tolist() == truth[read].tolist()
+        cells += int(read.sum())
+    return cells
+
+
+@pytest.mark.parametrize(
+    ("seed", "log", "sets"), [(0, 256, 32), (1, 256, 32), (2, 3, 2), (3, 1, 1)]
+)
+def test_the_kept_maxima_follow_long_streams_of_charges(
+    seed: int, log: int, sets: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sets of dimensions asked again and again (a dashboard's GROUP BYs) are read from the
+    maxima kept for them, brought up to date from the charges since: through refinements,
+    new denominators, numerators past int64 and forgotten sets, the most spent after a batch
+    and the refusals are the cells' own, and every kept set equals the grid's maxima."""
+    budget_module = CellBudget.__module__
+    monkeypatch.setattr(f"{budget_module}._MAXIMA_SHARE", 1)  # keep sets of the small grid too
+    monkeypatch.setattr(f"{budget_module}._MAXIMA_LOG", log)
+    monkeypatch.setattr(f"{budget_module}._MAXIMA_SETS", sets)
+    rng = np.random.default_rng(50 + seed)
+    measures = REACHES[: seed % 3]
+    total = Fraction(10)
+    grid = CellBudget("t", total=total, shape=SHAPE)
+    atoms = CellBudget("t", total=total)
+    spent: dict[int, Fraction] = {}
+    kept, refused = 0, 0
+    for _ in range(60):
+        charges = _batch(rng, measures)
+        after = dict(spent)
+        for cell, charge in charges.per_cell().items():
+            after[cell] = after.get(cell, Fraction(0)) + charge
+        assert grid.spent_after(charges) == max(after.values())
+        kept += _assert_maxima_current(grid)
+        detail = _refusal(grid, charges)
+        assert detail == _refusal(atoms, charges)
+        kept += _assert_maxima_current(grid)
+        if detail is not None:
+            refused += 1
+            continue
+        grid.commit(charges)
+        atoms.commit(charges)
+        spent = after
+        assert grid.spent == max(spent.values())
+    assert grid.per_cell() == spent == atoms.per_cell()
+    assert kept > 0 and refused > 0
+
+
+def test_kept_maxima_split_with_the_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A set kept over two dimensions keeps up when a later charge splits the classes of the
+    second: the most spent after a GROUP BY over both is then read from the split maxima."""
+    monkeypatch.setattr(f"{CellBudget.__module__}._MAXIMA_SHARE", 1)
+    shape = (2, 3, 5)
+    budget = CellBudget("t", total=Fraction(100), shape=shape)
+    group_by = np.array([[1.0, 1.0, 2.0, 2.0, 2.0], [2.0, 2.0, 1.0, 1.0, 1.0]])[:, None, :]
+    grouped = Charges.of_query(LinearQuery.from_tensor(shape, group_by), Fraction(1, 2))
+    spent: dict[int, Fraction] = {}
+
+    def charge(charges: Charges) -> None:
+        budget.check(charges, request="q")
+        budget.commit(charges)
+        for cell, amount in charges.per_cell().items():
+            spent[cell] = spent.get(cell, Fraction(0)) + amount
+
+    charge(Charges.of_query(LinearQuery.from_tensor(shape, np.eye(3)[0][:, None]), Fraction(1)))
+    charge(grouped)
+    assert (0, 2) in budget._maxima._sets
+    classes_before = budget._firsts[2].size
+    charge(Charges.of_query(LinearQuery.from_tensor(shape, np.eye(5)[4]), Fraction(1, 3)))
+    assert budget._firsts[2].size > classes_before  # value 4 split from 2 and 3
+    for _ in range(2):
+        after = dict(spent)
+        for cell, amount in grouped.per_cell().items():
+            after[cell] = after.get(cell, Fraction(0)) + amount
+        assert budget.spent_after(grouped) == max(after.values())
+        charge(grouped)
+    assert budget.per_cell() == spent

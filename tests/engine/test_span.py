@@ -413,3 +413,41 @@ def test_the_row_index_takes_in_new_basis_vectors_as_building_it_afresh_would() 
         assert np.array_equal(index.indices, fresh.indices)
         assert np.array_equal(index.data, fresh.data)
         assert indexed + (0 if recent is None else recent.shape[1]) == solver.rank
+
+
+@pytest.mark.parametrize("band", [1, 7, 256])
+def test_k_inverse_is_mirrored_from_its_lower_triangle_in_bands(
+    band: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """K^{-1} written from LAPACK's lower triangle band by band, into a larger buffer: the
+    entries of tril(A) + tril(A, -1).T exactly, whatever the band."""
+    monkeypatch.setattr(span, "_MIRROR_ROWS", band)
+    rng = np.random.default_rng(band)
+    lower = np.asfortranarray(rng.standard_normal((40, 40)))
+    out = np.full((50, 50), np.nan)
+    span._symmetric_from_lower(lower, out[:40, :40])
+    assert np.array_equal(out[:40, :40], np.tril(lower) + np.tril(lower, -1).T)
+    assert np.isnan(out[40:]).all() and np.isnan(out[:, 40:]).all()
+
+
+def test_a_copy_changing_k_copies_only_its_order() -> None:
+    """A copy that weighs a vector takes K and K^{-1} of order r (and a block of room), not
+    the original's buffers; the original keeps its own, and both solve as before."""
+    solver = SpanSolver(30, residual=1e-9)
+    rng = np.random.default_rng(3)
+    vectors = []
+    for _ in range(20):
+        cells = np.sort(rng.choice(30, size=5, replace=False))
+        vectors.append((cells, rng.integers(1, 4, size=5).astype(float)))
+        solver.weigh(solver.add(*vectors[-1]), 1.0)
+    query = [vectors[0]]  # in the span: solved through K
+    before, _ = solver.solve_many(query)
+    copy = solver.copy()
+    copy.weigh(0, 2.0)
+    copy.solve_many(query)
+    r = solver.rank
+    assert copy._k is not solver._k and copy._k.shape == (r + span._BLOCK,) * 2
+    assert copy._k_inv.shape == (r + span._BLOCK,) * 2
+    after, _ = solver.solve_many(query)
+    assert before[0] is not None and after[0] is not None
+    assert np.array_equal(before[0], after[0])
