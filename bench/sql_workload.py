@@ -827,9 +827,7 @@ def main(argv: list[str] | None = None) -> None:
             profile = args.profile
             if profile is not None and (len(args.history) > 1 or not args.skip_e2e):
                 profile = profile.with_name(f"{profile.stem}-m{m}{profile.suffix}")
-            samples = end_to_end(
-                work, admin, postmaster, args.statements, profile, args.wide, m=m
-            )
+            samples = end_to_end(work, admin, postmaster, args.statements, profile, args.wide, m=m)
             report_end_to_end(samples)
         if args.restart:
             print("\n## Restart from the durable ledger (the stream's vectors, demo cube)\n")
