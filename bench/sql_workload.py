@@ -17,8 +17,10 @@
    and a service on it (the exact budget recomputed, the history's span prepared), and the
    CPU of the first decisions after.
 4. End to end at scale (``--history M``): part 1 once per M, the server started on a ledger
-   filled with M measurements of statements like the stream's (:func:`fill_ledger`), with the
-   server's start-up (wall and CPU) and peak RSS.
+   filled with M measurements of statements like the stream's (:func:`history`: the budgets
+   fresh answers at their accuracies spend, noise around the table's truth, so that history
+   answers as in real use; the config's total budget raised by what they spent:
+   :func:`raised_total`), with the server's start-up (wall and CPU) and peak RSS.
 
     uv run python -m bench.sql_workload [--statements 240] [--rows 5000000] [--repeats 5]
         [--skip-backend] [--skip-e2e] [--data-dir DIR] [--profile STACKS] [--wide]
@@ -31,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
+import math
 import multiprocessing
 import os
 import platform
@@ -62,15 +66,16 @@ from proxy.config import Config, dsn_with, load_config
 from proxy.demo import ADULT_COLUMNS, ADULT_ROWS, load_adult
 from proxy.dp.answering import DpService
 from proxy.embedded import start_embedded
+from proxy.engine.budget import CellBudget, Charges
 from proxy.engine.engine import QueryRequest
 from proxy.engine.history import HistoryEntry
 from proxy.storage.ledger_store import NewMeasurement
 from proxy.storage.postgres_ledger import PostgresLedgerStore
 from proxy.storage.provision import ANALYST_DATABASE, READER_ROLE, provision_roles
 from proxy.storage.reader import Reader
-from sqlmap.canonical import histogram_sql, measurement_sql
+from sqlmap.canonical import histogram_from_rows, histogram_sql, measurement_sql
+from sqlmap.cube import Cube
 from sqlmap.errors import ProgramLimitExceeded
-from sqlmap.vector import LinearQuery
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = load_config(ROOT / "config.yaml")
@@ -84,6 +89,10 @@ GROUP_COLUMNS = ("sex", "race", "income", "education")
 # three more of Adult's columns; its NULLs ('?' in adult.data) get a bin of their own
 WIDE = {name: [v for v in values if v != "?"] for name, values in engine_sql_bench.WIDE.items()}
 WIDE_GROUP_COLUMNS = ("marital_status", "relationship")
+#: seconds the bench's server may plan a statement (dpproxy's default: 10)
+PLANNING_TIMEOUT = 600
+# config.yaml's table total, raised over a pre-filled history (:func:`raised_total`)
+PRIVACY_TOTAL = "\n  total_budget: 1.0\n"
 PY_SPY = os.environ.get("PY_SPY", str(Path.home() / ".local/bin/py-spy"))
 
 
@@ -239,23 +248,29 @@ def wide_config(text: str) -> str:
 
 
 def start_dpproxy(
-    work: Path, admin_dsn: str, port: int, schema: str, wide: bool = False, history: int = 0
+    work: Path, admin_dsn: str, port: int, schema: str, wide: bool = False, m: int = 0
 ) -> subprocess.Popen[bytes]:
-    """``dpproxy serve`` with a ledger (in ``schema``) holding ``history`` measurements,
-    listening on ``port``."""
+    """``dpproxy serve`` with a ledger (in ``schema``) holding ``m`` measurements (:func:`history`),
+    listening on ``port``; the config's total budget raised by what they spent."""
     text = (ROOT / "config.yaml").read_text()
+    assert PRIVACY_TOTAL in text
     if wide:
         text = wide_config(text)
         (work / "cube.yaml").write_text(text)
     cube_config = load_config(work / "cube.yaml") if wide else CONFIG
     roles = provision_roles(admin_dsn, cube_config.cubes, schema, users=["bench"])
-    if history:
+    if m:
         started = time.perf_counter()
-        asyncio.run(
-            fill_ledger(roles.ledger_dsn, schema, history, False, config=cube_config, wide=wide)
-        )
+        cube = cube_config.cubes[0]
+        entries = history(cube_config, m, truth(admin_dsn, cube), wide)
+        spent = asyncio.run(fill_ledger(roles.ledger_dsn, schema, entries, False, cube=cube))
         filled = time.perf_counter() - started
-        print(f"(ledger filled with {history:,} measurements in {filled:.0f} s)")
+        total = raised_total(cube_config, spent)
+        text = text.replace(PRIVACY_TOTAL, f"\n  total_budget: {total}\n", 1)
+        print(
+            f"(ledger filled with {m:,} measurements in {filled:.0f} s; they spent "
+            f"{float(spent):.4g} at the most-spent cell: total_budget raised to {total})"
+        )
     config = (
         text
         + f"""
@@ -269,6 +284,10 @@ ledger:
   schema: "{schema}"
 users:
   bench: "{make_verifier("bench")}"
+limits:
+  # wall time: on a busy machine the default 10 s refused the dearest statements (57014), which
+  # then left the figures (CPU) out
+  planning_timeout: {PLANNING_TIMEOUT}
 """
     )
     (work / "dpproxy.yaml").write_text(config)
@@ -281,7 +300,7 @@ users:
             stdout=subprocess.DEVNULL,
             stderr=log,
         )
-    deadline = time.monotonic() + 120 + history / 100  # it loads the ledger before it listens
+    deadline = time.monotonic() + 120 + m / 100  # it loads the ledger before it listens
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -341,11 +360,11 @@ def end_to_end(
     n: int,
     profile: Path | None = None,
     wide: bool = False,
-    history: int = 0,
+    m: int = 0,
 ) -> list[Sample]:
     port = free_port()
     schema = f"ledger_{uuid.uuid4().hex[:8]}"
-    server = start_dpproxy(work, admin_dsn, port, schema, wide, history)
+    server = start_dpproxy(work, admin_dsn, port, schema, wide, m)
     # py-spy's collapsed stacks of dpproxy (every thread, idle ones left out) over the stream
     spy = (
         subprocess.Popen(
@@ -587,45 +606,63 @@ def backend_queries(dsn: str, repeats: int, with_histogram: bool) -> None:
 # -- part 3: a restart from the durable ledger ------------------------------------------------
 
 
-async def fill_ledger(
-    dsn: str, schema: str, m: int, listed: bool, *, config: Config = CONFIG, wide: bool = False
-) -> None:
-    """``m`` measurements of the stream's vectors in a new ledger, as dpproxy writes them, or
-    (``listed``) as ledgers before factored vectors held them: every coordinate listed.
-    ``config`` names the cube (its first) and ``wide`` the stream's columns."""
-    CUBE = config.cubes[0]  # the module's, unless told otherwise
+def truth(admin_dsn: str, cube: Cube) -> np.ndarray:
+    """The cube's coordinates over the demo table (counts, then each measure's sums): what the
+    history's measurements measured, so that their answers agree with the stream's."""
+    with psycopg.connect(admin_dsn) as conn:
+        rows = conn.execute(histogram_sql(cube)).fetchall()
+    return histogram_from_rows(cube, rows).astype(np.float64)
+
+
+def history(
+    config: Config, m: int, x: np.ndarray, wide: bool = False, statements: int = 400
+) -> list[HistoryEntry]:
+    """``m`` measurements of the vectors of ``statements`` statements of a stream like part 1's
+    (seed 11, drawn at random), each with the budget a fresh answer at its statement's accuracy
+    spends and noise of that scale around the truth ``x`` (as ``bench.engine_sql_bench`` draws
+    its history): a history that answers the stream's statements, as in real use."""
     translator = config.translator()
-    vectors: list[LinearQuery] = []
-    for statement in stream(400, seed=11, wide=wide):
+    pool = []
+    for statement in stream(statements, seed=11, wide=wide):
         try:
-            queries = translator.translate(statement.dp).queries
+            translator.translate(statement.dp)
         except ProgramLimitExceeded:  # the wide cube's largest GROUP BYs: refused, never stored
             continue
-        vectors.extend(q.without_offset() for q in queries)
-    rng = random.Random(12)
-    entries = [
-        HistoryEntry(
-            CUBE.qualified_name,
-            vectors[i % len(vectors)],
-            Fraction(1, 10**6),
-            Fraction(1, 1024),
-            rng.gauss(1000.0, 50.0),
-        )
-        for i in range(m)
-    ]
-    ledger = await PostgresLedgerStore.open(dsn, [CUBE], schema)
+        pool.append(statement.dp)
+    return engine_sql_bench._history(translator, pool, m, x, 12)
+
+
+def raised_total(config: Config, spent: Fraction) -> float:
+    """The total budget the bench's config declares over a history that spent ``spent`` at its
+    most-spent cell: that, rounded up to a whole number, plus the configured total, so that the
+    stream has at least what a fresh ledger would have (m answers at these accuracies spend far
+    more than 1.0: 0.2 at m = 1,000, 1.9 at 10,000, 17.6 at 100,000)."""
+    return config.cubes[0].total_budget + math.ceil(float(spent))
+
+
+async def fill_ledger(
+    dsn: str, schema: str, entries: list[HistoryEntry], listed: bool, *, cube: Cube = CUBE
+) -> Fraction:
+    """``entries`` in a new ledger of ``cube``, as dpproxy writes them, or (``listed``) as
+    ledgers before factored vectors held them: every coordinate listed. Returns the most any
+    cell has spent after them."""
+    budget = CellBudget(cube.qualified_name, total=Fraction(10**9), shape=cube.shape)
+    ledger = await PostgresLedgerStore.open(dsn, [cube], schema)
     try:
         if not listed:
-            for start in range(0, m, 500):
+            for start in range(0, len(entries), 500):
+                part = entries[start : start + 500]
+                budget.commit(Charges.of(part))
                 batch = [
                     NewMeasurement(uuid.uuid4(), e, 400.0, 0.95, "bench", None, "fresh", 0, 1, 1)
-                    for e in entries[start : start + 500]
+                    for e in part
                 ]
-                async with ledger.spending(CUBE) as spend:
-                    await spend.append(batch, Fraction(0))
-            return
+                async with ledger.spending(cube) as spend:
+                    await spend.append(batch, budget.spent)
+            return budget.spent
     finally:
         await ledger.close()
+    budget.commit(Charges.of(entries))
     conn = await asyncpg.connect(dsn)
     try:
         table_id = await conn.fetchval(f'SELECT id FROM "{schema}".tables')
@@ -648,7 +685,7 @@ async def fill_ledger(
                 (
                     uuid.uuid4(),
                     table_id,
-                    CUBE.fingerprint,
+                    cube.fingerprint,
                     1,
                     e.query.cells.tolist(),
                     e.query.weights.tolist(),
@@ -662,17 +699,20 @@ async def fill_ledger(
         )
     finally:
         await conn.close()
+    return budget.spent
 
 
-async def restart(dsn: str, schema: str) -> tuple[float, float, float, float, float, int]:
+async def restart(
+    dsn: str, schema: str, cube: Cube
+) -> tuple[float, float, float, float, float, int]:
     """Open the ledger and a service on it; time it, then its first decisions (CPU), and
     the ledger's part of it: reading the measurements back (once more, after)."""
     started, cpu = time.perf_counter(), time.process_time()
-    ledger = await PostgresLedgerStore.open(dsn, [CUBE], schema)
+    ledger = await PostgresLedgerStore.open(dsn, [cube], schema)
     reader = await Reader.connect(dsn)  # measures nothing here: the decisions are planned
-    service = await DpService.open_durable([CUBE], reader, ledger)
+    service = await DpService.open_durable([cube], reader, ledger)
     ready_wall, ready_cpu = time.perf_counter() - started, time.process_time() - cpu
-    engine = service.engine(CUBE)
+    engine = service.engine(cube)
     first: list[float] = []
     for sql in (
         "SELECT COUNT(*) FROM adult WHERE age >= 35 AND sex = 'Female' WITH ACCURACY 200",
@@ -686,16 +726,18 @@ async def restart(dsn: str, schema: str) -> tuple[float, float, float, float, fl
         first.append((time.process_time() - cpu) * 1e3)
     size = engine.history_size
     started = time.perf_counter()
-    await ledger.load(CUBE)
+    await ledger.load(cube)
     load_wall = time.perf_counter() - started
     await ledger.close()
     await reader.close()
     return ready_wall, ready_cpu, load_wall, first[0], first[1], size
 
 
-def restarted(dsn: str, schema: str) -> tuple[float, float, float, float, float, int, float]:
+def restarted(
+    dsn: str, schema: str, cube: Cube
+) -> tuple[float, float, float, float, float, int, float]:
     """:func:`restart` in this (fresh) process, with its peak RSS in MB."""
-    figures = asyncio.run(restart(dsn, schema))
+    figures = asyncio.run(restart(dsn, schema, cube))
     return (*figures, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
@@ -708,14 +750,17 @@ def restarts(admin_dsn: str, sizes: list[int]) -> None:
     print("|---|---|---|---|---|---|---|---|")
     # each restart in a process of its own, as dpproxy starts
     fresh = multiprocessing.get_context("spawn")
+    x = truth(admin_dsn, CUBE)
     for m in sizes:
+        entries = history(CONFIG, m, x)
         for listed in (False, True):
             schema = f"restart_{uuid.uuid4().hex[:8]}"
-            asyncio.run(fill_ledger(admin_dsn, schema, m, listed))
+            spent = asyncio.run(fill_ledger(admin_dsn, schema, entries, listed))
+            cube = dataclasses.replace(CUBE, total_budget=raised_total(CONFIG, spent))
             try:
                 with fresh.Pool(1) as pool:
                     wall, cpu, load, count, group_by, size, rss = pool.apply(
-                        restarted, (admin_dsn, schema)
+                        restarted, (admin_dsn, schema, cube)
                     )
             finally:
                 with psycopg.connect(admin_dsn, autocommit=True) as conn:
@@ -790,9 +835,7 @@ def main(argv: list[str] | None = None) -> None:
             profile = args.profile
             if profile is not None and (len(args.history) > 1 or not args.skip_e2e):
                 profile = profile.with_name(f"{profile.stem}-m{m}{profile.suffix}")
-            samples = end_to_end(
-                work, admin, postmaster, args.statements, profile, args.wide, history=m
-            )
+            samples = end_to_end(work, admin, postmaster, args.statements, profile, args.wide, m=m)
             report_end_to_end(samples)
         if args.restart:
             print("\n## Restart from the durable ledger (the stream's vectors, demo cube)\n")

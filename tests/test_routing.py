@@ -210,3 +210,53 @@ def test_explain_of_a_dp_query_is_a_preview() -> None:
         with pytest.raises(DpproxyError) as raised:
             ROUTER.route(refused)
         assert raised.value.sqlstate == "42501", refused
+
+
+ALONE_AND_IN_A_STRING = [
+    "SELECT COUNT(*) FROM adult WHERE age >= 35 WITH ACCURACY 400",
+    "SELECT sex, COUNT(*) FROM adult /* dp: confidence=0.9 */ GROUP BY sex WITH ACCURACY 5",
+    "-- a panel\nSELECT SUM(CASE WHEN sex = 'Male' THEN 2 ELSE 1 END) FROM adult\n"
+    "/* dp: accuracy=9 */",
+    "SELECT COUNT(*) FROM adult ORDER BY 1 LIMIT 1 WITH ACCURACY 7",
+    "EXPLAIN SELECT COUNT(*) FROM adult WITH ACCURACY 5",
+    "DECLARE c CURSOR FOR SELECT sex, COUNT(*) FROM adult GROUP BY sex WITH ACCURACY 5",
+    "SET dp.accuracy = 10",
+    "SELECT 1",
+    "SELECT * FROM adult",
+    "SELECT COUNT(*) FROM adult WHERE WITH ACCURACY 5",
+    "SELEC COUNT(*) FROM adult",
+]
+
+
+def _outcome(sql: str) -> tuple[object, ...]:
+    """The first statement's route, tree (with comments), flags and split, or the refusal."""
+    try:
+        s = ROUTER.route(sql)[0]
+    except DpproxyError as e:
+        return ("refused", e.sqlstate, e.message, e.position)
+    tree = None if s.parsed is None else (s.parsed.sql("postgres", comments=True), repr(s.parsed))
+    wrapped = None if s.wrapped is None else repr(s.wrapped)
+    return (s.route, s.text, tree, s.setting, s.explain, wrapped)
+
+
+@pytest.mark.parametrize("sql", ALONE_AND_IN_A_STRING)
+def test_a_statement_sent_alone_routes_as_in_a_longer_string(sql: str) -> None:
+    """Alone, a statement is routed on the string's own tokens; followed by another, on the
+    tokens of its piece: the route, tree, comments and refusals are the same."""
+    assert _outcome(sql) == _outcome(sql + ";\nSELECT 1")
+
+
+def test_a_statement_sent_alone_is_tokenized_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sqlmap.accuracy import DPPostgres
+
+    calls: list[str] = []
+    tokenize = DPPostgres.tokenize
+
+    def counted(self: DPPostgres, sql: str, dialect: object = None) -> list[object]:
+        calls.append(sql)
+        return tokenize(self, sql)
+
+    monkeypatch.setattr(DPPostgres, "tokenize", counted)
+    (statement,) = ROUTER.route(ALONE_AND_IN_A_STRING[0])
+    assert statement.route is Route.DP
+    assert calls == [ALONE_AND_IN_A_STRING[0]]

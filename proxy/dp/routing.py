@@ -134,17 +134,29 @@ def split_statements(sql: str) -> list[tuple[int, str]]:
     >>> split_statements("SELECT 1; SELECT ';' -- ;\n; ")
     [(0, 'SELECT 1'), (9, " SELECT ';' -- ;\n")]
     """
+    return [(offset, text) for offset, text, _ in _pieces(sql)]
+
+
+def _pieces(sql: str) -> list[tuple[int, str, list[Token] | None]]:
+    """:func:`split_statements`, with the tokens of a statement sent alone, without a semicolon.
+
+    Those are the string's own tokens (the common case), parsed as they are. The pieces of a
+    longer string get None and tokenize again on their own, so that token positions are
+    always the statement's.
+    """
     try:
         tokens = _DIALECT.tokenize(sql)
     except TokenError:
-        return [(0, sql)] if sql.strip() else []
+        return [(0, sql, None)] if sql.strip() else []
+    if tokens and all(t.token_type != TokenType.SEMICOLON for t in tokens):
+        return [(0, sql, tokens)]
     pieces, start = [], 0
     for token in tokens:
         if token.token_type == TokenType.SEMICOLON:
             pieces.append((start, sql[start : token.start]))
             start = token.end + 1
     pieces.append((start, sql[start:]))
-    return [(offset, text) for offset, text in pieces if _has_content(text)]
+    return [(offset, text, None) for offset, text in pieces if _has_content(text)]
 
 
 def _has_content(text: str) -> bool:
@@ -252,11 +264,11 @@ class Router:
 
     def route(self, sql: str) -> list[Statement]:
         """Route every statement of ``sql``; raise the first refusal, before anything runs."""
-        statements = [self._route_one(offset, text) for offset, text in split_statements(sql)]
-        return statements
+        return [self._route_one(offset, text, tokens) for offset, text, tokens in _pieces(sql)]
 
-    def _route_one(self, offset: int, text: str) -> Statement:
-        tokens = _tokens_or_none(text)
+    def _route_one(self, offset: int, text: str, known: list[Token] | None = None) -> Statement:
+        """Route one statement; ``known``: its tokens, if the caller has them."""
+        tokens = known if known is not None else _tokens_or_none(text)
         setting = _dp_setting(tokens) if tokens else None
         if setting is not None:
             return Statement(text, offset, Route.SETTING, setting=setting)
@@ -278,7 +290,7 @@ class Router:
             if preview is not None:
                 return preview
         if tokens is not None:
-            parsed = self._dp_query(text, offset)
+            parsed = self._dp_query(text, offset, tokens)
             if parsed is not None and not needs_wrapper(parsed):
                 return Statement(text, offset, Route.DP, parsed=parsed)
             # a DP query's post-processing has no business with statistics: keep them apart
@@ -386,14 +398,16 @@ class Router:
         match = self._words.search(text)
         return match.start() if match else None
 
-    def _dp_query(self, text: str, offset: int) -> exp.Expr | None:
+    def _dp_query(
+        self, text: str, offset: int, tokens: list[Token] | None = None
+    ) -> exp.Expr | None:
         """The parsed statement if it is meant as a DP query, else None.
 
         A DP query is a plain SELECT of aggregates from one table; anything else that mentions a
-        protected table is refused by the caller.
+        protected table is refused by the caller. ``tokens``: ``text``'s, if known.
         """
         try:
-            parsed = Translator.parse(text)
+            parsed = Translator.parse(text, tokens)
         except SqlSyntaxError as e:
             if not _looks_like_aggregate_query(text):
                 return None

@@ -16,6 +16,7 @@ server's business, not storage's.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import dataclasses
 import hashlib
 import logging
@@ -443,8 +444,36 @@ async def _serve(config: Config, backend: BackendConfig, host: str, port: int) -
     await server.shutdown(config.listen.shutdown_timeout)
 
 
+#: glibc's mallopt parameters (malloc.h), and the values the server sets
+_M_TRIM_THRESHOLD: Final = -1
+_M_MMAP_THRESHOLD: Final = -3
+_MMAP_THRESHOLD: Final = 4 * 2**20
+_TRIM_THRESHOLD: Final = 64 * 2**20
+
+
+def return_freed_memory() -> bool:
+    """Have glibc map each block over 4 MB on its own, given back to the OS when freed.
+
+    A plan's temporaries (numpy arrays of megabytes, in the worker threads) are freed when it
+    ends, but glibc raises its threshold to the size of each large block freed (up to 32 MB)
+    and keeps later blocks below it in the threads' arenas, where fragmentation holds them:
+    the server's RSS grew from 0.7 to 2.8 GB over 240 statements on a history of 100,000
+    rows. Setting the threshold stops that raising, and the trim threshold's too: that one is
+    set high (64 MB), so that smaller blocks are reused rather than given back and faulted in
+    again at every statement. False where the C library is not glibc (nothing is changed).
+    """
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(
+        mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD) and mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+    )
+
+
 def run(config: Config, host: str | None = None, port: int | None = None) -> int:
     """``dpproxy serve``: run until SIGINT/SIGTERM; the exit status."""
+    return_freed_memory()
     if config.backend is None:
         backend = embedded_backend(config)
     else:
