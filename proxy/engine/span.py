@@ -34,6 +34,7 @@ itself, so distances and weights are accurate to rounding, not to the conditioni
 from __future__ import annotations
 
 import math
+import mmap
 import weakref
 from collections.abc import Sequence
 from typing import Literal, overload
@@ -343,7 +344,7 @@ class SpanSolver:
             setattr(self, name, _grown(getattr(self, name), most, most))
         self._coords = _grown(self._coords, most, self._placed + len(queue))
         # the basis vectors as columns over the cells: a block reads the rows of its cells
-        basis, filled = np.zeros((self.n_cells, most)), 0
+        basis, filled = _zeros_in_small_pages((self.n_cells, most)), 0
         # column sums of |L| and |L^{-1}| (their 1-norms), bordered as they are
         sums, sums_inv = np.zeros(most), np.zeros(most)
         fresh = True
@@ -765,3 +766,17 @@ def _grown(matrix: FloatArray, rows: int, columns: int) -> FloatArray:
     )
     out[:old_rows, :old_columns] = matrix
     return out
+
+
+def _zeros_in_small_pages(shape: tuple[int, int]) -> FloatArray:
+    """A zero matrix in an anonymous mapping of its own, which the kernel fills as it is written.
+
+    numpy asks for transparent huge pages for large arrays; on a host that compacts memory to
+    serve them at fault time (``defrag = madvise``), faulting in a restart's temporary basis
+    (128 MB on the demo cube) took more system time than the placement's arithmetic. Freed with
+    the array.
+    """
+    rows, columns = shape
+    return np.frombuffer(mmap.mmap(-1, max(rows * columns, 1) * 8), dtype=np.float64)[
+        : rows * columns
+    ].reshape(rows, columns)
