@@ -472,10 +472,39 @@ class HistoryIndex:
         if not (alpha > 0 and step > 0):
             raise ValueError("alpha and step must be positive")
         row = self._size
-        if row == self._precision.size:
+        self._room(row + 1)
+        query, weights, factor, support, group = self._grouped(query)
+        precision = alpha / query.sensitivity
+        if self._span is not None:
+            self._span.weigh(group, (precision * factor) ** 2)
+        self._precision[row] = precision
+        self._steps[row] = step
+        self._factor[row] = factor
+        self._group[row] = group
+        self._weights.append(weights)
+        self._by_support[support] = self._by_support.get(support, ()) + (row,)
+        self._size += 1
+        self._stamp = next(_STAMPS)
+        return row
+
+    def _room(self, rows: int) -> None:
+        """Room for ``rows`` rows in the per-row arrays (doubling)."""
+        size = self._precision.size
+        if rows > size:
+            while rows > size:
+                size *= 2
             for name in ("_precision", "_steps", "_factor", "_group", "_column", "_share"):
                 array = getattr(self, name)
-                setattr(self, name, np.concatenate([array, np.zeros_like(array)]))
+                setattr(
+                    self, name, np.concatenate([array, np.zeros(size - array.size, array.dtype)])
+                )
+
+    def _grouped(self, query: LinearQuery) -> tuple[LinearQuery, FloatArray, float, bytes, int]:
+        """A new row's vector as this index holds it, with what its row records.
+
+        Its non-zero weights, its factor (the first of them), its support and its group (a new
+        distinct vector, queued in the span, if not yet seen).
+        """
         query = self._held(query)
         weights = self._nonzero(query)
         factor = float(weights[0])
@@ -490,18 +519,7 @@ class HistoryIndex:
             if self._span is not None:
                 self._span.add(coords, direction, scaled_from=(values, factor))
             self._covered[coords] = True
-        precision = alpha / query.sensitivity
-        if self._span is not None:
-            self._span.weigh(group, (precision * factor) ** 2)
-        self._precision[row] = precision
-        self._steps[row] = step
-        self._factor[row] = factor
-        self._group[row] = group
-        self._weights.append(weights)
-        self._by_support[support] = self._by_support.get(support, ()) + (row,)
-        self._size += 1
-        self._stamp = next(_STAMPS)
-        return row
+        return query, weights, factor, support, group
 
     def estimator(self, rows: IntArray, weights: FloatArray, residual: float) -> Solution:
         """The estimate ``sum_k weights[k] y[rows[k]]`` (rows increasing, weights non-zero)."""
@@ -656,11 +674,57 @@ class HistoryIndex:
         first solve after a restart costs what later ones do.
         """
         self.remember([query for query, _, _ in rows])
-        for query, alpha, step in rows:
-            self.append(query, alpha=alpha, step=step)
+        self._append_all(rows)
         if self._span is not None:
             self._span.place_all()
         self.prepare()
+
+    def _append_all(self, rows: Sequence[tuple[LinearQuery, float, float]]) -> None:
+        """:meth:`append` of each row, a vector's work done once for the rows that share it.
+
+        A ledger's load gives the rows of one stored vector one :class:`LinearQuery`, so rows
+        are matched to their vector by identity; the per-row arrays are filled at once. The
+        rows are checked before any is added.
+        """
+        m = len(rows)
+        for query in {id(query): query for query, _, _ in rows}.values():
+            if query.n_cells != self.n_cells or query.is_zero:
+                raise ValueError("a history row is a non-zero vector over this table's cells")
+        alphas = np.array([alpha for _, alpha, _ in rows], dtype=np.float64)
+        steps = np.array([step for _, _, step in rows], dtype=np.float64)
+        if not (np.all(alphas > 0) and np.all(steps > 0)):
+            raise ValueError("alpha and step must be positive")
+        start, end = self._size, self._size + m
+        self._room(end)
+        # per distinct query object: (weights, factor, support, group, sensitivity)
+        vectors: dict[int, tuple[FloatArray, float, bytes, int, float]] = {}
+        factors, sensitivities = np.zeros(m), np.zeros(m)
+        groups = np.zeros(m, dtype=np.int64)
+        by_support: dict[bytes, list[int]] = {}
+        for row, (query, _, _) in enumerate(rows, start):
+            vector = vectors.get(id(query))
+            if vector is None:
+                held, weights, factor, support, group = self._grouped(query)
+                vector = vectors[id(query)] = (weights, factor, support, group, held.sensitivity)
+            weights, factor, support, group, sensitivity = vector
+            factors[row - start], sensitivities[row - start] = factor, sensitivity
+            groups[row - start] = group
+            self._weights.append(weights)
+            by_support.setdefault(support, []).append(row)
+        precisions = alphas / sensitivities
+        if self._span is not None:  # row by row, in order: c_j^2 summed as appends sum it
+            for group, precision, factor in zip(
+                groups.tolist(), precisions.tolist(), factors.tolist()
+            ):
+                self._span.weigh(group, (precision * factor) ** 2)
+        self._precision[start:end] = precisions
+        self._steps[start:end] = steps
+        self._factor[start:end] = factors
+        self._group[start:end] = groups
+        for support, added in by_support.items():
+            self._by_support[support] = self._by_support.get(support, ()) + tuple(added)
+        self._size = end
+        self._stamp = next(_STAMPS)
 
     def _solutions_of(
         self, per_vector: Sequence[FloatArray | None], residuals: Sequence[float]

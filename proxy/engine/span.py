@@ -34,6 +34,7 @@ itself, so distances and weights are accurate to rounding, not to the conditioni
 from __future__ import annotations
 
 import math
+import mmap
 import weakref
 from collections.abc import Sequence
 from typing import Literal, overload
@@ -329,18 +330,20 @@ class SpanSolver:
 
         The same blocks, taken in the same order, give the same basis and coordinates (to
         rounding), but a block is placed through inner products alone: a vector's coordinates
-        ``z = L^{-1} H_B^T v`` (refined once against ``L``) and its distance from the span,
-        ``||v||^2 - ||z||^2``, then the same along the block's own new directions, from the
-        block's Gram matrix. That route's rounding is about ``eps cond(L)`` of ``||v||^2``
-        (measured: 1e-14 on the demo cube's 10,000-answer history), so while ``cond(L)`` stays
-        within ``_SCREEN_COND`` a relative distance within ``_SCREEN`` is a vector in the span
-        and one past ``_JOINS`` a new direction, its border of ``L`` at rounding. A block with a
-        distance between the two (or a worse conditioned ``L``) is placed by :meth:`_place`,
-        over the cells. The inner products come from the basis held densely over the cells
-        (at most ``_DENSE_BASIS_BYTES``, else :meth:`_place` places it all), sliced to the few
-        cells a block touches (SQL's vectors: about a thousand of the demo cube's 7,500
-        coordinates), so that no product over all the basis's weights and no distance over
-        the cells is paid per block.
+        ``z = L^{-1} H_B^T v`` (one triangular solve for the block: backward stable, so no
+        refinement) and its distance from the span, ``||v||^2 - ||z||^2``, then the same along
+        the block's own new directions, from the block's Gram matrix less its part in the span
+        (``V^T V - Z^T Z``, factored by rows, passing over the vectors in the span). That
+        route's rounding is about ``eps cond(L)`` of ``||v||^2`` (measured: 1e-14 on the demo
+        cube's 10,000-answer history), so while ``cond(L)`` stays within ``_SCREEN_COND`` a
+        relative distance within ``_SCREEN`` is a vector in the span and one past ``_JOINS`` a
+        new direction, its border of ``L`` at rounding. A block with a distance between the
+        two (or a worse conditioned ``L``) is placed by :meth:`_place`, over the cells. The
+        inner products come from the basis held densely over the cells (at most
+        ``_DENSE_BASIS_BYTES``, else :meth:`_place` places it all), sliced to the few cells a
+        block touches (SQL's vectors: about a thousand of the demo cube's 7,500 coordinates),
+        so that no product over all the basis's weights and no distance over the cells is paid
+        per block.
         """
         queue, self._queue = self._queue, []
         self._scaled = {}
@@ -356,27 +359,30 @@ class SpanSolver:
             setattr(self, name, _grown(getattr(self, name), most, most))
         self._coords = _grown(self._coords, most, self._placed + len(queue))
         # the basis vectors as columns over the cells: a block reads the rows of its cells
-        basis, filled = np.zeros((self.n_cells, most)), 0
+        basis, filled = _zeros_in_small_pages((self.n_cells, most)), 0
         # column sums of |L| and |L^{-1}| (their 1-norms), bordered as they are
         sums, sums_inv = np.zeros(most), np.zeros(most)
         fresh = True
         for start in range(0, len(queue), _BLOCK):
             block = queue[start : start + _BLOCK]
             r = self._rank
-            for j in range(filled, r):
-                cells, weights = self._vectors[j]
-                basis[cells, j] = weights
-            filled = r
+            if r > filled:  # basis vectors a block placed over the cells added
+                joined = self._vectors[filled:r]
+                basis[
+                    np.concatenate([cells for cells, _ in joined]),
+                    np.repeat(np.arange(filled, r), [cells.size for cells, _ in joined]),
+                ] = np.concatenate([weights for _, weights in joined])
+                filled = r
             if fresh:
                 sums[:r] = np.abs(self._lower[:r, :r]).sum(axis=0)
                 sums_inv[:r] = np.abs(self._lower_inv[:r, :r]).sum(axis=0)
             conditioned = r == 0 or sums[:r].max() * sums_inv[:r].max() <= _SCREEN_COND
-            fresh = not (conditioned and self._place_by_inner_products(block, basis[:, :r]))
+            fresh = not (conditioned and self._place_by_inner_products(block, basis))
             if fresh:  # over the cells
                 self._queue = block
                 self._place()
             else:
-                end = self._rank
+                filled = end = self._rank  # the block wrote its basis vectors' columns
                 sums[:end] += np.abs(self._lower[r:end, :end]).sum(axis=0)
                 sums_inv[:end] += np.abs(self._lower_inv[r:end, :end]).sum(axis=0)
         if self._rank:  # built now: the first solve after a restart costs what later ones do
@@ -387,43 +393,58 @@ class SpanSolver:
     ) -> bool:
         """Place ``block`` as :meth:`place_all` says; False (nothing changed) if it cannot.
 
-        ``basis``: the basis vectors as columns over the cells.
+        ``basis``: the basis vectors as columns over the cells, with room for the block's:
+        its new basis vectors are written there, over the rows of the cells it touches (a few
+        cache lines per cell rather than one per weight).
         """
         r, first, size = self._rank, self._placed, len(block)
-        lower, lower_inv = self._lower[:r, :r], self._lower_inv[:r, :r]
-        touched = np.unique(np.concatenate([cells for cells, _ in block]))
+        weighed = np.concatenate([cells for cells, _ in block])
+        marked = np.zeros(self.n_cells, dtype=bool)
+        marked[weighed] = True
+        touched = np.flatnonzero(marked)
         dense = np.zeros((touched.size, size))  # the block over the cells it touches
-        for k, (cells, weights) in enumerate(block):
-            dense[np.searchsorted(touched, cells), k] = weights
-        inner = basis[touched].T @ dense  # H_B^T v
-        z = lower_inv @ inner
-        z += lower_inv @ (inner - lower @ z)
+        dense[
+            (np.cumsum(marked) - 1)[weighed],
+            np.repeat(np.arange(size), [cells.size for cells, _ in block]),
+        ] = np.concatenate([weights for _, weights in block])
+        inner = basis[touched, :r].T @ dense  # H_B^T v
+        z = (
+            scipy.linalg.solve_triangular(
+                self._lower[:r, :r], inner, lower=True, check_finite=False
+            )
+            if r
+            else inner
+        )
+        # the block's inner products less their parts in the span: what its own new directions
+        # see of each other
         gram = dense.T @ dense
+        schur = gram - z.T @ z
         squares = np.array([float(weights @ weights) for _, weights in block])
         gaps = squares - np.einsum("ij,ij->j", z, z)
         # the block's new directions, in order: rows of L's border (coordinates along the
-        # earlier ones, then the distance), and the coordinates of those vectors along the basis
+        # earlier ones, then the distance), and each candidate's coordinates along them, found
+        # as each direction joins (a Cholesky factorization of the Schur complement, by rows)
+        candidates = np.flatnonzero(gaps > _SCREEN**2 * squares)
         border = np.zeros((size, size))
-        lines = np.zeros((size, r))
+        coordinates = np.zeros((size, size))
         joined: list[int] = []
         along: dict[int, FloatArray] = {}
-        for k in np.flatnonzero(gaps > _SCREEN**2 * squares).tolist():
+        for position, k in enumerate(candidates.tolist()):
             if gaps[k] < _JOINS**2 * squares[k]:
                 return False  # near the basis before the block: measured over the cells
             n = len(joined)
-            a = gram[joined, k] - lines[:n] @ z[:, k]
-            if n:
-                a = scipy.linalg.solve_triangular(border[:n, :n], a, lower=True)
+            a = coordinates[k, :n].copy()
+            along[k] = a
             d2 = float(gaps[k] - a @ a)
             if d2 <= _SCREEN**2 * squares[k]:
-                along[k] = a
                 continue
             if d2 < _JOINS**2 * squares[k]:
                 return False  # near the span: measured over the cells
-            along[k] = a
+            d = math.sqrt(d2)
             border[n, :n] = a
-            border[n, n] = math.sqrt(d2)
-            lines[n] = z[:, k]
+            border[n, n] = d
+            later = candidates[position + 1 :]
+            coordinates[later, n] = (schur[k, later] - coordinates[later, :n] @ a) / d
             joined.append(k)
         self._coords = _grown(self._coords, r + len(joined), first + size)
         self._coords[:r, first : first + size] = z
@@ -432,7 +453,8 @@ class SpanSolver:
         self._placed = first + size
         n = len(joined)
         if n:
-            self._border(r, first, joined, inner, gram, border[:n, :n], squares[joined])
+            basis[touched, r : r + n] = dense[:, joined]
+            self._border(r, first, joined, z, inner, gram, border[:n, :n], squares[joined])
             for k in joined:
                 cells, weights = block[k]
                 self._basis_nnz += cells.size
@@ -444,6 +466,7 @@ class SpanSolver:
         r: int,
         first: int,
         joined: list[int],
+        z: FloatArray,
         inner: FloatArray,
         gram: FloatArray,
         border: FloatArray,
@@ -451,9 +474,10 @@ class SpanSolver:
     ) -> None:
         """Make the block's vectors ``joined`` basis vectors at once, as :meth:`_join` does.
 
-        ``border``: their rows of ``L`` past the first ``r`` columns (coordinates along each
-        other, distances on the diagonal); ``inner``, ``gram``: the block's inner products with
-        the basis and with itself; ``squares``: the joined vectors' squared norms. ``L^{-1}``
+        ``z``: the block's coordinates along the basis (the new rows' first ``r`` columns of
+        ``L``); ``border``: their rows of ``L`` past the first ``r`` columns (coordinates along
+        each other, distances on the diagonal); ``inner``, ``gram``: the block's inner products
+        with the basis and with itself; ``squares``: the joined vectors' squared norms. ``L^{-1}``
         is bordered by ``[-D^{-1} C L^{-1}, D^{-1}]`` for the new rows ``[C, D]`` of ``L``: one
         matrix product for the block.
         """
@@ -466,7 +490,7 @@ class SpanSolver:
         self._gram[:r, r:end] = inner[:, joined]
         self._gram[r:end, r:end] = gram[np.ix_(joined, joined)]
         self._gram[r + np.arange(n), r + np.arange(n)] = squares
-        lines = self._coords[:r, first + np.array(joined)].T  # C
+        lines = z[:, joined].T  # C
         self._lower[r:end, :r] = lines
         self._lower[r:end, r:end] = border
         border_inv = scipy.linalg.solve_triangular(border, np.eye(n), lower=True)
@@ -990,3 +1014,17 @@ def _grown(matrix: FloatArray, rows: int, columns: int) -> FloatArray:
     )
     out[:old_rows, :old_columns] = matrix
     return out
+
+
+def _zeros_in_small_pages(shape: tuple[int, int]) -> FloatArray:
+    """A zero matrix in an anonymous mapping of its own, which the kernel fills as it is written.
+
+    numpy asks for transparent huge pages for large arrays; on a host that compacts memory to
+    serve them at fault time (``defrag = madvise``), faulting in a restart's temporary basis
+    (128 MB on the demo cube) took more system time than the placement's arithmetic. Freed with
+    the array.
+    """
+    rows, columns = shape
+    return np.frombuffer(mmap.mmap(-1, max(rows * columns, 1) * 8), dtype=np.float64)[
+        : rows * columns
+    ].reshape(rows, columns)

@@ -323,3 +323,44 @@ def test_repeat_estimates_are_kept_until_a_row_of_their_cells_arrives() -> None:
     assert [r.rows.tolist() for r in copy.repeats(query)] == [[1], [0], [4], [0, 1, 4]]
     for found, again in zip(in_index, first):  # the same estimates, found again
         assert np.array_equal(found.weights, again.weights)
+
+
+def test_a_loaded_history_holds_what_its_rows_appended_one_by_one_hold() -> None:
+    # A restart appends its rows in bulk, a vector's work once for the rows that share its
+    # object (as a ledger's load gives them); the rows, groups (a multiple of a vector is its
+    # group), repeats' supports and span weights must be those of appending row by row.
+    rng = np.random.default_rng(5)
+    shape = (4, 3, 5)
+    vectors = [
+        LinearQuery.from_tensor(shape, rng.integers(-2, 3, size).astype(float))
+        for size in ((4, 1, 1), (1, 3, 5), (4, 3, 1), (1, 1, 5), (4, 1, 5))
+    ]
+    vectors = [v for v in vectors if not v.is_zero]
+    doubled = LinearQuery.from_tensor(shape, 2.0 * vectors[0].to_dense().reshape((1, *shape)))
+    rows = [
+        (vectors[i] if i < len(vectors) else doubled, float(rng.choice([0.1, 0.25])), 1e-3)
+        for i in rng.integers(0, len(vectors) + 1, 60).tolist()
+    ]
+    loaded, appended = HistoryIndex(60, shape=shape), HistoryIndex(60, shape=shape)
+    loaded.load(rows)
+    for query, alpha, step in rows:
+        appended.append(query, alpha=alpha, step=step)
+    appended.prepare()
+    assert loaded.size == appended.size == 60 and loaded.distinct == appended.distinct
+    for name in ("_precision", "_steps", "_factor", "_group"):
+        assert np.array_equal(getattr(loaded, name), getattr(appended, name)), name
+    assert loaded._by_support == appended._by_support and loaded._groups == appended._groups
+    assert all(a is b for a, b in zip(loaded._weights, appended._weights, strict=True))
+    assert loaded._span is not None and appended._span is not None
+    assert np.array_equal(loaded._span._weight2, appended._span._weight2)  # summed in order
+    for query in vectors:  # placed in bulk or at a solve: the same BLUE to rounding
+        a, b = loaded.solve(query), appended.solve(query)
+        assert a is not None and b is not None
+        dense_a, dense_b = np.zeros(60), np.zeros(60)
+        dense_a[a.rows], dense_b[b.rows] = a.weights, b.weights
+        np.testing.assert_allclose(dense_a, dense_b, rtol=0, atol=1e-12 * np.abs(dense_b).max())
+    # a bad row anywhere refuses the whole load, before anything is added
+    empty = HistoryIndex(60, shape=shape)
+    with pytest.raises(ValueError, match="positive"):
+        empty.load([*rows[:5], (vectors[0], 0.0, 1e-3)])
+    assert empty.size == 0 and empty.distinct == 0

@@ -29,6 +29,8 @@ AGES = (17, 25, 35, 45, 55, 65, 91)
 RACES = ("White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other")
 EDUCATION = ("HS-grad", "Some-college", "Bachelors", "Masters", "Doctorate", "11th")
 STATEMENTS, PROBES = 120, 20
+# one step of a combined budget's search (1e-9), with the 12-digit rounding of its ends
+_ONE_STEP = 1.01e-9
 
 
 def _filter(rng: random.Random) -> str:
@@ -113,13 +115,19 @@ def test_a_restarted_engine_holds_and_decides_as_the_one_that_released_its_histo
         requests = _requests(_statement(rng))
         planned, replanned = live.plan(requests), restarted.plan(requests)
         assert replanned.measurements == planned.measurements
-        # a budget bought to meet the accuracy follows the history's BLUE, whose rounding
-        # differs between the two factorizations (by 1e-10 past a few hundred rows, as on main)
+        # Inherent, not a defect of either side: the two engines factor the same history in
+        # different orders (the live one bordered K^-1 term by term, the restart inverts K at
+        # once), so their BLUEs agree to rounding (half-widths to ~1e-12), not bitwise. A
+        # combined answer's budget is a float search's result put on a grid
+        # (decision._combined: a root to 1e-10, rounded up to 12 digits, then steps of 1e-9
+        # while the miss bound exceeds its target); a bound within rounding of the target can
+        # take one step more on one side. Over seeds 0-9 the budgets were equal but for a few
+        # combined ones, apart by 4e-12 to 9.998e-10: one step at most.
         for a, b in zip(planned.decisions, replanned.decisions, strict=True):
             sources.add(a.source)
             assert b.source == a.source
-            assert float(b.budget) == pytest.approx(float(a.budget), rel=1e-9)
-            assert float(b.step) == pytest.approx(float(a.step), rel=1e-9)
+            assert float(b.budget) == pytest.approx(float(a.budget), rel=_ONE_STEP)
+            assert float(b.step) == pytest.approx(float(a.step), rel=_ONE_STEP)
             assert b.half_width == pytest.approx(a.half_width, rel=1e-9)
             assert b.confidence == pytest.approx(a.confidence, rel=1e-9)
     assert sources == {"history", "fresh", "combined"}
