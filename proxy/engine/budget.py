@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -535,16 +535,7 @@ class CellBudget:
         after = self._scaled(box.read(self._grid), denominator)
         in_box = [box.restrict(t) for t in on_grid]
         most = self._max * (denominator // self._denominator)  # the grid's, so the box's too
-        if after.dtype != object and (
-            any(t.dtype == object for t in in_box)
-            or most + sum(int(t.max()) for t in in_box) >= _INT64_ROOM // 4
-        ):
-            after = after.astype(object)
-        support = np.zeros((1,) * after.ndim, dtype=bool)
-        for tensor in in_box:
-            after = after + tensor
-            support = support | (tensor != 0)
-        return after, support
+        return _added(after, in_box, most)
 
     def _most_after(self, on_grid: list[Numerators], denominator: int) -> int:
         """The most any cell the terms ``on_grid`` charge will have spent, over ``denominator``.
@@ -558,15 +549,7 @@ class CellBudget:
         spent = self._maxima.of(named, boxes, self._grid, self._denominator)
         after = self._scaled(spent, denominator)
         most = self._max * (denominator // self._denominator)  # the grid's, so the maxima's too
-        if after.dtype != object and (
-            any(t.dtype == object for t in on_grid)
-            or most + sum(int(t.max()) for t in on_grid) >= _INT64_ROOM // 4
-        ):
-            after = after.astype(object)
-        support = np.zeros((1,) * after.ndim, dtype=bool)
-        for term in on_grid:
-            after = after + term
-            support = support | (term != 0)
+        after, support = _added(after, on_grid, most)
         charged = after[np.broadcast_to(support, after.shape)]
         return int(charged.max()) if charged.size else 0
 
@@ -871,3 +854,22 @@ class UserCaps:
         if user is not None and user in self.per_user:
             return self.per_user[user]
         return self.default
+
+
+def _added(
+    spent: Numerators, terms: Sequence[Numerators], most: int
+) -> tuple[Numerators, npt.NDArray[np.bool_]]:
+    """``spent`` with ``terms`` added, and a mask (broadcasting to it) of the cells they charge.
+
+    ``most`` bounds ``spent``: past int64's room the sum is taken in Python ints.
+    """
+    if spent.dtype != object and (
+        any(t.dtype == object for t in terms)
+        or most + sum(int(t.max()) for t in terms) >= _INT64_ROOM // 4
+    ):
+        spent = spent.astype(object)
+    support = np.zeros((1,) * spent.ndim, dtype=bool)
+    for term in terms:
+        spent = spent + term
+        support = support | (term != 0)
+    return spent, support
