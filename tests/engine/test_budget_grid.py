@@ -57,6 +57,14 @@ def _batch(rng: np.random.Generator, measures: tuple[tuple[int, int], ...]) -> C
     return Charges(tuple(items))
 
 
+def _plus(spent: dict[int, Fraction], charges: Charges) -> dict[int, Fraction]:
+    """Each cell's spend after ``charges``, worked out cell by cell (the reference)."""
+    after = dict(spent)
+    for cell, charge in charges.per_cell().items():
+        after[cell] = after.get(cell, Fraction(0)) + charge
+    return after
+
+
 def _refusal(budget: CellBudget, charges: Charges) -> str | None:
     try:
         budget.check(charges, request="q")
@@ -79,9 +87,7 @@ def test_the_grid_equals_the_cells_on_random_factored_charges(seed: int) -> None
         spent: dict[int, Fraction] = {}  # cell by cell, the sum of every committed charge
         for _ in range(10):
             charges = _batch(rng, measures)
-            after = dict(spent)
-            for cell, charge in charges.per_cell().items():
-                after[cell] = after.get(cell, Fraction(0)) + charge
+            after = _plus(spent, charges)
             most_after = carried + max(after.values())
             # what answering deep-copied the budget and committed to learn, without the copy
             charged_copy = copy.deepcopy(grid)
@@ -203,9 +209,7 @@ def test_the_kept_maxima_follow_long_streams_of_charges(
     kept, refused = 0, 0
     for _ in range(60):
         charges = _batch(rng, measures)
-        after = dict(spent)
-        for cell, charge in charges.per_cell().items():
-            after[cell] = after.get(cell, Fraction(0)) + charge
+        after = _plus(spent, charges)
         assert grid.spent_after(charges) == max(after.values())
         kept += _assert_maxima_current(grid)
         detail = _refusal(grid, charges)
@@ -245,9 +249,7 @@ def test_kept_maxima_split_with_the_grid(monkeypatch: pytest.MonkeyPatch) -> Non
     charge(Charges.of_query(LinearQuery.from_tensor(shape, np.eye(5)[4]), Fraction(1, 3)))
     assert budget._firsts[2].size > classes_before  # value 4 split from 2 and 3
     for _ in range(2):
-        after = dict(spent)
-        for cell, amount in grouped.per_cell().items():
-            after[cell] = after.get(cell, Fraction(0)) + amount
+        after = _plus(spent, grouped)
         assert budget.spent_after(grouped) == max(after.values())
         charge(grouped)
     assert budget.per_cell() == spent

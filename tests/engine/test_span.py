@@ -80,6 +80,31 @@ def test_copies_are_independent() -> None:
     assert outside is None and inside is not None
 
 
+def _history(
+    rng: np.random.Generator,
+    n: int,
+    count: int,
+    near: tuple[int, ...] = (),
+    combined: float = 0.4,
+) -> list[np.ndarray]:
+    """Lattice vectors over ``n`` cells: new directions and, with probability ``combined``,
+    combinations of earlier ones (often of the same block of 64); those at ``near`` barely off
+    the span (the one before moved by 5e-3 of its norm)."""
+    vectors: list[np.ndarray] = []
+    while len(vectors) < count:
+        if len(vectors) in near:
+            step = rng.choice([-1.0, 1.0], n)
+            h = vectors[-1] + 5e-3 * float(np.linalg.norm(vectors[-1])) * step / np.sqrt(n)
+        elif len(vectors) > 3 and rng.random() < combined:
+            picks = rng.choice(len(vectors), 2, replace=False)
+            h = vectors[picks[0]] + float(rng.choice([1.0, -2.0])) * vectors[picks[1]]
+        else:
+            h = np.where(rng.random(n) < 0.2, rng.choice([1.0, 2.0, -1.0]), 0.0)
+        if np.any(h):
+            vectors.append(h)
+    return vectors
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_a_restart_places_blocks_as_one_by_one_placement_would(seed: int) -> None:
     """Vectors placed in blocks (a restart) give the rank and solutions of placing each at once.
@@ -89,15 +114,7 @@ def test_a_restart_places_blocks_as_one_by_one_placement_would(seed: int) -> Non
     """
     rng = np.random.default_rng(100 + seed)
     n = int(rng.integers(30, 90))
-    vectors: list[np.ndarray] = []
-    for _ in range(int(rng.integers(100, 220))):
-        if len(vectors) > 3 and rng.random() < 0.35:
-            picks = rng.choice(len(vectors), 2, replace=False)
-            h = vectors[picks[0]] + float(rng.choice([1.0, -2.0])) * vectors[picks[1]]
-        else:
-            h = np.where(rng.random(n) < 0.2, rng.choice([1.0, 2.0, -1.0]), 0.0)
-        if np.any(h):
-            vectors.append(h)
+    vectors = _history(rng, n, int(rng.integers(100, 220)), combined=0.35)
     weights2 = rng.choice([0.01, 1.0, 30.0], len(vectors))
     restart, one_by_one = SpanSolver(n, residual=1e-6), SpanSolver(n, residual=1e-6)
     probe = (np.arange(n, dtype=np.int64), np.ones(n))
@@ -288,27 +305,6 @@ def _assert_solve_alike(
         assert g is not None and e is not None
         u, u_expected = g * scale, e * scale
         assert np.allclose(u, u_expected, rtol=1e-8, atol=1e-9 * np.abs(u_expected).max())
-
-
-def _history(
-    rng: np.random.Generator, n: int, count: int, near: tuple[int, ...] = ()
-) -> list[np.ndarray]:
-    """Lattice vectors over ``n`` cells: new directions and combinations of earlier ones
-    (often of the same block of 64); those at ``near`` barely off the span (the one before
-    moved by 5e-3 of its norm)."""
-    vectors: list[np.ndarray] = []
-    while len(vectors) < count:
-        if len(vectors) in near:
-            step = rng.choice([-1.0, 1.0], n)
-            h = vectors[-1] + 5e-3 * float(np.linalg.norm(vectors[-1])) * step / np.sqrt(n)
-        elif len(vectors) > 3 and rng.random() < 0.4:
-            picks = rng.choice(len(vectors), 2, replace=False)
-            h = vectors[picks[0]] + float(rng.choice([1.0, -2.0])) * vectors[picks[1]]
-        else:
-            h = np.where(rng.random(n) < 0.2, rng.choice([1.0, 2.0, -1.0]), 0.0)
-        if np.any(h):
-            vectors.append(h)
-    return vectors
 
 
 @pytest.mark.parametrize("seed", range(6))
