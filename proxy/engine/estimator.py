@@ -212,13 +212,24 @@ class EveryRow:
 
     def weights(self, per_vector: FloatArray) -> FloatArray:
         """``t`` of each row, from ``beta`` (a matrix of them: a matrix of weights)."""
-        return per_vector[..., self._group] * self._squared * self._factor
+        # (taken in C order: each value's row is contiguous, as its shift's dot product reads it)
+        weights: FloatArray = np.take(per_vector, self._group, axis=-1)
+        np.multiply(weights, self._squared, out=weights)
+        return np.multiply(weights, self._factor, out=weights)
+
+    def column_weights(self, per_vector: FloatArray) -> FloatArray:
+        """The weights of each class's first row: what :meth:`weights` gives them, to the bit.
+
+        Every row of a class has its first row's weight, so these are all of them.
+        """
+        group, squared, factor, _ = self._of
+        weights: FloatArray = per_vector[..., group] * squared * factor
+        return weights
 
     def column_scales(self, per_vector: FloatArray) -> FloatArray:
-        """The scales of each class's first row: what :meth:`weights` gives them, to the bit."""
-        group, squared, factor, precisions = self._of
-        weights: FloatArray = per_vector[group] * squared * factor
-        return np.abs(weights) / precisions
+        """The scales of each class's first row (:meth:`column_weights`)."""
+        scales: FloatArray = np.abs(self.column_weights(per_vector)) / self._of[3]
+        return scales
 
 
 class Solution:
@@ -883,18 +894,19 @@ class HistoryIndex:
         for start in range(0, len(solved), chunk):
             part = solved[start : start + chunk]
             stacked = np.stack([per_vector[i] for i in part])  # type: ignore[misc]
-            t = every.weights(stacked)
+            # weighs every row (as a BLUE over a connected history usually does) iff every
+            # class's first row, since a class's rows share its weight
+            full = np.all(every.column_weights(stacked) != 0.0, axis=1)
+            magnitude = np.abs(every.weights(stacked[full]))
+            for q, (row, i) in enumerate((row, i) for row, i in enumerate(part) if full[row]):
+                shift = float(magnitude[q] @ every.steps)
+                found[i] = Solution.over_every_row(every, stacked[row], residuals[i], shift)
             for row, i in enumerate(part):
-                weights = t[row]
-                if np.all(weights != 0.0):  # a BLUE over a connected history usually is
-                    shift = float(np.abs(weights) @ every.steps)
-                    found[i] = Solution.over_every_row(
-                        every, stacked[row].copy(), residuals[i], shift
-                    )
-                    continue
-                (rows,) = np.nonzero(weights)
-                rows = rows.astype(np.int64)
-                found[i] = self.estimator(rows, weights[rows], residuals[i])
+                if not full[row]:
+                    weights = every.weights(stacked[row])
+                    (rows,) = np.nonzero(weights)
+                    rows = rows.astype(np.int64)
+                    found[i] = self.estimator(rows, weights[rows], residuals[i])
         return found
 
     def _every_row(self) -> EveryRow:

@@ -110,7 +110,8 @@ def test_a_batch_derived_a_value_at_a_time_is_the_batch(monkeypatch: pytest.Monk
         assert (a is None) == (b is None)
         if a is not None and b is not None:
             assert np.array_equal(a.rows, b.rows) and np.array_equal(a.weights, b.weights)
-            assert a.shift == b.shift and a.columns is not None and b.columns is not None
+            assert a.shift == b.shift  # (each value's row contiguous, as a dot product reads it)
+            assert a.columns is not None and b.columns is not None
             assert np.array_equal(a.columns.first, b.columns.first)
 
 
@@ -153,7 +154,7 @@ def test_a_group_by_planned_again_on_a_large_history_reuses_its_blues_and_decide
     assert dict(engine._index._solutions).keys() == cached.keys()
     assert all(engine._index._solutions[k] is v for k, v in cached.items())
     assert all(d.history is not None for d in first.decisions)
-    monkeypatch.undo()
+    monkeypatch.undo()  # a fresh engine at the usual bounds: whole chunks, the usual cache
     plain = PrivacyEngine("t", 60, total_budget=total, history=entries, shape=SHAPE)
     for a, b in [
         *zip(first.decisions, again.decisions),
