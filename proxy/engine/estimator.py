@@ -57,7 +57,7 @@ _REPEAT_SINGLES = 4
 _SPAN_MAX_RANK = 1500
 _CACHE_SIZE = 128  # a solution may hold a weight for every row,
 _CACHE_TERMS = 2_000_000  # so the cache is also bounded in terms (about 40 bytes each)
-# weights of a batch's BLUEs derived at once, at most (a chunk of values times the history's rows)
+# weights of a batch's BLUEs derived at once, at most (a chunk of values times classes of rows)
 _CHUNK_TERMS = 1_000_000
 # repeat estimates kept (:meth:`HistoryIndex.repeats`), by queries and by their rows in all
 _REPEATS_KEPT = 1024
@@ -188,7 +188,17 @@ class EveryRow:
         columns: the history's classes of rows (:class:`_RowClasses`).
     """
 
-    __slots__ = ("rows", "precisions", "steps", "columns", "_group", "_squared", "_factor", "_of")
+    __slots__ = (
+        "rows",
+        "precisions",
+        "steps",
+        "columns",
+        "_group",
+        "_squared",
+        "_factor",
+        "_of",
+        "_lattice",
+    )
 
     def __init__(
         self,
@@ -207,12 +217,14 @@ class EveryRow:
         self._factor = factor
         first = columns.first
         self._of = (group[first], self._squared[first], factor[first], precisions[first])
+        # per vector, sum_i p_i^2 |f_i| g_i over its rows: a shift is then |beta| times these
+        self._lattice = np.bincount(group, self._squared * np.abs(factor) * steps)
         for array in (self.rows, group, self._squared, factor, precisions, steps):
             array.flags.writeable = False
 
     def weights(self, per_vector: FloatArray) -> FloatArray:
         """``t`` of each row, from ``beta`` (a matrix of them: a matrix of weights)."""
-        # (taken in C order: each value's row is contiguous, as its shift's dot product reads it)
+        # (taken in C order: each value's weights contiguous)
         weights: FloatArray = np.take(per_vector, self._group, axis=-1)
         np.multiply(weights, self._squared, out=weights)
         return np.multiply(weights, self._factor, out=weights)
@@ -225,6 +237,16 @@ class EveryRow:
         group, squared, factor, _ = self._of
         weights: FloatArray = per_vector[..., group] * squared * factor
         return weights
+
+    def shift(self, per_vector: FloatArray) -> float:
+        """``sum_i |t_i| g_i``, summed vector by vector.
+
+        The row-by-row sum regrouped, to rounding (1e-16 relative): a term per distinct vector
+        rather than per history row. (One value's contiguous ``beta`` at a time: a dot product
+        of a matrix's rows may round otherwise.)
+        """
+        lattice = self._lattice
+        return float(np.abs(per_vector[: lattice.size]) @ lattice)
 
     def column_scales(self, per_vector: FloatArray) -> FloatArray:
         """The scales of each class's first row (:meth:`column_weights`)."""
@@ -302,7 +324,7 @@ class Solution:
     ) -> Solution:
         """The BLUE of coefficients ``per_vector``, weighing every row (none is zero).
 
-        Its maker derived ``shift`` from :meth:`EveryRow.weights`, as ``__init__`` would.
+        Its maker derived ``shift`` (:meth:`EveryRow.shift`).
         """
         solution = cls.__new__(cls)
         solution.rows, solution.precisions = every.rows, every.precisions
@@ -889,24 +911,23 @@ class HistoryIndex:
         if not solved:
             return found
         every = self._every_row()
-        # a chunk of the batch at a time: its weights are (values x rows) arrays
-        chunk = max(1, _CHUNK_TERMS // max(1, every.rows.size))
+        # a chunk of the batch at a time: its classes' weights are (values x classes) arrays
+        chunk = max(1, _CHUNK_TERMS // max(1, every.columns.first.size))
         for start in range(0, len(solved), chunk):
             part = solved[start : start + chunk]
             stacked = np.stack([per_vector[i] for i in part])  # type: ignore[misc]
             # weighs every row (as a BLUE over a connected history usually does) iff every
             # class's first row, since a class's rows share its weight
             full = np.all(every.column_weights(stacked) != 0.0, axis=1)
-            magnitude = np.abs(every.weights(stacked[full]))
-            for q, (row, i) in enumerate((row, i) for row, i in enumerate(part) if full[row]):
-                shift = float(magnitude[q] @ every.steps)
-                found[i] = Solution.over_every_row(every, stacked[row], residuals[i], shift)
             for row, i in enumerate(part):
-                if not full[row]:
-                    weights = every.weights(stacked[row])
-                    (rows,) = np.nonzero(weights)
-                    rows = rows.astype(np.int64)
-                    found[i] = self.estimator(rows, weights[rows], residuals[i])
+                if full[row]:
+                    shift = every.shift(stacked[row])
+                    found[i] = Solution.over_every_row(every, stacked[row], residuals[i], shift)
+                    continue
+                weights = every.weights(stacked[row])
+                (rows,) = np.nonzero(weights)
+                rows = rows.astype(np.int64)
+                found[i] = self.estimator(rows, weights[rows], residuals[i])
         return found
 
     def _every_row(self) -> EveryRow:
