@@ -207,13 +207,15 @@ class EveryRow:
         factor: FloatArray,
         steps: FloatArray,
         columns: RowColumns,
+        squared: FloatArray,
     ) -> None:
-        self.rows = np.arange(group.size, dtype=np.int64)
+        """Read-only views of the history's first ``m`` rows; ``squared``: ``p_i^2``."""
+        self.rows = _row_numbers(group.size)
         self.precisions = precisions
         self.steps = steps
         self.columns = columns
         self._group = group
-        self._squared = np.square(precisions)
+        self._squared = squared
         self._factor = factor
         first = columns.first
         self._of = (group[first], self._squared[first], factor[first], precisions[first])
@@ -252,6 +254,18 @@ class EveryRow:
         """The scales of each class's first row (:meth:`column_weights`)."""
         scales: FloatArray = np.abs(self.column_weights(per_vector)) / self._of[3]
         return scales
+
+
+_ROW_NUMBERS: list[IntArray] = [np.arange(0, dtype=np.int64)]
+
+
+def _row_numbers(m: int) -> IntArray:
+    """``0 .. m`` read-only, a view of one array shared by every history (grown by doubling)."""
+    numbers = _ROW_NUMBERS[0]
+    if numbers.size < m:
+        numbers = _ROW_NUMBERS[0] = np.arange(max(m, 2 * numbers.size), dtype=np.int64)
+        numbers.flags.writeable = False
+    return numbers[:m]
 
 
 class Solution:
@@ -573,6 +587,7 @@ class HistoryIndex:
         self._repeats = _RepeatCache()
         self._classes = _RowClasses()
         self._every: EveryRow | None = None
+        self._squared: tuple[FloatArray | None, int] = (None, 0)  # (buffer, rows in it)
 
     @property
     def size(self) -> int:
@@ -622,6 +637,7 @@ class HistoryIndex:
         other._repeats = self._repeats
         other._classes = self._classes.copy()
         other._every = self._every  # the same rows, until either appends one
+        other._squared = (None, 0)  # (its own buffer: the rows each appends differ)
         return other
 
     def append(self, query: LinearQuery, *, alpha: float, step: float) -> int:
@@ -930,6 +946,24 @@ class HistoryIndex:
                 found[i] = self.estimator(rows, weights[rows], residuals[i])
         return found
 
+    def _squares(self, m: int) -> FloatArray:
+        """``p_i^2`` of rows ``0 .. m``: a view of this index's own buffer, extended in place.
+
+        A plan's copy that appends a value a time then holds one array of them, not one per
+        value. Copies start their own buffer: rows past the copy differ between the two.
+        """
+        buffer, done = self._squared
+        if buffer is None or buffer.size < m:
+            grown = np.empty(max(m, 2 * (0 if buffer is None else buffer.size)))
+            if buffer is not None:
+                grown[:done] = buffer[:done]
+            buffer = grown
+        np.square(self._precision[done:m], out=buffer[done:m])
+        self._squared = (buffer, m)
+        squares = buffer[:m]
+        squares.flags.writeable = False
+        return squares
+
     def _every_row(self) -> EveryRow:
         """The history's rows as its BLUEs over every row read them (kept until a row arrives).
 
@@ -940,7 +974,9 @@ class HistoryIndex:
         if every is None or every.rows.size != m:
             group, precision, factor = self._group[:m], self._precision[:m], self._factor[:m]
             columns = self._classes.of(group, precision, factor)
-            every = self._every = EveryRow(group, precision, factor, self._steps[:m], columns)
+            every = self._every = EveryRow(
+                group, precision, factor, self._steps[:m], columns, self._squares(m)
+            )
         return every
 
     def _cell_solution(self, u: FloatArray, residual: float) -> Solution | None:

@@ -165,3 +165,27 @@ def test_a_group_by_planned_again_on_a_large_history_reuses_its_blues_and_decide
         assert (a.source, a.budget, a.half_width, a.confidence, a.basis) == (
             b.source, b.budget, b.half_width, b.confidence, b.basis,
         )  # fmt: skip
+
+
+def test_a_copy_and_its_original_appending_different_rows_each_weigh_their_own() -> None:
+    # p_i^2 is kept in a buffer each index extends in place as rows arrive: a plan's copy
+    # appending its values, and the original appending other rows after the copy was made,
+    # must each weigh their own rows (a buffer shared between them would mix the two)
+    index, groups = _history(17, rows=300)
+    index.solve_many(groups)  # the original's buffer holds its 300 rows
+    index.append(groups[0], alpha=0.2, step=1e-3)
+    index.solve_many(groups)  # ... and 301, with room for 600
+    copy = index.copy()
+    copy.solve_many(groups)
+    for k in range(3):
+        copy.append(groups[k], alpha=0.5, step=1e-3)
+        index.append(groups[k + 3], alpha=0.01 * (k + 1), step=1e-3)
+        index.append(groups[k], alpha=3.0, step=1e-3)
+        for history in (copy, index):
+            m = history.size
+            squared = np.square(history._precision[:m])
+            for solution in history.solve_many(groups):
+                assert solution is not None and solution.terms == m
+                weights = solution._per_vector[history._group[:m]] * squared  # type: ignore[index]
+                weights *= history._factor[:m]
+                assert np.array_equal(solution.weights, weights)
