@@ -220,7 +220,8 @@ def _combined(
 
     Returns ``None`` if that is no cheaper than ``ceiling`` (the fresh-only budget).
     """
-    history_var = float(np.square(history.scales).sum())
+    history_scales = history.scales  # (derived each time it is read: once here)
+    history_var = float(np.square(history_scales).sum())
     target = accuracy.delta * (1 - _COMBINED_MARGIN)
     terms = error_terms(history) if isinstance(tail, ExactTail) else None
     known: dict[float, tuple[float, float]] = {}  # by budget: each is tried once
@@ -236,7 +237,7 @@ def _combined(
             None if terms is None else terms.joined(1.0 - weight, weight * fresh_scale)
         )
         if scales is None:
-            scales = np.append((1.0 - weight) * history.scales, weight * fresh_scale)
+            scales = np.append((1.0 - weight) * history_scales, weight * fresh_scale)
         shift = (1.0 - weight) * history.shift + weight * float(step)
         found = known[budget] = (tail.tail(scales, accuracy.eps - shift) + TAIL_SLACK, weight)
         return found

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,7 @@ from sqlmap.vector import LinearQuery
 
 __all__ = [
     "Solution",
+    "EveryRow",
     "RowColumns",
     "HistoryIndex",
     "BatchSolve",
@@ -56,6 +57,8 @@ _REPEAT_SINGLES = 4
 _SPAN_MAX_RANK = 1500
 _CACHE_SIZE = 128  # a solution may hold a weight for every row,
 _CACHE_TERMS = 2_000_000  # so the cache is also bounded in terms (about 40 bytes each)
+# weights of a batch's BLUEs derived at once, at most (a chunk of values times classes of rows)
+_CHUNK_TERMS = 1_000_000
 # repeat estimates kept (:meth:`HistoryIndex.repeats`), by queries and by their rows in all
 _REPEATS_KEPT = 1024
 _REPEATS_TERMS = 1_000_000
@@ -170,12 +173,108 @@ class _RowClasses:
         self._counts = sizes.tolist()
 
 
-@dataclass(frozen=True, slots=True)
+class EveryRow:
+    """A history's rows as its BLUEs over every row read them, shared by those BLUEs.
+
+    Such a BLUE is its per-vector coefficients ``beta`` (:mod:`proxy.engine.span`): row ``i``
+    of vector ``j`` weighs ``t_i = beta_j p_i^2 f_i``. Its rows' weights and scales are derived
+    when read, so that a GROUP BY's BLUEs, and the cache of them, hold a number per distinct
+    vector rather than two per history row (3.2 MB per value at 100,000 rows).
+
+    Attributes:
+        rows: ``0 .. m``.
+        precisions: ``p_i``.
+        steps: ``g_i``.
+        columns: the history's classes of rows (:class:`_RowClasses`).
+    """
+
+    __slots__ = (
+        "rows",
+        "precisions",
+        "steps",
+        "columns",
+        "_group",
+        "_squared",
+        "_factor",
+        "_of",
+        "_lattice",
+    )
+
+    def __init__(
+        self,
+        group: IntArray,
+        precisions: FloatArray,
+        factor: FloatArray,
+        steps: FloatArray,
+        columns: RowColumns,
+        squared: FloatArray,
+    ) -> None:
+        """Read-only views of the history's first ``m`` rows; ``squared``: ``p_i^2``."""
+        self.rows = _row_numbers(group.size)
+        self.precisions = precisions
+        self.steps = steps
+        self.columns = columns
+        self._group = group
+        self._squared = squared
+        self._factor = factor
+        first = columns.first
+        self._of = (group[first], self._squared[first], factor[first], precisions[first])
+        # per vector, sum_i p_i^2 |f_i| g_i over its rows: a shift is then |beta| times these
+        self._lattice = np.bincount(group, self._squared * np.abs(factor) * steps)
+        for array in (self.rows, group, self._squared, factor, precisions, steps):
+            array.flags.writeable = False
+
+    def weights(self, per_vector: FloatArray) -> FloatArray:
+        """``t`` of each row, from ``beta`` (a matrix of them: a matrix of weights)."""
+        # (taken in C order: each value's weights contiguous)
+        weights: FloatArray = np.take(per_vector, self._group, axis=-1)
+        np.multiply(weights, self._squared, out=weights)
+        return np.multiply(weights, self._factor, out=weights)
+
+    def column_weights(self, per_vector: FloatArray) -> FloatArray:
+        """The weights of each class's first row: what :meth:`weights` gives them, to the bit.
+
+        Every row of a class has its first row's weight, so these are all of them.
+        """
+        group, squared, factor, _ = self._of
+        weights: FloatArray = per_vector[..., group] * squared * factor
+        return weights
+
+    def shift(self, per_vector: FloatArray) -> float:
+        """``sum_i |t_i| g_i``, summed vector by vector.
+
+        The row-by-row sum regrouped, to rounding (1e-16 relative): a term per distinct vector
+        rather than per history row. (One value's contiguous ``beta`` at a time: a dot product
+        of a matrix's rows may round otherwise.)
+        """
+        lattice = self._lattice
+        return float(np.abs(per_vector[: lattice.size]) @ lattice)
+
+    def column_scales(self, per_vector: FloatArray) -> FloatArray:
+        """The scales of each class's first row (:meth:`column_weights`)."""
+        scales: FloatArray = np.abs(self.column_weights(per_vector)) / self._of[3]
+        return scales
+
+
+_ROW_NUMBERS: list[IntArray] = [np.arange(0, dtype=np.int64)]
+
+
+def _row_numbers(m: int) -> IntArray:
+    """``0 .. m`` read-only, a view of one array shared by every history (grown by doubling)."""
+    numbers = _ROW_NUMBERS[0]
+    if numbers.size < m:
+        numbers = _ROW_NUMBERS[0] = np.arange(max(m, 2 * numbers.size), dtype=np.int64)
+        numbers.flags.writeable = False
+    return numbers[:m]
+
+
 class Solution:
     """An unbiased linear estimate of a query: ``estimate = sum_k weights[k] * y[rows[k]]``.
 
     :meth:`HistoryIndex.solve` gives the BLUE; :meth:`HistoryIndex.repeats` and :func:`combine`
     give others. Only public numbers are held: which rows, their weights, budgets and steps.
+    A BLUE over every row keeps its per-vector coefficients instead of its weights and scales,
+    which it derives each time they are read (:class:`EveryRow`).
 
     Attributes:
         rows: history row indices with non-zero weight, increasing.
@@ -186,72 +285,126 @@ class Solution:
         scales: ``b_k = |t_k| S_k / alpha_k``, the Laplace scales of the error terms (derived).
         shift: ``sum_k |t_k| g_k``: how far lattice noise can move the error from its
             continuous-Laplace coupling (derived).
+        widths: interval half-widths already found, by tail method and delta
+            (:func:`proxy.engine.selection.interval`).
+        columns: rows whose scales are equal in every BLUE of this history (one vector
+            measured at one precision and factor): the first of each such class (positions in
+            ``rows``) and their counts, shared by the BLUEs of one history
+            (:func:`proxy.engine.selection.intervals`); None for other estimates.
     """
 
-    rows: IntArray
-    weights: FloatArray
-    precisions: FloatArray
-    steps: FloatArray
-    residual: float
-    scales: FloatArray = field(init=False)
-    shift: float = field(init=False)
-    # interval half-widths already found, by tail method and delta
-    # (:func:`proxy.engine.selection.interval`)
-    widths: dict[tuple[object, float], float] = field(init=False, repr=False, compare=False)
-    # rows whose scales are equal in every BLUE of this history (one vector measured at one
-    # precision and factor): the first of each such class (positions in ``rows``) and their
-    # counts, shared by the BLUEs of one history (:func:`proxy.engine.selection.intervals`)
-    columns: RowColumns | None = field(init=False, repr=False, compare=False)
+    __slots__ = (
+        "rows",
+        "precisions",
+        "steps",
+        "residual",
+        "shift",
+        "widths",
+        "columns",
+        "_weights",
+        "_scales",
+        "_per_vector",
+        "_every",
+    )
 
-    def __post_init__(self) -> None:
-        if not (self.rows.shape == self.weights.shape == self.precisions.shape == self.steps.shape):
-            raise ValueError("rows, weights, precisions and steps must align")
-        if not 0 <= self.residual <= ESTIMABLE_RESIDUAL:
-            raise ValueError("the residual must be within the estimable bound")
-        if self.rows.size > 1 and not np.all(np.diff(self.rows) > 0):
-            raise ValueError("rows must be strictly increasing")
-        magnitude = np.abs(self.weights)
-        object.__setattr__(self, "scales", magnitude / self.precisions)
-        object.__setattr__(self, "shift", float(magnitude @ self.steps))
-        object.__setattr__(self, "widths", {})
-        object.__setattr__(self, "columns", None)
-        for array in (self.rows, self.weights, self.precisions, self.steps, self.scales):
-            array.flags.writeable = False  # solutions are cached and shared
-
-    @classmethod
-    def derived(
-        cls,
+    def __init__(
+        self,
         rows: IntArray,
         weights: FloatArray,
         precisions: FloatArray,
         steps: FloatArray,
         residual: float,
-        scales: FloatArray,
-        shift: float,
-        columns: RowColumns | None = None,
-    ) -> Solution:
-        """A solution whose scales and shift its maker derived, as :meth:`__post_init__` would.
+    ) -> None:
+        if not (rows.shape == weights.shape == precisions.shape == steps.shape):
+            raise ValueError("rows, weights, precisions and steps must align")
+        if not 0 <= residual <= ESTIMABLE_RESIDUAL:
+            raise ValueError("the residual must be within the estimable bound")
+        if rows.size > 1 and not np.all(np.diff(rows) > 0):
+            raise ValueError("rows must be strictly increasing")
+        self.rows, self.precisions, self.steps, self.residual = rows, precisions, steps, residual
+        self._weights: FloatArray | None = weights
+        self._scales: FloatArray | None = self._scales_of(weights)
+        self.shift = float(np.abs(weights) @ steps)
+        self.widths: dict[tuple[object, float], float] = {}
+        self.columns: RowColumns | None = None
+        self._per_vector: FloatArray | None = None
+        self._every: EveryRow | None = None
+        for array in (rows, weights, precisions, steps):
+            array.flags.writeable = False  # solutions are cached and shared
 
-        For a batch of BLUEs over the same rows (:meth:`HistoryIndex.solve_many`), which share
-        ``rows``, ``precisions`` and ``steps`` (and ``columns``) and get their scales in one
-        array operation.
+    @classmethod
+    def over_every_row(
+        cls, every: EveryRow, per_vector: FloatArray, residual: float, shift: float
+    ) -> Solution:
+        """The BLUE of coefficients ``per_vector``, weighing every row (none is zero).
+
+        Its maker derived ``shift`` (:meth:`EveryRow.shift`).
         """
         solution = cls.__new__(cls)
-        for name, value in (
-            ("rows", rows),
-            ("weights", weights),
-            ("precisions", precisions),
-            ("steps", steps),
-            ("residual", residual),
-            ("scales", scales),
-            ("shift", shift),
-            ("widths", {}),
-            ("columns", columns),
-        ):
-            object.__setattr__(solution, name, value)
-        for array in (rows, weights, precisions, steps, scales):
-            array.flags.writeable = False
+        solution.rows, solution.precisions = every.rows, every.precisions
+        solution.steps = every.steps
+        solution.residual, solution.shift = residual, shift
+        solution.widths, solution.columns = {}, every.columns
+        solution._weights = solution._scales = None
+        solution._per_vector, solution._every = per_vector, every
+        per_vector.flags.writeable = False
         return solution
+
+    @property
+    def weights(self) -> FloatArray:
+        """``t_k`` (derived each time for a BLUE over every row)."""
+        if self._weights is not None:
+            return self._weights
+        assert self._every is not None and self._per_vector is not None
+        weights = self._every.weights(self._per_vector)
+        weights.flags.writeable = False
+        return weights
+
+    @property
+    def scales(self) -> FloatArray:
+        """``b_k`` (derived each time for a BLUE over every row)."""
+        if self._scales is not None:
+            return self._scales
+        return self._scales_of(self.weights)
+
+    def _scales_of(self, weights: FloatArray) -> FloatArray:
+        scales: FloatArray = np.abs(weights) / self.precisions
+        scales.flags.writeable = False
+        return scales
+
+    @property
+    def terms(self) -> int:
+        """The number of error terms (rows weighed)."""
+        return int(self.rows.size)
+
+    @property
+    def held(self) -> int:
+        """The numbers this estimate holds of its own (what a cache of them counts)."""
+        return int(self.rows.size if self._per_vector is None else self._per_vector.size)
+
+    def column_scales(self) -> FloatArray:
+        """The scales of each class's first row (``scales[columns.first]``); needs ``columns``."""
+        assert self.columns is not None
+        if self._every is not None and self._per_vector is not None:
+            return self._every.column_scales(self._per_vector)
+        return self.scales[self.columns.first]
+
+    def with_weights(self) -> Solution:
+        """This estimate with its weights and scales held (to read them many times)."""
+        if self._weights is not None:
+            return self
+        held = Solution.__new__(Solution)
+        held.rows, held.precisions, held.steps = self.rows, self.precisions, self.steps
+        held.residual, held.shift, held.widths, held.columns = (
+            self.residual,
+            self.shift,
+            self.widths,
+            self.columns,
+        )
+        weights = self.weights
+        held._weights, held._scales = weights, self._scales_of(weights)
+        held._per_vector = held._every = None
+        return held
 
     @property
     def variance(self) -> float:
@@ -260,14 +413,32 @@ class Solution:
 
     def estimate(self, noisy_answers: FloatArray) -> float:
         """``t . y`` for the vector ``y`` of all released answers, indexed by row."""
+        n = self.rows.size
+        if n and self.rows[-1] == n - 1:  # rows 0 .. n (increasing): no gathering
+            return float(self.weights @ noisy_answers[:n])
         return float(self.weights @ noisy_answers[self.rows])
 
     def same_as(self, other: Solution) -> bool:
         """Whether both give the same weights to the same rows (to rounding)."""
+        if self is other:
+            return True
         return bool(
             np.array_equal(self.rows, other.rows)
             and np.allclose(self.weights, other.weights, rtol=1e-12, atol=0.0)
         )
+
+    def __eq__(self, other: object) -> bool:
+        """Field by field, as a dataclass's (arrays of several terms: only the same object)."""
+        if self is other:
+            return True
+        if not isinstance(other, Solution):
+            return NotImplemented
+        return bool(self._fields() == other._fields())
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.rows, self.weights, self.precisions, self.steps, self.residual, self.shift)
 
     def __repr__(self) -> str:
         return (
@@ -415,6 +586,8 @@ class HistoryIndex:
         self._solutions: OrderedDict[tuple[int, bytes], Solution | None] = OrderedDict()
         self._repeats = _RepeatCache()
         self._classes = _RowClasses()
+        self._every: EveryRow | None = None
+        self._squared: tuple[FloatArray | None, int] = (None, 0)  # (buffer, rows in it)
 
     @property
     def size(self) -> int:
@@ -463,6 +636,8 @@ class HistoryIndex:
         other._solutions = self._solutions
         other._repeats = self._repeats
         other._classes = self._classes.copy()
+        other._every = self._every  # the same rows, until either appends one
+        other._squared = (None, 0)  # (its own buffer: the rows each appends differ)
         return other
 
     def append(self, query: LinearQuery, *, alpha: float, step: float) -> int:
@@ -598,18 +773,25 @@ class HistoryIndex:
             else:
                 us, residuals = self._sync_cells().solve_many([vectors[k] for k in pending])
                 solutions = [self._cell_solution(u, r) for u, r in zip(us, residuals)]
-            for key, solution in zip(pending, solutions):
-                found[key] = solution
-                self._cache(key, solution)
+            solved = dict(zip(pending, solutions))
+            found.update(solved)
+            self._cache(solved)
         return [found[key] for key in keys], updates
 
-    def _cache(self, key: bytes, solution: Solution | None) -> None:
-        """Keep ``solution`` as the BLUE of ``key`` on this history, within the cache's bounds."""
-        self._solutions[(self._stamp, key)] = solution
-        terms = sum(0 if s is None else s.rows.size for s in self._solutions.values())
-        while len(self._solutions) > _CACHE_SIZE or terms > _CACHE_TERMS:
-            _, evicted = self._solutions.popitem(last=False)
-            terms -= 0 if evicted is None else evicted.rows.size
+    def _cache(self, found: dict[bytes, Solution | None]) -> None:
+        """Keep ``found`` as the BLUEs of their keys on this history, within the cache's bounds.
+
+        The oldest are dropped first, never those just found: a batch asked again (a
+        dashboard's GROUP BY) finds all of its own, however many rows its BLUEs weigh.
+        """
+        cache = self._solutions
+        for key, solution in found.items():
+            cache[(self._stamp, key)] = solution
+            cache.move_to_end((self._stamp, key))
+        terms = sum(0 if s is None else s.held for s in cache.values())
+        while len(cache) > len(found) and (len(cache) > _CACHE_SIZE or terms > _CACHE_TERMS):
+            _, evicted = cache.popitem(last=False)
+            terms -= 0 if evicted is None else evicted.held
 
     def _held(self, query: LinearQuery) -> LinearQuery:
         """The query as this index holds vectors: factored over its cube, or cell by cell."""
@@ -744,38 +926,58 @@ class HistoryIndex:
         found: list[Solution | None] = [None] * len(per_vector)
         if not solved:
             return found
-        m = self._size
-        group = self._group[:m]
-        stacked = np.stack([per_vector[i] for i in solved])  # type: ignore[misc]
-        precision = self._precision[:m]
-        t = stacked[:, group] * np.square(precision) * self._factor[:m]
-        # the rows, precisions and steps of the queries that weigh every row (a BLUE over a
-        # connected history usually does) are one read-only array each, their scales one
-        # array operation: what Solution would derive for each, to the bit
-        full = np.all(t != 0.0, axis=1)
-        if np.any(full):
-            every = np.arange(m, dtype=np.int64)
-            precisions, steps = precision.copy(), self._steps[:m].copy()
-            magnitude = np.abs(t[full])
-            scales = magnitude / precisions
-            # (a batch's tails take them as their merged columns; one query's need none)
-            columns = (
-                self._classes.of(group, precision, self._factor[:m])
-                if np.count_nonzero(full) > 1
-                else None
-            )
-        for row, i in enumerate(solved):
-            if full[row]:
-                q = int(np.count_nonzero(full[:row]))
-                shift = float(magnitude[q] @ steps)
-                found[i] = Solution.derived(
-                    every, t[row], precisions, steps, residuals[i], scales[q], shift, columns
-                )
-                continue
-            (rows,) = np.nonzero(t[row])
-            rows = rows.astype(np.int64)
-            found[i] = self.estimator(rows, t[row, rows], residuals[i])
+        every = self._every_row()
+        # a chunk of the batch at a time: its classes' weights are (values x classes) arrays
+        chunk = max(1, _CHUNK_TERMS // max(1, every.columns.first.size))
+        for start in range(0, len(solved), chunk):
+            part = solved[start : start + chunk]
+            stacked = np.stack([per_vector[i] for i in part])  # type: ignore[misc]
+            # weighs every row (as a BLUE over a connected history usually does) iff every
+            # class's first row, since a class's rows share its weight
+            full = np.all(every.column_weights(stacked) != 0.0, axis=1)
+            for row, i in enumerate(part):
+                if full[row]:
+                    shift = every.shift(stacked[row])
+                    found[i] = Solution.over_every_row(every, stacked[row], residuals[i], shift)
+                    continue
+                weights = every.weights(stacked[row])
+                (rows,) = np.nonzero(weights)
+                rows = rows.astype(np.int64)
+                found[i] = self.estimator(rows, weights[rows], residuals[i])
         return found
+
+    def _squares(self, m: int) -> FloatArray:
+        """``p_i^2`` of rows ``0 .. m``: a view of this index's own buffer, extended in place.
+
+        A plan's copy that appends a value a time then holds one array of them, not one per
+        value. Copies start their own buffer: rows past the copy differ between the two.
+        """
+        buffer, done = self._squared
+        if buffer is None or buffer.size < m:
+            grown = np.empty(max(m, 2 * (0 if buffer is None else buffer.size)))
+            if buffer is not None:
+                grown[:done] = buffer[:done]
+            buffer = grown
+        np.square(self._precision[done:m], out=buffer[done:m])
+        self._squared = (buffer, m)
+        squares = buffer[:m]
+        squares.flags.writeable = False
+        return squares
+
+    def _every_row(self) -> EveryRow:
+        """The history's rows as its BLUEs over every row read them (kept until a row arrives).
+
+        Rows below ``size`` never change, so read-only views of them serve.
+        """
+        m = self._size
+        every = self._every
+        if every is None or every.rows.size != m:
+            group, precision, factor = self._group[:m], self._precision[:m], self._factor[:m]
+            columns = self._classes.of(group, precision, factor)
+            every = self._every = EveryRow(
+                group, precision, factor, self._steps[:m], columns, self._squares(m)
+            )
+        return every
 
     def _cell_solution(self, u: FloatArray, residual: float) -> Solution | None:
         """Row weights from the sparse solver's ``u``: ``t_i = u_k share_i p_i``."""
@@ -935,5 +1137,5 @@ class BatchSolve:
             return index.solve(self._queries[i])
         per_vector, residual = corrected
         (solution,) = index._solutions_of([per_vector], [residual])
-        index._cache(key, solution)
+        index._cache({key: solution})
         return solution

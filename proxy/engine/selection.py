@@ -145,9 +145,9 @@ def interval(
     Otherwise the coupling ``P(|sum t_k Z_k| > x) <= P(|sum t_k L_k| > x - sum |t_k| g_k)``
     with continuous ``L_k`` applies.
     """
-    if estimator.scales.size == 0:
+    if estimator.terms == 0:
         return Candidate(estimator, 0.0, 1.0, basis)
-    if estimator.scales.size == 1:
+    if estimator.terms == 1:
         rho = float(estimator.steps[0]) * float(estimator.precisions[0])
         width, miss = lattice_interval(rho, estimator.shift, delta)
         return Candidate(estimator, width, 1.0 - miss, basis)
@@ -177,7 +177,7 @@ def intervals(
         return
     by_delta: dict[float, dict[int, Solution]] = {}
     for estimator, delta in zip(estimators, deltas):
-        if estimator is not None and estimator.scales.size > 1:
+        if estimator is not None and estimator.terms > 1:
             if (tail, delta) not in estimator.widths:
                 by_delta.setdefault(delta, {})[id(estimator)] = estimator
     for delta, pending in by_delta.items():
@@ -189,7 +189,7 @@ def intervals(
         counts = None
         if columns is not None and all(e.columns is columns for e in batch):
             # BLUEs of one history over every row: its classes of rows are the equal columns
-            scales = np.stack([e.scales[columns.first] for e in batch])
+            scales = np.stack([e.column_scales() for e in batch])
             counts = columns.counts
         elif all(np.array_equal(e.rows, first) for e in batch):  # all weigh every row
             scales = np.stack([e.scales for e in batch])
@@ -213,7 +213,7 @@ def error_terms(estimator: Solution) -> Runs:
     columns = estimator.columns
     if columns is None:
         return tails.error_terms(estimator.scales)
-    return tails.error_terms(estimator.scales[columns.first], columns.counts)
+    return tails.error_terms(estimator.column_scales(), columns.counts)
 
 
 def _best_repeat(repeats: Sequence[Solution], delta: float, tail: TailMethod) -> Candidate:
@@ -263,8 +263,10 @@ def choose(
     if enough is not None or _out_of_reach(blue, accuracy):
         return enough or best
 
+    held = blue.with_weights()  # read at every step of the search
+
     def mixture(lam: float) -> Solution:
-        return combine([(1.0 - lam, anchor.estimator), (lam, blue)])
+        return combine([(1.0 - lam, anchor.estimator), (lam, held)])
 
     def miss(lam: float) -> float:
         estimate = mixture(lam)
@@ -332,7 +334,7 @@ def meets(
     if candidate.half_width <= eps * (1 + 1e-12):
         return candidate
     estimator = candidate.estimator
-    if estimator.scales.size > 1 and candidate.half_width <= eps * (1 + _QUANTILE_ROUNDING):
+    if estimator.terms > 1 and candidate.half_width <= eps * (1 + _QUANTILE_ROUNDING):
         miss = tail.tail(estimator.scales, eps - estimator.shift) + TAIL_SLACK
         if miss <= delta:
             return Candidate(estimator, eps, 1.0 - miss, candidate.basis)

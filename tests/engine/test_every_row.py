@@ -1,0 +1,191 @@
+"""BLUEs over every history row held as their per-vector coefficients, chunks and the cache.
+
+A BLUE that weighs every row keeps ``beta`` (a number per distinct vector) and derives its
+weights and scales when read (:class:`~proxy.engine.estimator.EveryRow`); a batch's weights are
+derived a chunk of values at a time; the cache of solutions keeps a batch whole. All of it
+must give, to the bit, what weights held row by row give.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from proxy.engine import estimator
+from proxy.engine.engine import PrivacyEngine, QueryRequest
+from proxy.engine.estimator import HistoryIndex, Solution
+from proxy.engine.history import HistoryEntry
+from proxy.engine.selection import error_terms, interval
+from sqlmap.accuracy import AccuracyRequest
+from sqlmap.vector import LinearQuery
+
+SHAPE = (4, 3, 5)
+
+
+def _rows(seed: int, rows: int) -> list[tuple[LinearQuery, float]]:
+    """(vector, alpha) of a history over a 4 x 3 x 5 cube: vectors repeated at a few budgets,
+    some with negative factors."""
+    rng = np.random.default_rng(seed)
+    vectors = []
+    for _ in range(120):
+        axes = tuple(sorted(rng.choice(3, int(rng.integers(1, 3)), replace=False).tolist()))
+        tensor = rng.random(tuple(n if d in axes else 1 for d, n in enumerate(SHAPE))) < 0.6
+        tensor.flat[0] = True
+        vectors.append(LinearQuery.from_tensor(SHAPE, tensor * rng.choice([1.0, 2.0, -1.0])))
+    return [
+        (vectors[int(rng.integers(0, len(vectors)))], float(rng.choice([0.05, 0.1, 0.2])))
+        for _ in range(rows)
+    ]
+
+
+def _history(seed: int, rows: int = 600) -> tuple[HistoryIndex, list[LinearQuery]]:
+    """That history's index, and the 12 group vectors of a GROUP BY over two dimensions."""
+    index = HistoryIndex(60, shape=SHAPE)
+    for vector, alpha in _rows(seed, rows):
+        index.append(vector, alpha=alpha, step=1e-3)
+    return index, _groups()
+
+
+def _groups() -> list[LinearQuery]:
+    groups = []
+    for a in range(SHAPE[0]):
+        for b in range(SHAPE[1]):
+            tensor = np.zeros((*SHAPE[:2], 1))
+            tensor[a, b] = 1.0
+            groups.append(LinearQuery.from_tensor(SHAPE, tensor))
+    return groups
+
+
+def _stored(solution: Solution) -> Solution:
+    """The same estimate with weights held row by row (what every estimate used to be)."""
+    return Solution(
+        solution.rows, solution.weights.copy(), solution.precisions, solution.steps,
+        solution.residual,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", [3, 11, 29])
+def test_a_blue_over_every_row_derives_what_its_weights_held_row_by_row_derive(seed: int) -> None:
+    index, groups = _history(seed)
+    batch = index.solve_many(groups)
+    fresh = index.copy()
+    fresh._solutions.clear()
+    singles = [fresh.solve(group) for group in groups]  # each alone: a single value's BLUE
+    answers = np.random.default_rng(seed).normal(100.0, 30.0, index.size)
+    lazy = [s for s in batch + singles if s is not None and s.held < s.terms]
+    assert len(lazy) > 12  # most weigh every row
+    for solution in lazy:
+        held = _stored(solution)
+        assert solution.terms == index.size and solution.held == index.distinct
+        assert np.array_equal(solution.weights, held.weights)
+        assert np.array_equal(solution.scales, held.scales)
+        # the shift summed vector by vector: the sum over rows regrouped
+        assert solution.shift == pytest.approx(held.shift, rel=1e-13, abs=0)
+        assert solution.variance == held.variance
+        assert solution.estimate(answers) == held.estimate(answers)
+        assert solution == solution and solution.same_as(held)
+        columns = solution.columns
+        assert columns is not None  # a single value's BLUE carries the classes too
+        assert np.array_equal(solution.column_scales(), held.scales[columns.first])
+        kept = solution.with_weights()
+        assert np.array_equal(kept.scales, held.scales) and kept.widths is solution.widths
+        assert not solution.weights.flags.writeable and not solution.scales.flags.writeable
+        # the exact tail by classes of rows is the tail row by row, to the bit
+        runs, plain = error_terms(solution), error_terms(held)
+        assert np.array_equal(runs.values, plain.values)
+        assert np.array_equal(runs.counts, plain.counts)
+        assert interval(solution, 0.05).half_width == interval(held, 0.05).half_width
+
+
+def test_a_batch_derived_a_value_at_a_time_is_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    index, groups = _history(5)
+    whole = index.copy()
+    whole._solutions.clear()
+    together = whole.solve_many(groups)
+    monkeypatch.setattr(estimator, "_CHUNK_TERMS", 1)  # one value per chunk
+    chunked = index.copy()
+    chunked._solutions.clear()
+    apart = chunked.solve_many(groups)
+    for a, b in zip(together, apart):
+        assert (a is None) == (b is None)
+        if a is not None and b is not None:
+            assert np.array_equal(a.rows, b.rows) and np.array_equal(a.weights, b.weights)
+            assert a.shift == b.shift  # (each value's row contiguous, as a dot product reads it)
+            assert a.columns is not None and b.columns is not None
+            assert np.array_equal(a.columns.first, b.columns.first)
+
+
+def test_a_batch_larger_than_the_cache_finds_all_of_its_blues_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # At 100,000 rows a GROUP BY's BLUEs outgrew the cache's bound in terms, so each one asked
+    # again evicted the next: every value was solved again. The bound now never drops a
+    # batch's own, and evicts older entries first.
+    index, groups = _history(7)
+    other = [LinearQuery.from_tensor(SHAPE, np.ones((4, 1, 1)))]
+    index.solve_many(other)
+    monkeypatch.setattr(estimator, "_CACHE_SIZE", 4)
+    monkeypatch.setattr(estimator, "_CACHE_TERMS", 10)
+    first = index.solve_many(groups)
+    again = index.solve_many(groups)
+    assert all(a is b for a, b in zip(first, again))
+    assert len(index._solutions) == len(groups)  # the older entry went, the batch stayed
+    index.solve_many(other)  # a later solve drops the batch's to fit its bounds
+    assert list(index._solutions.values()) == index.solve_many(other)
+
+
+def test_a_group_by_planned_again_on_a_large_history_reuses_its_blues_and_decides_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # an engine whose cache bound a GROUP BY's BLUEs exceed (as at 100,000 rows): planned
+    # again, it finds every BLUE and decides exactly as the first time and as a fresh engine
+    monkeypatch.setattr(estimator, "_CACHE_TERMS", 300)  # a few BLUEs' coefficients
+    monkeypatch.setattr(estimator, "_CHUNK_TERMS", 2_000)  # chunks of a few values
+    entries = [
+        HistoryEntry("t", vector, Fraction(alpha), Fraction(1, 1024), 50.0 + k % 7)
+        for k, (vector, alpha) in enumerate(_rows(13, 1_500))
+    ]
+    total = Fraction(1000)
+    engine = PrivacyEngine("t", 60, total_budget=total, history=entries, shape=SHAPE)
+    requests = [QueryRequest(g, AccuracyRequest(40.0, 0.05)) for g in _groups()]
+    first = engine.plan(requests)
+    cached = dict(engine._index._solutions)
+    again = engine.plan(requests)
+    assert dict(engine._index._solutions).keys() == cached.keys()
+    assert all(engine._index._solutions[k] is v for k, v in cached.items())
+    assert all(d.history is not None for d in first.decisions)
+    monkeypatch.undo()  # a fresh engine at the usual bounds: whole chunks, the usual cache
+    plain = PrivacyEngine("t", 60, total_budget=total, history=entries, shape=SHAPE)
+    for a, b in [
+        *zip(first.decisions, again.decisions),
+        *zip(first.decisions, plain.plan(requests).decisions),
+    ]:
+        assert (a.source, a.budget, a.half_width, a.confidence, a.basis) == (
+            b.source, b.budget, b.half_width, b.confidence, b.basis,
+        )  # fmt: skip
+
+
+def test_a_copy_and_its_original_appending_different_rows_each_weigh_their_own() -> None:
+    # p_i^2 is kept in a buffer each index extends in place as rows arrive: a plan's copy
+    # appending its values, and the original appending other rows after the copy was made,
+    # must each weigh their own rows (a buffer shared between them would mix the two)
+    index, groups = _history(17, rows=300)
+    index.solve_many(groups)  # the original's buffer holds its 300 rows
+    index.append(groups[0], alpha=0.2, step=1e-3)
+    index.solve_many(groups)  # ... and 301, with room for 600
+    copy = index.copy()
+    copy.solve_many(groups)
+    for k in range(3):
+        copy.append(groups[k], alpha=0.5, step=1e-3)
+        index.append(groups[k + 3], alpha=0.01 * (k + 1), step=1e-3)
+        index.append(groups[k], alpha=3.0, step=1e-3)
+        for history in (copy, index):
+            m = history.size
+            squared = np.square(history._precision[:m])
+            for solution in history.solve_many(groups):
+                assert solution is not None and solution.terms == m
+                weights = solution._per_vector[history._group[:m]] * squared  # type: ignore[index]
+                weights *= history._factor[:m]
+                assert np.array_equal(solution.weights, weights)
