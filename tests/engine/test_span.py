@@ -451,3 +451,37 @@ def test_a_copy_changing_k_copies_only_its_order() -> None:
     after, _ = solver.solve_many(query)
     assert before[0] is not None and after[0] is not None
     assert np.array_equal(before[0], after[0])
+
+
+def test_inner_products_read_the_index_rows_of_the_cells_touched() -> None:
+    """H_B^T v from the index's rows (`_row_entries`), for one vector and a batch, with basis
+    vectors both in the index and in the recent part, and cells no basis vector weighs."""
+    from proxy.engine.span import _PENDING
+
+    rng = np.random.default_rng(23)
+    n = 400
+    solver = SpanSolver(n, residual=1e-6)
+    for batch in (2 * _PENDING + 3, 5):
+        for _ in range(batch):
+            h = np.where(rng.random(n - 50) < 0.04, rng.choice([1.0, 2.0, -1.0], n - 50), 0.0)
+            h[int(rng.integers(n - 50))] = 3.0
+            (cells,) = np.nonzero(h)
+            solver.weigh(solver.add(cells.astype(np.int64), h[cells]), 1.0)
+        solver.solve_many([(np.array([0]), np.array([1.0]))])
+    index, recent, _ = solver._basis_index()
+    assert recent is not None  # both parts are read
+    basis = np.zeros((n, solver.rank))
+    for k, (cells, weights) in enumerate(solver._vectors):
+        basis[cells, k] = weights
+    queries = []
+    for size in (1, 9, 60, 120):
+        cells = np.sort(rng.choice(n, size=size, replace=False)).astype(np.int64)
+        queries.append((cells, rng.standard_normal(size)))
+    queries.append((np.arange(n - 50, n, dtype=np.int64), np.ones(50)))  # no basis cell
+    dense = np.zeros((n, len(queries)))
+    for k, (cells, weights) in enumerate(queries):
+        dense[cells, k] = weights
+    np.testing.assert_allclose(solver._inner(queries), basis.T @ dense, atol=1e-12)
+    for k, query in enumerate(queries):
+        np.testing.assert_allclose(solver._inner([query])[:, 0], basis.T @ dense[:, k], atol=1e-12)
+    assert not np.any(solver._inner([queries[-1]]))
