@@ -45,7 +45,13 @@ import scipy.linalg
 import scipy.linalg.lapack
 from scipy import sparse
 
-from proxy.engine.blas import lower_product, symmetric_product
+from proxy.engine.blas import (
+    add_gram,
+    add_product,
+    lower_product,
+    rank_one_update,
+    symmetric_product,
+)
 
 __all__ = ["SpanSolver", "BatchUpdates"]
 
@@ -80,7 +86,9 @@ _JOINS = 1e-2
 _DENSE_BASIS_BYTES = 2**28  # past this, the basis is not held densely over the cells: _place
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the power method's start: x_i = (i * _GOLDEN) mod 1
 _MIRROR_ROWS = 256  # rows of K^{-1} made symmetric together (their temporaries stay small)
+_STAIR = 256  # vectors whose coordinates' reach is kept together (SpanSolver._values)
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
+_SCALED_COLUMNS = 256  # vectors' weighed coordinates added to K together when it is formed anew
 # A batch's corrected solve (BatchUpdates) is given up once it is this many times smaller than
 # a term it was formed from: its rounding, relative to it, is then that much larger.
 _GROWTH = 1e3
@@ -128,6 +136,7 @@ class SpanSolver:
         self._k = np.zeros((16, 16))  # K = sum_j c_j^2 z_j z_j^T, up to the pending terms
         self._k_inv = np.zeros((16, 16))  # K^{-1} of order _k_dim, up to the same terms
         self._coords = np.zeros((16, 16))  # z_j = L^T beta_j of every vector, as columns
+        self._stairs: tuple[int, ...] = ()  # per _STAIR columns placed, the rows they reach
         self._weight2 = np.zeros(16)  # c_j^2
         self._k_pending: list[tuple[int, float]] = []
         self._k_dim = 0  # the order K^{-1} has reached (0: not inverted yet)
@@ -264,7 +273,9 @@ class SpanSolver:
                 beta, distances, fitted = self._project(block, inner, residuals=True)
             else:
                 inner, beta, distances, fitted = reused
-            self._coords[:r, first : first + len(block)] = self._lower[:r, :r].T @ beta
+            self._coords[:r, first : first + len(block)] = lower_product(
+                self._lower[:r, :r], beta, transpose=True
+            )
             self._placed = first + len(block)
             bound = [_INDEPENDENT * float(np.linalg.norm(w)) for _, w in block]
             candidates = [k for k in range(len(block)) if distances[k] > bound[k]]
@@ -519,7 +530,7 @@ class SpanSolver:
         lower[r, :r] = line
         lower[r, r] = d
         # the row x with x L = e_r: x = [-(line^T L^{-1}) / d, 1 / d]
-        lower_inv[r, :r] = -(line @ lower_inv[:r, :r]) / d
+        lower_inv[r, :r] = -lower_product(lower_inv[:r, :r], line, transpose=True) / d
         lower_inv[r, r] = 1.0 / d
         self._k[r, : r + 1] = self._k[: r + 1, r] = 0.0
 
@@ -553,12 +564,15 @@ class SpanSolver:
             and (self._k_updates + len(pending) <= _MAX_UPDATES or self._inverse_holds())
         )
         k = self._k[:r, :r]
-        if _REWEIGH * len(pending) > r:
-            scaled = z[:r, : self.size] * np.sqrt(self._weight2[: self.size])
-            k[...] = scaled @ scaled.T  # one operand twice: numpy takes BLAS's syrk, half the work
+        if _REWEIGH * len(pending) > r:  # formed anew, in blocks of the vectors (no r x size)
+            k[...] = 0.0
+            for start in range(0, self.size, _SCALED_COLUMNS):
+                stop = min(start + _SCALED_COLUMNS, self.size)
+                add_gram(k, z[:r, start:stop] * np.sqrt(self._weight2[start:stop]))
+            _symmetric_from_lower(k, k)
         else:  # one rank-k product (BLAS 3), not k outer products
             columns = z[:r, [j for j, _ in pending]]
-            k += (columns * np.array([w for _, w in pending])) @ columns.T
+            add_product(k, columns * np.array([w for _, w in pending]), columns)
         if updating:
             for j, weight2 in pending:
                 if not self._update(z[:r, j], weight2):
@@ -592,13 +606,13 @@ class SpanSolver:
         """
         n = self._k_dim
         inverse, k = self._k_inv[:n, :n], self._k[:n, :n]
-        x = (np.arange(n) * _GOLDEN) % 1.0 - 0.5
+        x = np.asarray((np.arange(n) * _GOLDEN) % 1.0 - 0.5, dtype=np.float64)
         for _ in range(2):
             norm = float(np.linalg.norm(x))
             if norm == 0.0:  # E vanishes on x (a small K inverted exactly)
                 break
             x = x / norm
-            x = x - inverse @ (k @ x)
+            x = x - symmetric_product(inverse, symmetric_product(k, x))
         if float(np.linalg.norm(x)) > _INVERSE_ERROR:
             return False
         self._k_updates = 0
@@ -616,12 +630,12 @@ class SpanSolver:
         n = self._k_dim
         inverse = self._k_inv
         if top < n:
-            v = inverse[:n, :n] @ z[:n]
+            v = symmetric_product(inverse[:n, :n], z[:n])
             denominator = 1.0 + weight2 * float(z[:n] @ v)
-            inverse[:n, :n] -= np.outer(v, (weight2 / denominator) * v)
+            rank_one_update(inverse[:n, :n], -weight2 / denominator, v, v)
         elif top == n:
             line, d = z[:n], float(z[n])
-            v = (inverse[:n, :n] @ line) / d
+            v = symmetric_product(inverse[:n, :n], line) / d
             inverse[:n, n] = inverse[n, :n] = -v
             inverse[n, n] = float(line @ v) / d + 1.0 / (weight2 * d * d)
             self._k_dim = n + 1
@@ -692,7 +706,33 @@ class SpanSolver:
         target = lower_product(self._lower[:r, :r], beta, transpose=True)
         y = symmetric_product(inverse, target)
         y += symmetric_product(inverse, target - symmetric_product(self._k[:r, :r], y))
-        return target, y, self._coords[:r, : self.size].T @ y
+        return target, y, self._values(y)
+
+    def _values(self, y: FloatArray) -> FloatArray:
+        """``z_j^T y`` for every vector ``j`` (rows), reading only the rows their ``z_j`` reach.
+
+        A vector's coordinates end at the rank when it was placed (later basis vectors give it
+        none): a basis vector's at its own row, so the coordinates of a history placed as it
+        arrived are nearly triangular. Per block of ``_STAIR`` vectors placed, the rows any of
+        them reaches are found once (their coordinates do not change after) and the product
+        reads those alone: about half of the coordinates on the wide cube, a quarter on the
+        demo.
+        """
+        r, size = self._rank, self.size
+        coords, stairs = self._coords, self._stairs
+        if len(stairs) < self._placed // _STAIR:
+            found = list(stairs)
+            for start in range(len(stairs) * _STAIR, self._placed - _STAIR + 1, _STAIR):
+                reached = np.flatnonzero(np.any(coords[:r, start : start + _STAIR], axis=1))
+                found.append(int(reached[-1]) + 1 if reached.size else 0)
+            stairs = self._stairs = tuple(found)
+        out = np.empty((size, *y.shape[1:]))
+        for b, rows in enumerate(stairs):
+            columns = slice(b * _STAIR, (b + 1) * _STAIR)
+            out[columns] = coords[:rows, columns].T @ y[:rows]
+        rest = len(stairs) * _STAIR
+        out[rest:] = coords[:r, rest:size].T @ y
+        return out
 
     @overload
     def _project(
@@ -935,7 +975,7 @@ class BatchUpdates:
             self._basis_nnz += nnz
             direction = remainder / d
             along = direction @ self._remainders[:, later]  # x_b
-            self._remainders[:, later] -= np.outer(direction, along)
+            rank_one_update(self._remainders[:, later], -1.0, direction, along)
             self._directions[:, dims - r] = direction
             self._t[dims, a] = d
             self._t[dims, later] = along
@@ -943,14 +983,14 @@ class BatchUpdates:
             terms = np.outer(y_a, shift)
             self._y[:dims, later] -= terms
             self._y[dims, later] = -(t_a @ self._y[:dims, later]) / d + along / (w * d * d)
-            self._values[:, later] -= np.outer(values_a, shift)
+            rank_one_update(self._values[:, later], -1.0, values_a, shift)
             self._dims = rank
         else:
             gamma = w / (1.0 + w * float(t_a @ y_a))
             coefficient = gamma * (t_a @ self._y[:dims, later])
             terms = np.outer(y_a, coefficient)
             self._y[:dims, later] -= terms
-            self._values[:, later] -= np.outer(values_a, coefficient)
+            rank_one_update(self._values[:, later], -1.0, values_a, coefficient)
         self._largest[later] = np.maximum(
             self._largest[later], np.abs(terms).max(axis=0, initial=0.0)
         )
@@ -1023,9 +1063,11 @@ def _symmetric_from_lower(lower: FloatArray, out: FloatArray) -> None:
     """``out`` = the symmetric matrix whose lower triangle ``lower`` holds, in bands of rows.
 
     The same entries as ``tril(lower) + tril(lower, -1).T``, without its square temporaries.
+    ``out`` may be ``lower`` itself (each band reads only the lower triangle's rows below it).
     """
     n = lower.shape[0]
-    out[...] = lower
+    if out is not lower:
+        out[...] = lower
     for start in range(0, n, _MIRROR_ROWS):
         stop = min(start + _MIRROR_ROWS, n)
         band = lower[start:stop, start:stop]
