@@ -69,6 +69,7 @@ _SPARSE = 4
 _SPARSE_FROM = 256
 _BLOCK = 64  # vectors placed together
 _PENDING = 32  # basis vectors kept outside the sparse row index before it is rebuilt
+_GATHERED = 16_384  # index entries up to which a single vector's rows are gathered by hand
 _MAX_UPDATES = 48  # terms added to K^{-1} as updates before its accuracy is checked
 # Error ||I - K^{-1} K|| (estimated) past which the kept inverse is formed anew from K: one
 # refinement against K squares it, so results stay at rounding. Fresh inverses of Adult-like
@@ -827,7 +828,11 @@ class SpanSolver:
         if len(vectors) == 1:
             cells, weights = vectors[0]
             for matrix, columns in parts:
-                positions, lengths = _row_entries(matrix, cells)
+                entries = _row_entries(matrix, cells)
+                if entries is None:  # many entries: scipy's row indexing is the faster
+                    out[columns, 0] = matrix[cells].T @ weights
+                    continue
+                positions, lengths = entries
                 out[columns, 0] = np.bincount(
                     matrix.indices[positions],
                     weights=matrix.data[positions] * np.repeat(weights, lengths),
@@ -839,16 +844,7 @@ class SpanSolver:
             for k, (cells, weights) in enumerate(vectors):
                 dense[np.searchsorted(touched, cells), k] = weights
             for matrix, columns in parts:
-                positions, lengths = _row_entries(matrix, touched)
-                rows = sparse.csr_array(
-                    (
-                        matrix.data[positions],
-                        matrix.indices[positions],
-                        np.concatenate([[0], np.cumsum(lengths)]),
-                    ),
-                    shape=(touched.size, matrix.shape[1]),
-                )
-                out[columns] = rows.T @ dense
+                out[columns] = matrix[touched].T @ dense
         return out
 
 
@@ -1034,18 +1030,21 @@ def _row_index(vectors: list[tuple[IntArray, FloatArray]], n_cells: int) -> spar
     return columns.tocsr()
 
 
-def _row_entries(matrix: sparse.csr_array, rows: IntArray) -> tuple[IntArray, IntArray]:
+def _row_entries(matrix: sparse.csr_array, rows: IntArray) -> tuple[IntArray, IntArray] | None:
     """The positions in ``matrix.data`` of the entries of ``rows``, in order, and their counts.
 
     What ``matrix[rows]`` reads, without building it: scipy's fancy row indexing costs about
-    0.2 ms of checks and copies whatever the rows, at the scale of a solve's own products.
+    0.2 ms of checks and copies whatever the rows, at the scale of a single solve's products
+    on the demo cube. Past ``_GATHERED`` entries its compiled gather is the faster (a wide
+    cube's rows hold hundreds of basis vectors each): None.
     """
     starts = matrix.indptr[rows]
     lengths = matrix.indptr[rows + 1] - starts
     ends = np.cumsum(lengths)
-    return np.repeat(starts - ends + lengths, lengths) + np.arange(
-        ends[-1] if ends.size else 0
-    ), lengths
+    total = int(ends[-1]) if ends.size else 0
+    if total > _GATHERED:
+        return None
+    return np.repeat(starts - ends + lengths, lengths) + np.arange(total), lengths
 
 
 def _compact(matrix: FloatArray, rows: int, columns: int, room: int) -> FloatArray:

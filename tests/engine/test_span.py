@@ -453,7 +453,9 @@ def test_a_copy_changing_k_copies_only_its_order() -> None:
     assert np.array_equal(before[0], after[0])
 
 
-def test_inner_products_read_the_index_rows_of_the_cells_touched() -> None:
+def test_inner_products_read_the_index_rows_of_the_cells_touched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """H_B^T v from the index's rows (`_row_entries`), for one vector and a batch, with basis
     vectors both in the index and in the recent part, and cells no basis vector weighs."""
     from proxy.engine.span import _PENDING
@@ -482,9 +484,12 @@ def test_inner_products_read_the_index_rows_of_the_cells_touched() -> None:
     for k, (cells, weights) in enumerate(queries):
         dense[cells, k] = weights
     np.testing.assert_allclose(solver._inner(queries), basis.T @ dense, atol=1e-12)
-    for k, query in enumerate(queries):
-        np.testing.assert_allclose(solver._inner([query])[:, 0], basis.T @ dense[:, k], atol=1e-12)
-    assert not np.any(solver._inner([queries[-1]]))
+    for gathered in (span._GATHERED, 0):  # gathered by hand, then by scipy's row indexing
+        monkeypatch.setattr(span, "_GATHERED", gathered)
+        for k, query in enumerate(queries):
+            inner = solver._inner([query])[:, 0]
+            np.testing.assert_allclose(inner, basis.T @ dense[:, k], atol=1e-12)
+        assert not np.any(solver._inner([queries[-1]]))
 
 
 def test_k_formed_anew_in_blocks_is_the_weighed_sum_of_every_vector(
