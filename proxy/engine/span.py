@@ -27,8 +27,10 @@ cells the vectors cover or how often they are measured:
 A solve costs the basis vectors' weights on the query's cells (a sparse row slice), one sparse
 product over the basis for the distance and a few dense matrix-vector products of order ``r``
 (explicit inverses rather than triangular solves: at these orders a triangular solve runs far
-below the memory's speed); each solve with ``G`` or ``K`` is refined once against the matrix
-itself, so distances and weights are accurate to rounding, not to the conditioning.
+below the memory's speed), each reading one triangle of its symmetric or triangular matrix
+(:mod:`proxy.engine.blas`: they run at the memory's speed, so half the bytes is about half
+the time at a wide cube's rank); each solve with ``G`` or ``K`` is refined once against the
+matrix itself, so distances and weights are accurate to rounding, not to the conditioning.
 """
 
 from __future__ import annotations
