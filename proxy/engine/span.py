@@ -27,8 +27,10 @@ cells the vectors cover or how often they are measured:
 A solve costs the basis vectors' weights on the query's cells (a sparse row slice), one sparse
 product over the basis for the distance and a few dense matrix-vector products of order ``r``
 (explicit inverses rather than triangular solves: at these orders a triangular solve runs far
-below the memory's speed); each solve with ``G`` or ``K`` is refined once against the matrix
-itself, so distances and weights are accurate to rounding, not to the conditioning.
+below the memory's speed), each reading one triangle of its symmetric or triangular matrix
+(:mod:`proxy.engine.blas`: they run at the memory's speed, so half the bytes is about half
+the time at a wide cube's rank); each solve with ``G`` or ``K`` is refined once against the
+matrix itself, so distances and weights are accurate to rounding, not to the conditioning.
 """
 
 from __future__ import annotations
@@ -44,6 +46,14 @@ import numpy.typing as npt
 import scipy.linalg
 import scipy.linalg.lapack
 from scipy import sparse
+
+from proxy.engine.blas import (
+    add_gram,
+    add_product,
+    lower_product,
+    rank_one_update,
+    symmetric_product,
+)
 
 __all__ = ["SpanSolver", "BatchUpdates"]
 
@@ -61,6 +71,7 @@ _SPARSE = 4
 _SPARSE_FROM = 256
 _BLOCK = 64  # vectors placed together
 _PENDING = 32  # basis vectors kept outside the sparse row index before it is rebuilt
+_GATHERED = 16_384  # index entries up to which a single vector's rows are gathered by hand
 _MAX_UPDATES = 48  # terms added to K^{-1} as updates before its accuracy is checked
 # Error ||I - K^{-1} K|| (estimated) past which the kept inverse is formed anew from K: one
 # refinement against K squares it, so results stay at rounding. Fresh inverses of Adult-like
@@ -78,7 +89,9 @@ _JOINS = 1e-2
 _DENSE_BASIS_BYTES = 2**28  # past this, the basis is not held densely over the cells: _place
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the power method's start: x_i = (i * _GOLDEN) mod 1
 _MIRROR_ROWS = 256  # rows of K^{-1} made symmetric together (their temporaries stay small)
+_STAIR = 256  # vectors whose coordinates' reach is kept together (SpanSolver._values)
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
+_SCALED_COLUMNS = 256  # vectors' weighed coordinates added to K together when it is formed anew
 # A batch's corrected solve (BatchUpdates) is given up once it is this many times smaller than
 # a term it was formed from: its rounding, relative to it, is then that much larger.
 _GROWTH = 1e3
@@ -126,6 +139,7 @@ class SpanSolver:
         self._k = np.zeros((16, 16))  # K = sum_j c_j^2 z_j z_j^T, up to the pending terms
         self._k_inv = np.zeros((16, 16))  # K^{-1} of order _k_dim, up to the same terms
         self._coords = np.zeros((16, 16))  # z_j = L^T beta_j of every vector, as columns
+        self._stairs: tuple[int, ...] = ()  # per _STAIR columns placed, the rows they reach
         self._weight2 = np.zeros(16)  # c_j^2
         self._k_pending: list[tuple[int, float]] = []
         self._k_dim = 0  # the order K^{-1} has reached (0: not inverted yet)
@@ -262,7 +276,9 @@ class SpanSolver:
                 beta, distances, fitted = self._project(block, inner, residuals=True)
             else:
                 inner, beta, distances, fitted = reused
-            self._coords[:r, first : first + len(block)] = self._lower[:r, :r].T @ beta
+            self._coords[:r, first : first + len(block)] = lower_product(
+                self._lower[:r, :r], beta, transpose=True
+            )
             self._placed = first + len(block)
             bound = [_INDEPENDENT * float(np.linalg.norm(w)) for _, w in block]
             candidates = [k for k in range(len(block)) if distances[k] > bound[k]]
@@ -517,7 +533,7 @@ class SpanSolver:
         lower[r, :r] = line
         lower[r, r] = d
         # the row x with x L = e_r: x = [-(line^T L^{-1}) / d, 1 / d]
-        lower_inv[r, :r] = -(line @ lower_inv[:r, :r]) / d
+        lower_inv[r, :r] = -lower_product(lower_inv[:r, :r], line, transpose=True) / d
         lower_inv[r, r] = 1.0 / d
         self._k[r, : r + 1] = self._k[: r + 1, r] = 0.0
 
@@ -551,12 +567,15 @@ class SpanSolver:
             and (self._k_updates + len(pending) <= _MAX_UPDATES or self._inverse_holds())
         )
         k = self._k[:r, :r]
-        if _REWEIGH * len(pending) > r:
-            scaled = z[:r, : self.size] * np.sqrt(self._weight2[: self.size])
-            k[...] = scaled @ scaled.T  # one operand twice: numpy takes BLAS's syrk, half the work
+        if _REWEIGH * len(pending) > r:  # formed anew, in blocks of the vectors (no r x size)
+            k[...] = 0.0
+            for start in range(0, self.size, _SCALED_COLUMNS):
+                stop = min(start + _SCALED_COLUMNS, self.size)
+                add_gram(k, z[:r, start:stop] * np.sqrt(self._weight2[start:stop]))
+            _symmetric_from_lower(k, k)
         else:  # one rank-k product (BLAS 3), not k outer products
             columns = z[:r, [j for j, _ in pending]]
-            k += (columns * np.array([w for _, w in pending])) @ columns.T
+            add_product(k, columns * np.array([w for _, w in pending]), columns)
         if updating:
             for j, weight2 in pending:
                 if not self._update(z[:r, j], weight2):
@@ -590,13 +609,13 @@ class SpanSolver:
         """
         n = self._k_dim
         inverse, k = self._k_inv[:n, :n], self._k[:n, :n]
-        x = (np.arange(n) * _GOLDEN) % 1.0 - 0.5
+        x = np.asarray((np.arange(n) * _GOLDEN) % 1.0 - 0.5, dtype=np.float64)
         for _ in range(2):
             norm = float(np.linalg.norm(x))
             if norm == 0.0:  # E vanishes on x (a small K inverted exactly)
                 break
             x = x / norm
-            x = x - inverse @ (k @ x)
+            x = x - symmetric_product(inverse, symmetric_product(k, x))
         if float(np.linalg.norm(x)) > _INVERSE_ERROR:
             return False
         self._k_updates = 0
@@ -614,12 +633,12 @@ class SpanSolver:
         n = self._k_dim
         inverse = self._k_inv
         if top < n:
-            v = inverse[:n, :n] @ z[:n]
+            v = symmetric_product(inverse[:n, :n], z[:n])
             denominator = 1.0 + weight2 * float(z[:n] @ v)
-            inverse[:n, :n] -= np.outer(v, (weight2 / denominator) * v)
+            rank_one_update(inverse[:n, :n], -weight2 / denominator, v, v)
         elif top == n:
             line, d = z[:n], float(z[n])
-            v = (inverse[:n, :n] @ line) / d
+            v = symmetric_product(inverse[:n, :n], line) / d
             inverse[:n, n] = inverse[n, :n] = -v
             inverse[n, n] = float(line @ v) / d + 1.0 / (weight2 * d * d)
             self._k_dim = n + 1
@@ -687,10 +706,36 @@ class SpanSolver:
         r = self._rank
         self.prepare()
         inverse = self._k_inv[:r, :r]
-        target = self._lower[:r, :r].T @ beta
-        y = inverse @ target
-        y += inverse @ (target - self._k[:r, :r] @ y)
-        return target, y, self._coords[:r, : self.size].T @ y
+        target = lower_product(self._lower[:r, :r], beta, transpose=True)
+        y = symmetric_product(inverse, target)
+        y += symmetric_product(inverse, target - symmetric_product(self._k[:r, :r], y))
+        return target, y, self._values(y)
+
+    def _values(self, y: FloatArray) -> FloatArray:
+        """``z_j^T y`` for every vector ``j`` (rows), reading only the rows their ``z_j`` reach.
+
+        A vector's coordinates end at the rank when it was placed (later basis vectors give it
+        none): a basis vector's at its own row, so the coordinates of a history placed as it
+        arrived are nearly triangular. Per block of ``_STAIR`` vectors placed, the rows any of
+        them reaches are found once (their coordinates do not change after) and the product
+        reads those alone: about half of the coordinates on the wide cube, a quarter on the
+        demo.
+        """
+        r, size = self._rank, self.size
+        coords, stairs = self._coords, self._stairs
+        if len(stairs) < self._placed // _STAIR:
+            found = list(stairs)
+            for start in range(len(stairs) * _STAIR, self._placed - _STAIR + 1, _STAIR):
+                reached = np.flatnonzero(np.any(coords[:r, start : start + _STAIR], axis=1))
+                found.append(int(reached[-1]) + 1 if reached.size else 0)
+            stairs = self._stairs = tuple(found)
+        out = np.empty((size, *y.shape[1:]))
+        for b, rows in enumerate(stairs):
+            columns = slice(b * _STAIR, (b + 1) * _STAIR)
+            out[columns] = coords[:rows, columns].T @ y[:rows]
+        rest = len(stairs) * _STAIR
+        out[rest:] = coords[:r, rest:size].T @ y
+        return out
 
     @overload
     def _project(
@@ -725,8 +770,9 @@ class SpanSolver:
         index, recent, indexed = None, None, 0
         if r:
             lower_inv = self._lower_inv[:r, :r]
-            beta = lower_inv.T @ (lower_inv @ inner)
-            beta += lower_inv.T @ (lower_inv @ (inner - self._gram[:r, :r] @ beta))
+            beta = lower_product(lower_inv, lower_product(lower_inv, inner), transpose=True)
+            change = inner - symmetric_product(self._gram[:r, :r], beta)
+            beta += lower_product(lower_inv, lower_product(lower_inv, change), transpose=True)
             index, recent, indexed = self._basis_index()
         if len(vectors) == 1 and not residuals:  # sparse matrix-vector products, a dot
             line = np.zeros(self.n_cells) if index is None else index @ beta[:indexed, 0]
@@ -778,19 +824,29 @@ class SpanSolver:
         if r == 0:
             return out
         index, recent, indexed = self._basis_index()
+        parts = [(index, slice(0, indexed))]
+        if recent is not None:
+            parts.append((recent, slice(indexed, r)))
         if len(vectors) == 1:
             cells, weights = vectors[0]
-            out[:indexed, 0] = index[cells].T @ weights
-            if recent is not None:
-                out[indexed:, 0] = recent[cells].T @ weights
+            for matrix, columns in parts:
+                entries = _row_entries(matrix, cells)
+                if entries is None:  # many entries: scipy's row indexing is the faster
+                    out[columns, 0] = matrix[cells].T @ weights
+                    continue
+                positions, lengths = entries
+                out[columns, 0] = np.bincount(
+                    matrix.indices[positions],
+                    weights=matrix.data[positions] * np.repeat(weights, lengths),
+                    minlength=matrix.shape[1],
+                )
         else:  # the basis on the cells the batch touches, against the batch densely there
             touched = np.unique(np.concatenate([cells for cells, _ in vectors]))
             dense = np.zeros((touched.size, len(vectors)))
             for k, (cells, weights) in enumerate(vectors):
                 dense[np.searchsorted(touched, cells), k] = weights
-            out[:indexed] = index[touched].T @ dense
-            if recent is not None:
-                out[indexed:] = recent[touched].T @ dense
+            for matrix, columns in parts:
+                out[columns] = matrix[touched].T @ dense
         return out
 
 
@@ -917,7 +973,7 @@ class BatchUpdates:
             self._basis_nnz += nnz
             direction = remainder / d
             along = direction @ self._remainders[:, later]  # x_b
-            self._remainders[:, later] -= np.outer(direction, along)
+            rank_one_update(self._remainders[:, later], -1.0, direction, along)
             self._directions[:, dims - r] = direction
             self._t[dims, a] = d
             self._t[dims, later] = along
@@ -925,14 +981,14 @@ class BatchUpdates:
             terms = np.outer(y_a, shift)
             self._y[:dims, later] -= terms
             self._y[dims, later] = -(t_a @ self._y[:dims, later]) / d + along / (w * d * d)
-            self._values[:, later] -= np.outer(values_a, shift)
+            rank_one_update(self._values[:, later], -1.0, values_a, shift)
             self._dims = rank
         else:
             gamma = w / (1.0 + w * float(t_a @ y_a))
             coefficient = gamma * (t_a @ self._y[:dims, later])
             terms = np.outer(y_a, coefficient)
             self._y[:dims, later] -= terms
-            self._values[:, later] -= np.outer(values_a, coefficient)
+            rank_one_update(self._values[:, later], -1.0, values_a, coefficient)
         self._largest[later] = np.maximum(
             self._largest[later], np.abs(terms).max(axis=0, initial=0.0)
         )
@@ -976,6 +1032,23 @@ def _row_index(vectors: list[tuple[IntArray, FloatArray]], n_cells: int) -> spar
     return columns.tocsr()
 
 
+def _row_entries(matrix: sparse.csr_array, rows: IntArray) -> tuple[IntArray, IntArray] | None:
+    """The positions in ``matrix.data`` of the entries of ``rows``, in order, and their counts.
+
+    What ``matrix[rows]`` reads, without building it: scipy's fancy row indexing costs about
+    0.2 ms of checks and copies whatever the rows, at the scale of a single solve's products
+    on the demo cube. Past ``_GATHERED`` entries its compiled gather is the faster (a wide
+    cube's rows hold hundreds of basis vectors each): None.
+    """
+    starts = matrix.indptr[rows]
+    lengths = matrix.indptr[rows + 1] - starts
+    ends = np.cumsum(lengths)
+    total = int(ends[-1]) if ends.size else 0
+    if total > _GATHERED:
+        return None
+    return np.repeat(starts - ends + lengths, lengths) + np.arange(total), lengths
+
+
 def _compact(matrix: FloatArray, rows: int, columns: int, room: int) -> FloatArray:
     """A copy of ``matrix``'s leading ``rows`` x ``columns`` with ``room`` more of each (zero).
 
@@ -991,9 +1064,11 @@ def _symmetric_from_lower(lower: FloatArray, out: FloatArray) -> None:
     """``out`` = the symmetric matrix whose lower triangle ``lower`` holds, in bands of rows.
 
     The same entries as ``tril(lower) + tril(lower, -1).T``, without its square temporaries.
+    ``out`` may be ``lower`` itself (each band reads only the lower triangle's rows below it).
     """
     n = lower.shape[0]
-    out[...] = lower
+    if out is not lower:
+        out[...] = lower
     for start in range(0, n, _MIRROR_ROWS):
         stop = min(start + _MIRROR_ROWS, n)
         band = lower[start:stop, start:stop]

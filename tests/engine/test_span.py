@@ -447,3 +447,99 @@ def test_a_copy_changing_k_copies_only_its_order() -> None:
     after, _ = solver.solve_many(query)
     assert before[0] is not None and after[0] is not None
     assert np.array_equal(before[0], after[0])
+
+
+def test_inner_products_read_the_index_rows_of_the_cells_touched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """H_B^T v from the index's rows (`_row_entries`), for one vector and a batch, with basis
+    vectors both in the index and in the recent part, and cells no basis vector weighs."""
+    from proxy.engine.span import _PENDING
+
+    rng = np.random.default_rng(23)
+    n = 400
+    solver = SpanSolver(n, residual=1e-6)
+    for batch in (2 * _PENDING + 3, 5):
+        for _ in range(batch):
+            h = np.where(rng.random(n - 50) < 0.04, rng.choice([1.0, 2.0, -1.0], n - 50), 0.0)
+            h[int(rng.integers(n - 50))] = 3.0
+            (cells,) = np.nonzero(h)
+            solver.weigh(solver.add(cells.astype(np.int64), h[cells]), 1.0)
+        solver.solve_many([(np.array([0]), np.array([1.0]))])
+    index, recent, _ = solver._basis_index()
+    assert recent is not None  # both parts are read
+    basis = np.zeros((n, solver.rank))
+    for k, (cells, weights) in enumerate(solver._vectors):
+        basis[cells, k] = weights
+    queries = []
+    for size in (1, 9, 60, 120):
+        cells = np.sort(rng.choice(n, size=size, replace=False)).astype(np.int64)
+        queries.append((cells, rng.standard_normal(size)))
+    queries.append((np.arange(n - 50, n, dtype=np.int64), np.ones(50)))  # no basis cell
+    dense = np.zeros((n, len(queries)))
+    for k, (cells, weights) in enumerate(queries):
+        dense[cells, k] = weights
+    np.testing.assert_allclose(solver._inner(queries), basis.T @ dense, atol=1e-12)
+    for gathered in (span._GATHERED, 0):  # gathered by hand, then by scipy's row indexing
+        monkeypatch.setattr(span, "_GATHERED", gathered)
+        for k, query in enumerate(queries):
+            inner = solver._inner([query])[:, 0]
+            np.testing.assert_allclose(inner, basis.T @ dense[:, k], atol=1e-12)
+        assert not np.any(solver._inner([queries[-1]]))
+
+
+def test_k_formed_anew_in_blocks_is_the_weighed_sum_of_every_vector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many terms at once (a restart) form K from every vector, a few columns at a time; it
+    must be sum_j c_j^2 z_j z_j^T, symmetric, and the inverse kept must be its inverse."""
+    monkeypatch.setattr(span, "_SCALED_COLUMNS", 7)
+    rng = np.random.default_rng(29)
+    solver = SpanSolver(60, residual=1e-9)
+    for _ in range(45):
+        cells = np.sort(rng.choice(60, size=6, replace=False)).astype(np.int64)
+        solver.weigh(solver.add(cells, rng.integers(1, 4, size=6).astype(float)), 1.0)
+        solver.weigh(int(rng.integers(solver.size)), float(rng.choice([0.5, 2.0])))
+    solver.prepare()
+    r = solver.rank
+    z = solver._coords[:r, : solver.size]
+    expected = (z * solver._weight2[: solver.size]) @ z.T
+    k = solver._k[:r, :r]
+    np.testing.assert_allclose(k, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
+    assert np.array_equal(k, k.T)
+    np.testing.assert_allclose(solver._k_inv[:r, :r] @ k, np.eye(r), atol=1e-8)
+
+
+def test_values_read_only_the_rows_each_block_of_vectors_reaches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """z_j^T y per block of placed vectors over the rows they reach: the full product's
+    values, as the span grows after the reach of earlier blocks was found, and in a copy
+    that places vectors of its own."""
+    monkeypatch.setattr(span, "_STAIR", 4)
+    rng = np.random.default_rng(31)
+    n = 80
+    solver = SpanSolver(n, residual=1e-9)
+
+    def grow(target: SpanSolver, count: int) -> None:
+        for _ in range(count):
+            cells = np.sort(rng.choice(n, size=5, replace=False)).astype(np.int64)
+            target.weigh(target.add(cells, rng.integers(1, 4, size=5).astype(float)), 1.0)
+
+    def check(target: SpanSolver) -> None:
+        r = target.rank
+        y = rng.standard_normal((r, 3))
+        full = target._coords[:r, : target.size].T @ y
+        np.testing.assert_allclose(target._values(y), full, atol=1e-12)
+        assert len(target._stairs) == target.size // 4
+        assert max(target._stairs, default=0) <= r
+
+    grow(solver, 9)
+    check(solver)
+    assert solver._stairs[0] < solver.rank  # the first block's reach stops below the rank
+    grow(solver, 30)
+    check(solver)
+    copy = solver.copy()
+    grow(copy, 11)
+    check(copy)
+    check(solver)
