@@ -80,7 +80,7 @@ _GRAM_BYTES = 2**28  # past this, a restart's inner products are not formed at o
 # about _SCATTER multiply-adds, so a group of few cells weighed by most vectors is taken into
 # one dense product over every vector instead.
 _SCATTER = 1000
-_DENSE_ROWS = 256  # cells of that dense product multiplied together (its temporary stays small)
+_DENSE_BYTES = 2**25  # that dense product is taken over this much of the cells at a time
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the power method's start: x_i = (i * _GOLDEN) mod 1
 _MIRROR_ROWS = 256  # rows of K^{-1} made symmetric together (their temporaries stay small)
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
@@ -1000,14 +1000,22 @@ def _inner_products(vectors: list[tuple[IntArray, FloatArray]], n_cells: int) ->
     np.maximum.at(most, group, counts)
     dense = sizes * float(q) ** 2 < _SCATTER * most.astype(np.float64) ** 2
     every = np.concatenate([by_group[g] for g in np.flatnonzero(dense)] or [weighed[:0]])
-    for start in range(0, every.size, _DENSE_ROWS):
-        part = rows[every[start : start + _DENSE_ROWS]].toarray()
+    step = max(1, _DENSE_BYTES // (8 * q))
+    for start in range(0, every.size, step):
+        part = rows[every[start : start + step]].toarray()
         out += part.T @ part
     flat = out.reshape(-1)
+    weighs, place = np.zeros(q, dtype=bool), np.zeros(q, dtype=np.int64)
     for g in np.flatnonzero(~dense).tolist():
         part = rows[by_group[g]]
-        members = np.unique(part.indices)
-        values = part[:, members].toarray()
+        weighs[part.indices] = True
+        (members,) = np.nonzero(weighs)
+        weighs[members] = False
+        place[members] = np.arange(members.size)
+        values = np.zeros((part.shape[0], members.size))
+        values[np.repeat(np.arange(part.shape[0]), np.diff(part.indptr)), place[part.indices]] = (
+            part.data
+        )
         flat[(members[:, None] * q + members).reshape(-1)] += (values.T @ values).reshape(-1)
     return out
 

@@ -479,7 +479,7 @@ def test_a_restarts_inner_products_are_those_over_the_cells(
     group (``_SCATTER`` 0: every group added; 1e12: every cell in the dense product), the
     cells give every inner product as the product over the cells does (to rounding)."""
     monkeypatch.setattr(span, "_SCATTER", scatter)
-    monkeypatch.setattr(span, "_DENSE_ROWS", 7)  # the dense product in parts
+    monkeypatch.setattr(span, "_DENSE_BYTES", 8 * 150 * 7)  # the dense product in parts
     rng = np.random.default_rng(41)
     vectors, n = _blocked_vectors(rng, 150)
     stacked = np.array(vectors)
