@@ -9,12 +9,10 @@ inputs only, and only then, if a fresh measurement is needed, does the privilege
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol, TypeVar
@@ -245,35 +243,34 @@ class DpService:
     ) -> DpService:
         """A service whose engines start from, and spend through, the durable ledger."""
         cubes = list(cubes)
-        with _collection_paused():  # the load keeps what it allocates
-            last_ids = {}
-            stored = {}
-            for cube in cubes:
-                stored[cube.qualified_name] = entries = await ledger.load(cube)
-                last_ids[cube.qualified_name] = entries[-1].id if entries else 0
-            service = cls(
-                cubes,
-                source,
-                rng,
-                ledger,
-                history={name: [s.entry for s in entries] for name, entries in stored.items()},
-                last_ids=last_ids,
-                carried={c.qualified_name: ledger.carried(c) for c in cubes},
-                caps=caps,
-                workers=workers,
-                planning_timeout=planning_timeout,
-            )
-            for cube in cubes:
-                outdated = await ledger.load_outdated(cube)
-                # measurements of data that has since changed: charged, not reused
-                service.engine(cube).charge_only([s.entry for s in outdated])
-                by_user: dict[str | None, list[HistoryEntry]] = {}
-                for s in [*stored[cube.qualified_name], *outdated]:
-                    by_user.setdefault(s.user, []).append(s.entry)
-                for user, charged in by_user.items():
-                    if service._caps.cap(user) is not None:  # only capped users keep a ledger
-                        service._charge_user(cube, user, Charges.of(charged))
-            return service
+        last_ids = {}
+        stored = {}
+        for cube in cubes:
+            stored[cube.qualified_name] = entries = await ledger.load(cube)
+            last_ids[cube.qualified_name] = entries[-1].id if entries else 0
+        service = cls(
+            cubes,
+            source,
+            rng,
+            ledger,
+            history={name: [s.entry for s in entries] for name, entries in stored.items()},
+            last_ids=last_ids,
+            carried={c.qualified_name: ledger.carried(c) for c in cubes},
+            caps=caps,
+            workers=workers,
+            planning_timeout=planning_timeout,
+        )
+        for cube in cubes:
+            outdated = await ledger.load_outdated(cube)
+            # measurements of data that has since changed: charged, not reused
+            service.engine(cube).charge_only([s.entry for s in outdated])
+            by_user: dict[str | None, list[HistoryEntry]] = {}
+            for s in [*stored[cube.qualified_name], *outdated]:
+                by_user.setdefault(s.user, []).append(s.entry)
+            for user, charged in by_user.items():
+                if service._caps.cap(user) is not None:  # only capped users keep a ledger
+                    service._charge_user(cube, user, Charges.of(charged))
+        return service
 
     def engine(self, cube: Cube) -> PrivacyEngine:
         """The engine of a protected table."""
@@ -857,21 +854,3 @@ def notice_text(what: str, reply: Reply) -> str:
         f"with confidence {reply.confidence:.6g}; source {reply.source}; "
         f"budget charged {charged}, remaining {remaining}{moved}"
     )
-
-
-@contextmanager
-def _collection_paused() -> Iterator[None]:
-    """Python's cycle collector off while a restart builds its engines from the ledger.
-
-    The load allocates tens of thousands of objects that all stay alive (each row's entry and
-    record, each vector's arrays); the collector, run every 700 allocations, traverses them
-    again and again and frees nothing: 0.07-0.1 s of a 1.2 s restart at 10,000 answers.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
