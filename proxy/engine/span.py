@@ -383,8 +383,8 @@ class SpanSolver:
                 self._queue = block
                 self._place()
                 # the block's vectors it made basis vectors (the same arrays)
-                place = {id(cells): r0 + start + k for k, (cells, _) in enumerate(block)}
-                basis.extend(place[id(cells)] for cells, _ in self._vectors[r : self._rank])
+                place = {(id(c), id(w)): r0 + start + k for k, (c, w) in enumerate(block)}
+                basis.extend(place[id(c), id(w)] for c, w in self._vectors[r : self._rank])
             else:
                 end = self._rank
                 sums[:end] += np.abs(self._lower[r:end, :end]).sum(axis=0)
@@ -1007,16 +1007,19 @@ def _inner_products(vectors: list[tuple[IntArray, FloatArray]], n_cells: int) ->
     flat = out.reshape(-1)
     weighs, place = np.zeros(q, dtype=bool), np.zeros(q, dtype=np.int64)
     for g in np.flatnonzero(~dense).tolist():
-        part = rows[by_group[g]]
-        weighs[part.indices] = True
+        cells = by_group[g]
+        weighs[rows[cells].indices] = True
         (members,) = np.nonzero(weighs)
         weighs[members] = False
         place[members] = np.arange(members.size)
-        values = np.zeros((part.shape[0], members.size))
-        values[np.repeat(np.arange(part.shape[0]), np.diff(part.indptr)), place[part.indices]] = (
-            part.data
-        )
-        flat[(members[:, None] * q + members).reshape(-1)] += (values.T @ values).reshape(-1)
+        where = (members[:, None] * q + members).reshape(-1)
+        step = max(1, _DENSE_BYTES // (8 * members.size))
+        for start in range(0, cells.size, step):  # a large group's cells a part at a time
+            part = rows[cells[start : start + step]]
+            values = np.zeros((part.shape[0], members.size))
+            lines = np.repeat(np.arange(part.shape[0]), np.diff(part.indptr))
+            values[lines, place[part.indices]] = part.data
+            flat[where] += (values.T @ values).reshape(-1)
     return out
 
 
