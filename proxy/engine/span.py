@@ -995,7 +995,7 @@ def _inner_products(vectors: list[tuple[IntArray, FloatArray]], n_cells: int) ->
     signatures = np.add.reduceat(keys[rows.indices], rows.indptr[weighed])
     _, group, sizes = np.unique(signatures, return_inverse=True, return_counts=True)
     by_group = np.split(weighed[np.argsort(group, kind="stable")], np.cumsum(sizes)[:-1])
-    # a group's most-weighed cell bounds how many vectors it has
+    # a group's vectors: those that weigh any of its cells (each cell's, but where keys collided)
     most = np.zeros(sizes.size, dtype=np.int64)
     np.maximum.at(most, group, counts)
     dense = sizes * float(q) ** 2 < _SCATTER * most.astype(np.float64) ** 2
