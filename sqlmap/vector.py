@@ -210,9 +210,61 @@ class LinearQuery:
             else:
                 axes.append(d)
         core = np.ascontiguousarray(t.reshape([full[0]] + [shape[d] for d in axes]))
+        return cls._of_core(shape, reach, tuple(axes), core, offset)
+
+    @classmethod
+    def from_core(
+        cls,
+        shape: tuple[int, ...],
+        axes: Sequence[int],
+        core: npt.ArrayLike,
+        measures: Reach = (),
+    ) -> LinearQuery:
+        """The factored query ``(axes, core)`` over a cube of ``shape``, as it was stored.
+
+        :meth:`from_tensor` of the core spread over the cube, without the spreading: ``core``
+        is over the kind axis and ``axes`` (increasing). A core that does not vary along one
+        of its axes is not as :meth:`from_tensor` holds it, and is taken through it.
+
+        >>> q = LinearQuery.from_tensor((2, 3), [[1.0, 0.0, 2.0]])
+        >>> LinearQuery.from_core((2, 3), q.axes, q.core) == q
+        True
+        >>> LinearQuery.from_core((2, 3), (0, 1), [[[1.0, 0.0, 2.0]] * 2]).axes
+        (1,)
+        """
+        shape = tuple(int(s) for s in shape)
+        reach = _checked_reach(measures)
+        axes = tuple(int(d) for d in axes)
+        c = np.array(core, dtype=np.float64)  # a copy: the query's own
+        expected = (1 + len(reach), *(shape[d] if 0 <= d < len(shape) else -1 for d in axes))
+        if c.shape != expected or any(b <= a for a, b in zip(axes, axes[1:])):
+            raise ValueError(f"a core of shape {c.shape} over axes {axes} of a cube {shape}")
+        if not np.isfinite(c).all():
+            raise ValueError("weights must be finite")
+        for position in range(1, c.ndim):
+            if (c == c[(slice(None),) * position + (slice(0, 1),)]).all():
+                spread = [1] * len(shape)
+                for d, n in zip(axes, c.shape[1:]):
+                    spread[d] = n
+                return cls.from_tensor(shape, c.reshape([c.shape[0], *spread]), 0.0, reach)
+        return cls._of_core(shape, reach, axes, c, 0.0)
+
+    @classmethod
+    def _of_core(
+        cls,
+        shape: tuple[int, ...],
+        reach: Reach,
+        axes: tuple[int, ...],
+        core: FloatArray,
+        offset: float,
+    ) -> LinearQuery:
+        """The query over ``axes`` with ``core`` (contiguous, as :meth:`from_tensor` holds it).
+
+        Its cells' sensitivities are worked out over ``axes``.
+        """
         core.flags.writeable = False
         query = cls.__new__(cls)
-        query._set(math.prod(full), offset, reach, shape, tuple(axes), core, None, None)
+        query._set(core.shape[0] * math.prod(shape), offset, reach, shape, axes, core, None, None)
         per_cell = core.reshape(core.shape[0], -1).T  # a row per cell of ``axes``: its kinds
         weighed = (per_cell != 0).any(axis=1)
         magnitudes = np.zeros(per_cell.shape[0])

@@ -36,7 +36,6 @@ matrix itself, so distances and weights are accurate to rounding, not to the con
 from __future__ import annotations
 
 import math
-import mmap
 import weakref
 from collections.abc import Sequence
 from typing import Literal, overload
@@ -86,7 +85,13 @@ _INVERSE_ERROR = 1e-8
 _SCREEN = 1e-5
 _SCREEN_COND = 1e6
 _JOINS = 1e-2
-_DENSE_BASIS_BYTES = 2**28  # past this, the basis is not held densely over the cells: _place
+_GRAM_BYTES = 2**28  # past this, a restart's inner products are not formed at once: _place
+# Cells that the same vectors weigh are multiplied densely in groups (the blocks of ANOVA
+# coordinates); a group is added into the vectors' inner products at a cost per product of
+# about _SCATTER multiply-adds, so a group of few cells weighed by most vectors is taken into
+# one dense product over every vector instead.
+_SCATTER = 1000
+_DENSE_BYTES = 2**25  # that dense product is taken over this much of the cells at a time
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the power method's start: x_i = (i * _GOLDEN) mod 1
 _MIRROR_ROWS = 256  # rows of K^{-1} made symmetric together (their temporaries stay small)
 _STAIR = 256  # vectors whose coordinates' reach is kept together (SpanSolver._values)
@@ -354,18 +359,18 @@ class SpanSolver:
         cube's 10,000-answer history), so while ``cond(L)`` stays within ``_SCREEN_COND`` a
         relative distance within ``_SCREEN`` is a vector in the span and one past ``_JOINS`` a
         new direction, its border of ``L`` at rounding. A block with a distance between the
-        two (or a worse conditioned ``L``) is placed by :meth:`_place`, over the cells. The
-        inner products come from the basis held densely over the cells (at most
-        ``_DENSE_BASIS_BYTES``, else :meth:`_place` places it all), sliced to the few cells a
-        block touches (SQL's vectors: about a thousand of the demo cube's 7,500 coordinates),
-        so that no product over all the basis's weights and no distance over the cells is paid
-        per block.
+        two (or a worse conditioned ``L``) is placed by :meth:`_place`, over the cells. Every
+        inner product a block may read (the basis and the queue against the queue) is formed
+        once, before the first block, by :func:`_inner_products` (at most ``_GRAM_BYTES``,
+        else :meth:`_place` places it all): SQL's vectors weigh most of the cells a block
+        touches, so products per block cost a dense pass over the basis each.
         """
         queue, self._queue = self._queue, []
         self._scaled = {}
-        most = self._rank + len(queue)  # room for every vector joining, made once
-        if self._max_rank is not None or most * self.n_cells * 8 > _DENSE_BASIS_BYTES:
-            self._queue = queue  # it may overflow, or its basis is too large to hold densely
+        r0 = self._rank
+        most = r0 + len(queue)  # room for every vector joining, made once
+        if self._max_rank is not None or most * most * 8 > _GRAM_BYTES:
+            self._queue = queue  # it may overflow, or its inner products are too many to hold
             self._place()
             return
         if queue:  # it borders the matrices and writes K: never those a copy still reads
@@ -374,56 +379,50 @@ class SpanSolver:
         for name in ("_gram", "_lower", "_lower_inv", "_k", "_k_inv"):
             setattr(self, name, _grown(getattr(self, name), most, most))
         self._coords = _grown(self._coords, most, self._placed + len(queue))
-        # the basis vectors as columns over the cells: a block reads the rows of its cells
-        basis, filled = _zeros_in_small_pages((self.n_cells, most)), 0
+        # the basis, then the queue; each basis vector's place in it, in the basis's order
+        inner = _inner_products([*self._vectors, *queue], self.n_cells)
+        basis = list(range(r0))
         # column sums of |L| and |L^{-1}| (their 1-norms), bordered as they are
         sums, sums_inv = np.zeros(most), np.zeros(most)
         fresh = True
         for start in range(0, len(queue), _BLOCK):
             block = queue[start : start + _BLOCK]
             r = self._rank
-            if r > filled:  # basis vectors a block placed over the cells added
-                joined = self._vectors[filled:r]
-                basis[
-                    np.concatenate([cells for cells, _ in joined]),
-                    np.repeat(np.arange(filled, r), [cells.size for cells, _ in joined]),
-                ] = np.concatenate([weights for _, weights in joined])
-                filled = r
             if fresh:
                 sums[:r] = np.abs(self._lower[:r, :r]).sum(axis=0)
                 sums_inv[:r] = np.abs(self._lower_inv[:r, :r]).sum(axis=0)
             conditioned = r == 0 or sums[:r].max() * sums_inv[:r].max() <= _SCREEN_COND
-            fresh = not (conditioned and self._place_by_inner_products(block, basis))
+            fresh = not (
+                conditioned and self._place_by_inner_products(block, inner, basis, r0 + start)
+            )
             if fresh:  # over the cells
                 self._queue = block
                 self._place()
+                # the block's vectors it made basis vectors (the same arrays)
+                place = {(id(c), id(w)): r0 + start + k for k, (c, w) in enumerate(block)}
+                basis.extend(place[id(c), id(w)] for c, w in self._vectors[r : self._rank])
             else:
-                filled = end = self._rank  # the block wrote its basis vectors' columns
+                end = self._rank
                 sums[:end] += np.abs(self._lower[r:end, :end]).sum(axis=0)
                 sums_inv[:end] += np.abs(self._lower_inv[r:end, :end]).sum(axis=0)
         if self._rank:  # built now: the first solve after a restart costs what later ones do
             self._basis_index()
 
     def _place_by_inner_products(
-        self, block: list[tuple[IntArray, FloatArray]], basis: FloatArray
+        self,
+        block: list[tuple[IntArray, FloatArray]],
+        inner_products: FloatArray,
+        basis: list[int],
+        offset: int,
     ) -> bool:
         """Place ``block`` as :meth:`place_all` says; False (nothing changed) if it cannot.
 
-        ``basis``: the basis vectors as columns over the cells, with room for the block's:
-        its new basis vectors are written there, over the rows of the cells it touches (a few
-        cache lines per cell rather than one per weight).
+        ``inner_products``: those of the vectors :meth:`place_all` numbered, among them the
+        block's from ``offset`` on and the basis vectors', at the places ``basis`` lists (in
+        the basis's order); the block's new basis vectors are added to it.
         """
         r, first, size = self._rank, self._placed, len(block)
-        weighed = np.concatenate([cells for cells, _ in block])
-        marked = np.zeros(self.n_cells, dtype=bool)
-        marked[weighed] = True
-        touched = np.flatnonzero(marked)
-        dense = np.zeros((touched.size, size))  # the block over the cells it touches
-        dense[
-            (np.cumsum(marked) - 1)[weighed],
-            np.repeat(np.arange(size), [cells.size for cells, _ in block]),
-        ] = np.concatenate([weights for _, weights in block])
-        inner = basis[touched, :r].T @ dense  # H_B^T v
+        inner = inner_products[basis, offset : offset + size]  # H_B^T v
         z = (
             scipy.linalg.solve_triangular(
                 self._lower[:r, :r], inner, lower=True, check_finite=False
@@ -433,7 +432,7 @@ class SpanSolver:
         )
         # the block's inner products less their parts in the span: what its own new directions
         # see of each other
-        gram = dense.T @ dense
+        gram = inner_products[offset : offset + size, offset : offset + size]
         schur = gram - z.T @ z
         squares = np.array([float(weights @ weights) for _, weights in block])
         gaps = squares - np.einsum("ij,ij->j", z, z)
@@ -469,8 +468,8 @@ class SpanSolver:
         self._placed = first + size
         n = len(joined)
         if n:
-            basis[touched, r : r + n] = dense[:, joined]
             self._border(r, first, joined, z, inner, gram, border[:n, :n], squares[joined])
+            basis.extend(offset + k for k in joined)
             for k in joined:
                 cells, weights = block[k]
                 self._basis_nnz += cells.size
@@ -1049,6 +1048,62 @@ def _row_entries(matrix: sparse.csr_array, rows: IntArray) -> tuple[IntArray, In
     return np.repeat(starts - ends + lengths, lengths) + np.arange(total), lengths
 
 
+def _inner_products(vectors: list[tuple[IntArray, FloatArray]], n_cells: int) -> FloatArray:
+    """Every inner product of ``vectors`` (a symmetric matrix), in dense products.
+
+    The cells are grouped by the vectors that weigh them (equal sums of a pseudo-random key
+    per vector; sums that collide only merge groups, whose products stay exact); a group's
+    vectors over its cells are multiplied densely and added where they belong. Groups of few
+    cells weighed by many vectors, for which that addition would cost more than the product,
+    are multiplied together over every vector.
+    """
+    q = len(vectors)
+    out = np.zeros((q, q))
+    if not q:
+        return out
+    rows = _row_index(vectors, n_cells)
+    weighed = np.flatnonzero(np.diff(rows.indptr))
+    counts = np.diff(rows.indptr)[weighed]
+    keys = _mixed(np.arange(q, dtype=np.uint64))
+    signatures = np.add.reduceat(keys[rows.indices], rows.indptr[weighed])
+    _, group, sizes = np.unique(signatures, return_inverse=True, return_counts=True)
+    by_group = np.split(weighed[np.argsort(group, kind="stable")], np.cumsum(sizes)[:-1])
+    # a group's vectors: those that weigh any of its cells (each cell's, but where keys collided)
+    most = np.zeros(sizes.size, dtype=np.int64)
+    np.maximum.at(most, group, counts)
+    dense = sizes * float(q) ** 2 < _SCATTER * most.astype(np.float64) ** 2
+    every = np.concatenate([by_group[g] for g in np.flatnonzero(dense)] or [weighed[:0]])
+    step = max(1, _DENSE_BYTES // (8 * q))
+    for start in range(0, every.size, step):
+        part = rows[every[start : start + step]].toarray()
+        out += part.T @ part
+    flat = out.reshape(-1)
+    weighs, place = np.zeros(q, dtype=bool), np.zeros(q, dtype=np.int64)
+    for g in np.flatnonzero(~dense).tolist():
+        cells = by_group[g]
+        weighs[rows[cells].indices] = True
+        (members,) = np.nonzero(weighs)
+        weighs[members] = False
+        place[members] = np.arange(members.size)
+        where = (members[:, None] * q + members).reshape(-1)
+        step = max(1, _DENSE_BYTES // (8 * members.size))
+        for start in range(0, cells.size, step):  # a large group's cells a part at a time
+            part = rows[cells[start : start + step]]
+            values = np.zeros((part.shape[0], members.size))
+            lines = np.repeat(np.arange(part.shape[0]), np.diff(part.indptr))
+            values[lines, place[part.indices]] = part.data
+            flat[where] += (values.T @ values).reshape(-1)
+    return out
+
+
+def _mixed(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """SplitMix64's finaliser of ``values + 1``: distinct 64-bit keys that look random."""
+    z = (values + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
 def _compact(matrix: FloatArray, rows: int, columns: int, room: int) -> FloatArray:
     """A copy of ``matrix``'s leading ``rows`` x ``columns`` with ``room`` more of each (zero).
 
@@ -1089,17 +1144,3 @@ def _grown(matrix: FloatArray, rows: int, columns: int) -> FloatArray:
     )
     out[:old_rows, :old_columns] = matrix
     return out
-
-
-def _zeros_in_small_pages(shape: tuple[int, int]) -> FloatArray:
-    """A zero matrix in an anonymous mapping of its own, which the kernel fills as it is written.
-
-    numpy asks for transparent huge pages for large arrays; on a host that compacts memory to
-    serve them at fault time (``defrag = madvise``), faulting in a restart's temporary basis
-    (128 MB on the demo cube) took more system time than the placement's arithmetic. Freed with
-    the array.
-    """
-    rows, columns = shape
-    return np.frombuffer(mmap.mmap(-1, max(rows * columns, 1) * 8), dtype=np.float64)[
-        : rows * columns
-    ].reshape(rows, columns)

@@ -576,11 +576,12 @@ def _factored(
     weights: npt.NDArray[np.float64],
 ) -> LinearQuery:
     """A vector from its stored axes and its core's non-zero entries (C order, (kind, *axes))."""
-    spread = [n if d in axes else 1 for d, n in enumerate(shape)]
-    core = np.zeros(math.prod(spread) * (1 + len(measures)))
+    if any(not 0 <= d < len(shape) for d in axes):
+        raise ValueError(f"stored axes {list(axes)} of a cube of {len(shape)} dimensions")
+    core = np.zeros(math.prod(shape[d] for d in axes) * (1 + len(measures)))
     core[index] = weights
-    tensor = core.reshape([1 + len(measures), *spread])
-    return LinearQuery.from_tensor(shape, tensor, measures=measures)
+    tensor = core.reshape([1 + len(measures), *(shape[d] for d in axes)])
+    return LinearQuery.from_core(shape, axes, tensor, measures)
 
 
 async def _entries(

@@ -543,3 +543,78 @@ def test_values_read_only_the_rows_each_block_of_vectors_reaches(
     grow(copy, 11)
     check(copy)
     check(solver)
+
+
+def _blocked_vectors(rng: np.random.Generator, count: int) -> tuple[list[np.ndarray], int]:
+    """Vectors over blocks of cells, as ANOVA coordinates are: each weighs every cell of the
+    blocks of one of a few patterns (some blocks shared by most patterns, some by few), with
+    a zero here and there."""
+    sizes = [1, 3, 5, 15, 4, 12, 60]
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    patterns = [(0,), (0, 1), (0, 1, 2, 3), (0, 4), (0, 1, 4, 5), (0, 2, 4, 6)]
+    vectors = []
+    for _ in range(count):
+        h = np.zeros(int(starts[-1]))
+        for b in patterns[int(rng.integers(len(patterns)))]:
+            h[starts[b] : starts[b + 1]] = rng.standard_normal(sizes[b])
+        h[rng.random(h.size) < 0.02] = 0.0
+        h[0] = 1.0 + rng.random()
+        vectors.append(h)
+    return vectors, int(starts[-1])
+
+
+@pytest.mark.parametrize("scatter", [0.0, 1000.0, 1e12])
+def test_a_restarts_inner_products_are_those_over_the_cells(
+    scatter: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Grouped by the vectors that weigh them, taken into one dense product or added group by
+    group (``_SCATTER`` 0: every group added; 1e12: every cell in the dense product), the
+    cells give every inner product as the product over the cells does (to rounding)."""
+    monkeypatch.setattr(span, "_SCATTER", scatter)
+    monkeypatch.setattr(span, "_DENSE_BYTES", 8 * 150 * 7)  # the dense product in parts
+    rng = np.random.default_rng(41)
+    vectors, n = _blocked_vectors(rng, 150)
+    stacked = np.array(vectors)
+    found = span._inner_products([_as_pair(h) for h in vectors], n)
+    expected = stacked @ stacked.T
+    assert np.allclose(found, expected, rtol=0, atol=1e-12 * np.abs(expected).max())
+    assert span._inner_products([], n).shape == (0, 0)
+
+
+def test_groups_whose_keys_collide_still_give_the_inner_products(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every vector's key equal: all cells one group, its vectors the union; still exact."""
+    monkeypatch.setattr(span, "_SCATTER", 0.0)
+    monkeypatch.setattr(span, "_mixed", lambda values: np.zeros_like(values))
+    rng = np.random.default_rng(43)
+    vectors, n = _blocked_vectors(rng, 40)
+    stacked = np.array(vectors)
+    found = span._inner_products([_as_pair(h) for h in vectors], n)
+    assert np.allclose(found, stacked @ stacked.T, rtol=0, atol=1e-12 * np.abs(found).max())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_place_all_after_a_basis_places_as_the_cells_would(seed: int) -> None:
+    """A queue placed in bulk onto a basis already there (and blocks of it over the cells,
+    whose basis vectors later blocks read): the same basis, borders and coordinates."""
+    rng = np.random.default_rng(700 + seed)
+    n = int(rng.integers(300, 400))
+    vectors = _history(rng, n, 260, near=(150,))
+    bulk, cellwise = SpanSolver(n, residual=1e-6), SpanSolver(n, residual=1e-6)
+    for i, h in enumerate(vectors):
+        (cells,) = np.nonzero(h)
+        for solver in (bulk, cellwise):
+            solver.weigh(solver.add(cells.astype(np.int64), h[cells]), 1.0)
+        if i == 90:
+            bulk._place()
+    cellwise._place()
+    bulk.place_all()
+    r = bulk.rank
+    assert r == cellwise.rank == np.linalg.matrix_rank(np.array(vectors))
+    assert [c.tolist() for c, _ in bulk._vectors] == [c.tolist() for c, _ in cellwise._vectors]
+    for name in ("_gram", "_lower", "_lower_inv"):
+        a, b = getattr(bulk, name)[:r, :r], getattr(cellwise, name)[:r, :r]
+        assert np.allclose(a, b, rtol=0, atol=1e-9 * np.abs(b).max()), name
+    a, b = bulk._coords[:r, : len(vectors)], cellwise._coords[:r, : len(vectors)]
+    assert np.allclose(a, b, rtol=0, atol=1e-9 * np.abs(b).max())

@@ -168,3 +168,47 @@ def test_box_sensitivities_are_the_corners_rounded_up(cells: int) -> None:
         largest = max(v for c in weighed for v in corners[c])
         assert Fraction(low) <= least and Fraction(math.nextafter(low, math.inf)) > least
         assert Fraction(high) >= largest and Fraction(math.nextafter(high, -math.inf)) < largest
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_stored_core_is_the_query_from_tensor_built(seed: int) -> None:
+    """``from_core`` of a core (as the ledger stores it) is the query ``from_tensor`` gives of
+    it spread over the cube: same axes, core, key, sensitivities and range; a core constant
+    along an axis it names (not as ``from_tensor`` holds it) comes out as that one too."""
+    rng = np.random.default_rng(seed)
+    shape = (3, 2, 4, 5)
+    reach = ((0, 99), (-20, 7)) if seed % 2 else ()
+    kinds = 1 + len(reach)
+    for _ in range(40):
+        axes = tuple(sorted(rng.choice(len(shape), int(rng.integers(0, 4)), replace=False)))
+        core = rng.choice([0.0, 1.0, -0.5, 2.0], (kinds, *(shape[d] for d in axes)))
+        if axes and rng.random() < 0.3:  # constant along one of its axes
+            position = 1 + int(rng.integers(len(axes)))
+            core = np.repeat(core.take([0], axis=position), core.shape[position], position)
+        spread = [shape[d] if d in axes else 1 for d in range(len(shape))]
+        expected = LinearQuery.from_tensor(shape, core.reshape(kinds, *spread), measures=reach)
+        found = LinearQuery.from_core(shape, axes, core, measures=reach)
+        assert found == expected and found.key == expected.key
+        assert found.axes == expected.axes and found.n_cells == expected.n_cells
+        assert found.sensitivity == expected.sensitivity
+        assert found.row_range() == expected.row_range()
+        assert np.array_equal(found.sensitivity_tensor(), expected.sensitivity_tensor())
+        assert found.core is not None and not found.core.flags.writeable
+        if not expected.is_zero:
+            assert np.array_equal(found.cells, expected.cells)
+
+
+@pytest.mark.parametrize(
+    ("axes", "core"),
+    [
+        ((0,), np.ones((1, 2))),  # dimension 0 has 3 values
+        ((1, 0), np.ones((1, 2, 3))),  # axes not increasing
+        ((4,), np.ones((1, 2))),  # no such dimension
+        ((0,), np.array([[1.0, np.inf, 2.0]])),
+    ],
+)
+def test_a_stored_core_that_does_not_fit_is_refused(
+    axes: tuple[int, ...], core: np.ndarray
+) -> None:
+    with pytest.raises(ValueError):
+        LinearQuery.from_core((3, 2, 4, 5), axes, core)
