@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from proxy.engine.estimator import HistoryIndex, combine
 from sqlmap.vector import LinearQuery
+from tests.engine.groups import first_two_dimensions
 from tests.paper_examples import (
     EIGHT_BY_FOUR_ALPHA,
     EIGHT_BY_FOUR_H,
@@ -210,13 +211,7 @@ def _group_by_history(rng: np.random.Generator) -> tuple[HistoryIndex, list[Line
     for _ in range(500):
         vector = vectors[int(rng.integers(0, len(vectors)))]
         index.append(vector, alpha=float(rng.choice([0.05, 0.1, 0.2])), step=1e-3)
-    groups = []
-    for a in range(shape[0]):
-        for b in range(shape[1]):
-            tensor = np.zeros((*shape[:2], 1))
-            tensor[a, b] = 1.0
-            groups.append(LinearQuery.from_tensor(shape, tensor))
-    return index, groups
+    return index, first_two_dimensions(shape)
 
 
 def _row_classes_hold(solutions: list) -> None:  # type: ignore[type-arg]

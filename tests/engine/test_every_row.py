@@ -20,6 +20,7 @@ from proxy.engine.history import HistoryEntry
 from proxy.engine.selection import error_terms, interval
 from sqlmap.accuracy import AccuracyRequest
 from sqlmap.vector import LinearQuery
+from tests.engine.groups import first_two_dimensions
 
 SHAPE = (4, 3, 5)
 
@@ -45,17 +46,7 @@ def _history(seed: int, rows: int = 600) -> tuple[HistoryIndex, list[LinearQuery
     index = HistoryIndex(60, shape=SHAPE)
     for vector, alpha in _rows(seed, rows):
         index.append(vector, alpha=alpha, step=1e-3)
-    return index, _groups()
-
-
-def _groups() -> list[LinearQuery]:
-    groups = []
-    for a in range(SHAPE[0]):
-        for b in range(SHAPE[1]):
-            tensor = np.zeros((*SHAPE[:2], 1))
-            tensor[a, b] = 1.0
-            groups.append(LinearQuery.from_tensor(SHAPE, tensor))
-    return groups
+    return index, first_two_dimensions(SHAPE)
 
 
 def _stored(solution: Solution) -> Solution:
@@ -149,7 +140,7 @@ def test_a_group_by_planned_again_on_a_large_history_reuses_its_blues_and_decide
     ]
     total = Fraction(1000)
     engine = PrivacyEngine("t", 60, total_budget=total, history=entries, shape=SHAPE)
-    requests = [QueryRequest(g, AccuracyRequest(40.0, 0.05)) for g in _groups()]
+    requests = [QueryRequest(g, AccuracyRequest(40.0, 0.05)) for g in first_two_dimensions(SHAPE)]
     first = engine.plan(requests)
     cached = dict(engine._index._solutions)
     again = engine.plan(requests)

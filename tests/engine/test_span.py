@@ -307,6 +307,19 @@ def _assert_solve_alike(
         assert np.allclose(u, u_expected, rtol=1e-8, atol=1e-9 * np.abs(u_expected).max())
 
 
+def _assert_placed_alike(bulk: SpanSolver, cellwise: SpanSolver, vectors: list[np.ndarray]) -> None:
+    """Bulk placement found the rank, basis, Gram factors and coordinates of placement over
+    the cells, to rounding."""
+    r = bulk.rank
+    assert r == cellwise.rank == np.linalg.matrix_rank(np.array(vectors))
+    assert [c.tolist() for c, _ in bulk._vectors] == [c.tolist() for c, _ in cellwise._vectors]
+    for name in ("_gram", "_lower", "_lower_inv"):
+        a, b = getattr(bulk, name)[:r, :r], getattr(cellwise, name)[:r, :r]
+        assert np.allclose(a, b, rtol=0, atol=1e-9 * np.abs(b).max()), name
+    a, b = bulk._coords[:r, : len(vectors)], cellwise._coords[:r, : len(vectors)]
+    assert np.allclose(a, b, rtol=0, atol=1e-9 * np.abs(b).max())
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_place_all_places_as_the_cells_would(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """A restart's placement through inner products gives the basis, borders and coordinates
@@ -333,14 +346,7 @@ def test_place_all_places_as_the_cells_would(seed: int, monkeypatch: pytest.Monk
     del blocks_over_cells[:]
     bulk.place_all()
     assert blocks_over_cells == [64, 64]  # the two blocks with a vector near the span
-    r = bulk.rank
-    assert r == cellwise.rank == np.linalg.matrix_rank(np.array(vectors))
-    assert [c.tolist() for c, _ in bulk._vectors] == [c.tolist() for c, _ in cellwise._vectors]
-    for name in ("_gram", "_lower", "_lower_inv"):
-        a, b = getattr(bulk, name)[:r, :r], getattr(cellwise, name)[:r, :r]
-        assert np.allclose(a, b, rtol=0, atol=1e-9 * np.abs(b).max()), name
-    a, b = bulk._coords[:r, : len(vectors)], cellwise._coords[:r, : len(vectors)]
-    assert np.allclose(a, b, rtol=0, atol=1e-9 * np.abs(b).max())
+    _assert_placed_alike(bulk, cellwise, vectors)
     stacked = np.array(vectors)
     queries = [rng.standard_normal(len(vectors)) @ stacked for _ in range(4)]
     queries.append(np.where(rng.random(n) < 0.3, 1.0, 0.0))  # mostly outside the span
@@ -610,11 +616,4 @@ def test_place_all_after_a_basis_places_as_the_cells_would(seed: int) -> None:
             bulk._place()
     cellwise._place()
     bulk.place_all()
-    r = bulk.rank
-    assert r == cellwise.rank == np.linalg.matrix_rank(np.array(vectors))
-    assert [c.tolist() for c, _ in bulk._vectors] == [c.tolist() for c, _ in cellwise._vectors]
-    for name in ("_gram", "_lower", "_lower_inv"):
-        a, b = getattr(bulk, name)[:r, :r], getattr(cellwise, name)[:r, :r]
-        assert np.allclose(a, b, rtol=0, atol=1e-9 * np.abs(b).max()), name
-    a, b = bulk._coords[:r, : len(vectors)], cellwise._coords[:r, : len(vectors)]
-    assert np.allclose(a, b, rtol=0, atol=1e-9 * np.abs(b).max())
+    _assert_placed_alike(bulk, cellwise, vectors)

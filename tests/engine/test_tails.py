@@ -17,6 +17,7 @@ from proxy.engine.tails import (
     laplace_sum_tail,
     quantile,
 )
+from tests.engine.groups import first_two_dimensions
 
 
 def _equal_scales_tail(n: int, b: float, x: float) -> mp.mpf:
@@ -327,12 +328,7 @@ def test_batched_quantiles_of_a_group_by_over_a_real_history() -> None:
         budget = Fraction(int(rng.integers(1, 20)), 100)
         history.append(HistoryEntry("t", query, budget, Fraction(1), float(rng.normal(50, 5))))
     engine = PrivacyEngine("t", 60, total_budget=Fraction(10**6), history=history, shape=shape)
-    groups = []
-    for a in range(shape[0]):
-        for b in range(shape[1]):
-            tensor = np.zeros((*shape[:2], 1))
-            tensor[a, b] = 1.0
-            groups.append(LinearQuery.from_tensor(shape, tensor))
+    groups = first_two_dimensions(shape)
     solutions = [s for s in engine._index.solve_many(groups) if s is not None]
     assert len(solutions) == len(groups)
     assert all(np.array_equal(s.rows, solutions[0].rows) for s in solutions)
