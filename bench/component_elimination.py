@@ -147,6 +147,31 @@ def variance(
     return total, read
 
 
+def against_reference(
+    coordinates: list[tuple[npt.NDArray[np.int64], FloatArray]],
+    precisions: FloatArray,
+    results: list[tuple[float | None, int, float]],
+    size: int,
+) -> tuple[int, float]:
+    """How many values a dense minimum-norm solve finds estimable alike, and the largest
+    relative difference of a variance (coordinates: the history's, then the values')."""
+    history = len(precisions)
+    dense = np.zeros((history, size))
+    for i, ((c, v), p) in enumerate(zip(coordinates, precisions)):
+        dense[i, c] = np.sqrt(p) * v
+    minimum_norm = np.linalg.pinv(dense.T, rcond=1e-10)  # u = minimum_norm @ q
+    agree, worst = 0, 0.0
+    for (c, v), (var, _, _) in zip(coordinates[history:], results):
+        q = np.zeros(size)
+        q[c] = v
+        u = minimum_norm @ q
+        inside = np.linalg.norm(dense.T @ u - q) <= 1e-7 * max(1.0, float(np.linalg.norm(q)))
+        agree += inside == (var is not None)
+        if inside and var is not None:
+            worst = max(worst, float(abs(var - u @ u) / (u @ u)))
+    return agree, worst
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cube", choices=["demo", "wide"], default="wide")
@@ -200,19 +225,7 @@ def main() -> None:
             f"span's triangle: {rank * (rank + 1) // 2:,})"
         )
     if args.check:
-        dense = np.zeros((len(history), blocks.size))
-        for i, ((c, v), p) in enumerate(zip(coordinates, precisions)):
-            dense[i, c] = np.sqrt(p) * v
-        minimum_norm = np.linalg.pinv(dense.T, rcond=1e-10)  # u = minimum_norm @ q
-        agree, worst = 0, 0.0
-        for (c, v), (var, _, _) in zip(coordinates[len(history) :], results):
-            q = np.zeros(blocks.size)
-            q[c] = v
-            u = minimum_norm @ q
-            inside = np.linalg.norm(dense.T @ u - q) <= 1e-7 * max(1.0, float(np.linalg.norm(q)))
-            agree += inside == (var is not None)
-            if inside and var is not None:
-                worst = max(worst, float(abs(var - u @ u) / (u @ u)))
+        agree, worst = against_reference(coordinates, precisions, results, blocks.size)
         print(
             f"dense reference: estimable alike for {agree} of {len(results)}; largest relative "
             f"difference of a variance {worst:.1e}"
