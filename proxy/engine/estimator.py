@@ -468,6 +468,28 @@ def combine(parts: Sequence[tuple[float, Solution]]) -> Solution:
     """
     if not parts:
         raise ValueError("nothing to combine")
+    residual = sum(abs(c) * s.residual for c, s in parts)
+    every = _every_row_part(parts)
+    if every is not None:  # the general case's sums, to the bit, without sorting every row
+        summed = np.zeros(every.rows.size)
+        for c, solution in parts:  # in order, into zeros, as its bincount adds
+            if solution is every:
+                summed += c * solution.weights
+            else:
+                summed[solution.rows] += c * solution.weights
+        precisions, steps = every.precisions.copy(), every.steps.copy()
+        before = next(k for k, (_, solution) in enumerate(parts) if solution is every)
+        for _, solution in reversed(parts[:before]):  # a row's first part gives these
+            precisions[solution.rows] = solution.precisions
+            steps[solution.rows] = solution.steps
+        keep = summed != 0
+        return Solution(
+            every.rows[keep].astype(np.int64),
+            summed[keep],
+            precisions[keep],
+            steps[keep],
+            residual=residual,
+        )
     rows = np.concatenate([s.rows for _, s in parts])
     weights = np.concatenate([c * s.weights for c, s in parts])
     precisions = np.concatenate([s.precisions for _, s in parts])
@@ -475,7 +497,6 @@ def combine(parts: Sequence[tuple[float, Solution]]) -> Solution:
     unique, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
     summed = np.bincount(inverse, weights=weights, minlength=unique.size)
     keep = summed != 0
-    residual = sum(abs(c) * s.residual for c, s in parts)
     return Solution(
         unique[keep].astype(np.int64),
         summed[keep],
@@ -483,6 +504,17 @@ def combine(parts: Sequence[tuple[float, Solution]]) -> Solution:
         steps[first][keep],
         residual=residual,
     )
+
+
+def _every_row_part(parts: Sequence[tuple[float, Solution]]) -> Solution | None:
+    """The part weighing rows ``0 .. n`` if they hold every other part's rows (a BLUE's)."""
+    every = max((solution for _, solution in parts), key=lambda solution: solution.rows.size)
+    n = every.rows.size
+    if n == 0 or every.rows[-1] != n - 1:  # increasing from 0 or more: 0 .. n exactly
+        return None
+    if any(solution.rows.size and solution.rows[-1] >= n for _, solution in parts):
+        return None
+    return every
 
 
 class _RepeatCache:

@@ -115,7 +115,7 @@ class Runs:
         # splits before this one hold runs the shared power sums do not (:meth:`joined`)
         self._shared_from = 0
         self._chernoff: tuple[FloatArray, FloatArray] | None = None
-        self._moments: tuple[FloatArray, FloatArray] | None = None
+        self._moments: dict[int, tuple[float, float]] = {}
 
     @classmethod
     def of(cls, scales: npt.ArrayLike) -> Runs:
@@ -178,7 +178,8 @@ class Runs:
     def largest(self, k: int) -> FloatArray:
         """The ``k`` largest scales (with repeats)."""
         top = min(k, self.values.size)
-        return np.repeat(self.values[:top], self.counts[:top].astype(np.int64))[:k]
+        copies = np.minimum(self.counts[:top], k).astype(np.int64)  # a run's first k suffice
+        return np.repeat(self.values[:top], copies)[:k]
 
     def rest(self) -> Runs:
         """The scales without one copy of the largest."""
@@ -237,14 +238,24 @@ class Runs:
             sums[r] = powers[:n].sum()
         return sums
 
-    def moments(self) -> tuple[FloatArray, FloatArray]:
-        """``sum_{k >= i} c_k b_k^2`` and ``sum_{k >= i} c_k b_k^4`` for every ``i``."""
-        if self._moments is None:
-            squares = np.square(self.values)
-            second = np.cumsum((self.counts * squares)[::-1])[::-1]  # small terms first
-            fourth = np.cumsum((self.counts * np.square(squares))[::-1])[::-1]
-            self._moments = (np.append(second, 0.0), np.append(fourth, 0.0))
-        return self._moments
+    def moments(self, split: int) -> tuple[float, float]:
+        """``sum_{k >= split} c_k b_k^2`` and ``sum_{k >= split} c_k b_k^4``.
+
+        Summed one term after another from the smallest (``cumsum`` adds in order), so each
+        is the same to the bit whichever split asks.
+        """
+        found = self._moments.get(split)
+        if found is None:
+            if split >= self.values.size:
+                found = (0.0, 0.0)
+            else:
+                squares = np.square(self.values[split:])
+                counts = self.counts[split:]
+                second = np.cumsum((counts * squares)[::-1])  # small terms first
+                fourth = np.cumsum((counts * np.square(squares))[::-1])
+                found = (float(second[-1]), float(fourth[-1]))
+            self._moments[split] = found
+        return found
 
     def chernoff(self) -> tuple[FloatArray, FloatArray]:
         """``lambda`` over the Chernoff grid and ``log E exp(lambda X)`` at each."""
@@ -329,7 +340,7 @@ def _dominant_error(b: Runs, x: float) -> float:
     low = second / float(b.values[0])
     if low >= _CHERNOFF_GRID[-1]:
         return math.inf
-    s = np.geomspace(low, _CHERNOFF_GRID[-1], 24) / second
+    s = _geometric(low, float(_CHERNOFF_GRID[-1]), 24) / second
     log_bound = -s * x - _sum_log1p(rest, s, -1.0)
     return float(np.exp(np.min(log_bound)))
 
@@ -419,9 +430,9 @@ def _log_phi_above(b: Runs, s: FloatArray) -> FloatArray:
     values, counts = b.values, b.counts
     s_max = float(s[-1])
     split = int(np.count_nonzero(values * s_max > _SERIES_RADIUS))
-    second, fourth = b.moments()
+    second, fourth = b.moments(split)
     square = np.square(s)
-    out: FloatArray = square * second[split] - 0.5 * np.square(square) * fourth[split]
+    out: FloatArray = square * second - 0.5 * np.square(square) * fourth
     for start in range(0, split, 64):  # bounded memory: 64 terms x nodes at a time
         chunk = slice(start, min(start + 64, split))
         out += np.log1p(np.square(np.outer(s, values[chunk]))) @ counts[chunk]
@@ -656,7 +667,7 @@ class ExactTail:
         # from above at the cost of a sum; the test below only grows with ``w``, so failing it
         # there (with a margin for rounding) settles it without the rest's log-MGF
         z_2 = (_second(b) / top) ** 2
-        rest_square = max(0.0, float(b.moments()[0][0]) - top * top) / (top * top)
+        rest_square = max(0.0, b.moments(0)[0] - top * top) / (top * top)
         above = top * (math.log(1.0 / delta) + rest_square / (1.0 - z_2)) * (1.0 + 1e-9)
         if not _may_dominate(b, above, self.trunc_tol):
             return None
@@ -673,7 +684,7 @@ class ExactTail:
         sin_half = math.sin(h * x_lo / 2.0)
         scale = (2.0 / math.pi) * h / (sin_half * self.trunc_tol)
         s_cap = _node_cap(h, scale, b.largest(16))
-        grid = np.geomspace(h, s_cap, 64)
+        grid = _geometric(h, s_cap, 64)
         log_bound = math.log(scale) + _log_phi_above(b, grid) - np.log(grid)
         s_stop = grid[int(np.argmax(log_bound <= 0.0))] if s_cap > h else h
         j_half = np.arange(int(math.ceil(s_stop / h)) + 1, dtype=np.float64) + 0.5
@@ -682,6 +693,28 @@ class ExactTail:
 
 
 EXACT = ExactTail()
+
+
+def _geometric(start: float, stop: float, num: int) -> FloatArray:
+    """``np.geomspace(start, stop, num)`` for positive ``start`` and ``stop``, to the bit.
+
+    Its steps (``log10`` of the ends, ``linspace``, ``10 ** y``, the ends put back) without
+    its checks and conversions, which cost more than the arithmetic at these sizes and were a
+    fifth of a tail's evaluation.
+    """
+    log_start, log_stop = np.log10(np.array([start, stop]))
+    step = (log_stop - log_start) / (num - 1)
+    steps = np.arange(num, dtype=np.float64)
+    if step == 0:  # as linspace: a step that underflows
+        steps /= num - 1
+        steps *= log_stop - log_start
+    else:
+        steps *= step
+    steps += log_start
+    steps[-1] = log_stop
+    out: FloatArray = np.power(10.0, steps)
+    out[0], out[-1] = start, stop
+    return out
 
 
 def _node_cap(h: float, scale: float, largest: FloatArray) -> float:
