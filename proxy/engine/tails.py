@@ -63,6 +63,9 @@ _DIRECT_CONVOLUTION = 64
 # root (its next step would be far below brentq's 1e-12 in the one-at-a-time path).
 _NEWTON_STEPS = 60
 _NEWTON_RTOL = 1e-13
+# How far a tail summed plainly may be from its ``fsum`` (:func:`_rough_tails`): a bracket's
+# ends are settled by it when it is farther than this from delta.
+_ROUGH_TAIL = 1e-9
 # Chernoff parameters lambda * b_max tried when bounding how far the distribution extends.
 _CHERNOFF_GRID = np.geomspace(1e-4, 0.999, 40)
 
@@ -641,11 +644,15 @@ class ExactTail:
         log_phi = -_batch_sum_log1p(values, counts, nodes, 1.0, table)
         coefficients = np.where(j_half < sizes[:, None], np.exp(log_phi) / j_half, 0.0)
         roots = _newton_roots(nodes, coefficients, delta, low, high)
+        at_low = _rough_tails(nodes, coefficients, low)
+        at_high = _rough_tails(nodes, coefficients, high)
         out = np.zeros(values.shape[0])
         for q in range(values.shape[0]):
             size = int(sizes[q])
             found = _Nodes(nodes[q, :size], coefficients[q, :size])
-            if found.tail(low[q]) <= delta or found.tail(high[q]) > delta:
+            if not _misses(found, low[q], at_low[q], delta) or _misses(
+                found, high[q], at_high[q], delta
+            ):
                 # the bracket needs widening: rare
                 out[q] = self.quantile(Runs.of_counted(values[q], counts), delta)
             elif math.isnan(roots[q]):
@@ -782,11 +789,13 @@ class _BatchSeries:
     reference then summed exactly.
     """
 
-    __slots__ = ("reference", "sums")
+    __slots__ = ("reference", "sums", "_above")
 
     def __init__(self, reference: FloatArray, sums: FloatArray) -> None:
         self.reference = reference
         self.sums = sums
+        # the terms above the reference of the last ``values`` asked (:meth:`above`)
+        self._above: tuple[FloatArray, _Exact] | None = None
 
     @classmethod
     def of(cls, values: FloatArray, counts: FloatArray, reference: FloatArray) -> _BatchSeries:
@@ -825,6 +834,12 @@ class _BatchSeries:
         """The table of some of the rows."""
         return _BatchSeries(self.reference[rows], self.sums[rows])
 
+    def above(self, values: FloatArray) -> _Exact:
+        """The terms of ``values`` above each row's reference, found once for its evaluations."""
+        if self._above is None or self._above[0] is not values:
+            self._above = (values, _Exact.of(values, values > self.reference[:, None]))
+        return self._above[1]
+
     def serves(self, s_max: FloatArray) -> bool:
         """Whether every row's series converges as fast as the radius asks at ``s_max``."""
         return bool(np.all(self.reference * s_max <= _SERIES_RADIUS))
@@ -861,19 +876,38 @@ def _batch_sum_log1p(
     """
     s_max = s[:, -1]
     if table is not None and table.serves(s_max):
-        exact = values > table.reference[:, None]
+        exact = table.above(values)
     else:
-        exact = values * s_max[:, None] > _SERIES_RADIUS
-        small = np.where(exact, 0.0, values)
+        mask = values * s_max[:, None] > _SERIES_RADIUS
+        exact = _Exact.of(values, mask)
+        small = np.where(mask, 0.0, values)
         table = _BatchSeries.of(small, counts, small.max(axis=1))
     out = np.zeros_like(s)
-    rows, cols = np.nonzero(exact)
-    if rows.size:
-        terms = np.log1p(sign * np.square(s[rows] * values[rows, cols][:, None]))
-        terms *= counts[cols][:, None]
-        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
-        out[rows[starts]] += np.add.reduceat(terms, starts, axis=0)
+    if exact.rows.size:
+        terms = np.log1p(sign * np.square(s[exact.rows] * exact.values))
+        terms *= counts[exact.columns][:, None]
+        out[exact.rows[exact.starts]] += np.add.reduceat(terms, exact.starts, axis=0)
     return out + table.at(s, sign)
+
+
+@dataclass(frozen=True, slots=True)
+class _Exact:
+    """The terms of a Q x K matrix that are summed exactly, row by row.
+
+    Their rows and columns (row-major order), their values (as a column) and where each row's
+    terms start.
+    """
+
+    rows: npt.NDArray[np.intp]
+    columns: npt.NDArray[np.intp]
+    values: FloatArray
+    starts: npt.NDArray[np.intp]
+
+    @classmethod
+    def of(cls, values: FloatArray, mask: BoolArray) -> _Exact:
+        rows, columns = np.nonzero(mask)
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]]) if rows.size else rows
+        return cls(rows, columns, values[rows, columns][:, None], starts)
 
 
 def _batch_log_phi_above(values: FloatArray, counts: FloatArray, s: FloatArray) -> FloatArray:
@@ -935,6 +969,25 @@ def _safe_side(tail: Callable[[float], float], delta: float, w: float) -> float:
     while tail(w) > delta:
         w = math.nextafter(w * (1 + 1e-12), math.inf)
     return w
+
+
+def _rough_tails(s: FloatArray, coefficients: FloatArray, x: FloatArray) -> FloatArray:
+    """:meth:`_Nodes.tail` of each row at its ``x``, summed plainly rather than by ``fsum``.
+
+    Within ``_ROUGH_TAIL`` of it (the terms are below 2 in absolute value and a row's sum is
+    ``O(log J)``: plain summation errs by under ``J * 1e-15``); rows past their last node
+    have zero coefficients.
+    """
+    inside = (2.0 / math.pi) * (np.sin(s * x[:, None]) * coefficients).sum(axis=1)
+    out: FloatArray = np.clip(1.0 - inside, 0.0, 1.0)
+    return out
+
+
+def _misses(nodes: _Nodes, x: float, rough: float, delta: float) -> bool:
+    """Whether ``nodes.tail(x) > delta``, from :func:`_rough_tails`'s ``rough`` unless close."""
+    if abs(rough - delta) > _ROUGH_TAIL:
+        return rough > delta
+    return nodes.tail(x) > delta
 
 
 def _newton_roots(
