@@ -3,8 +3,9 @@
 Run ``OPENBLAS_NUM_THREADS=1 uv run python -m bench.group_by_bench`` (``--m``, ``--runs``;
 ``--profile`` prints a cProfile of the GROUP BY's plans instead). It builds the engine of
 :mod:`bench.engine_sql_bench` (the demo cube, ``m`` answers, the same 200-statement stream),
-then plans ``GROUP_BY_20`` (``--groups 160``: one of 160 groups) at accuracy 500 ``--runs``
-times as if for the first time (the history's cached solutions and the group vectors'
+then plans ``GROUP_BY_20`` (``--groups 160``: one of 160 groups) at accuracy 500
+(``--accuracy 5``: most of the 160 groups buy combined answers at m = 100,000) ``--runs`` times
+as if for the first time (the history's cached solutions and the group vectors'
 coordinates dropped before each) and the single-value statements of the pool likewise: CPU
 medians of ``PrivacyEngine.plan``, steadier than the bench's one first run on a busy machine,
 and the process's peak RSS.
@@ -52,6 +53,12 @@ def main() -> None:
         default=20,
         help="the GROUP BY planned: race, sex, income (20) or education, race, sex (160)",
     )
+    parser.add_argument(
+        "--accuracy",
+        type=float,
+        default=500.0,
+        help="the half-width asked of the GROUP BY (tighter ones buy combined answers)",
+    )
     args = parser.parse_args()
     cube, seed = cubes()["demo"], 7
     translator = Translator([cube])
@@ -68,7 +75,7 @@ def main() -> None:
     for _ in range(200):
         sql = rng.choice(pool) if rng.random() < 0.5 else statements.sql()
         engine.answer(requests_of(translator, sql), measure)
-    group_by = requests_of(translator, f"{GROUP_BYS[args.groups]} WITH ACCURACY 500")
+    group_by = requests_of(translator, f"{GROUP_BYS[args.groups]} WITH ACCURACY {args.accuracy:g}")
     singles = [r for r in (requests_of(translator, sql) for sql in pool[:200]) if len(r) == 1]
     index = engine._index  # the caches a first plan finds empty
     keys = [r.query.without_offset().key for r in group_by]

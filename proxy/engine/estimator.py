@@ -340,14 +340,36 @@ class Solution:
 
         Its maker derived ``shift`` (:meth:`EveryRow.shift`).
         """
-        solution = cls.__new__(cls)
-        solution.rows, solution.precisions = every.rows, every.precisions
-        solution.steps = every.steps
-        solution.residual, solution.shift = residual, shift
-        solution.widths, solution.columns = {}, every.columns
-        solution._weights = solution._scales = None
-        solution._per_vector, solution._every = per_vector, every
         per_vector.flags.writeable = False
+        columns = every.columns
+        return cls._of(every, residual, shift, {}, columns, per_vector=per_vector, every=every)
+
+    @classmethod
+    def _of(
+        cls,
+        rows_of: Solution | EveryRow,
+        residual: float,
+        shift: float,
+        widths: dict[tuple[object, float], float],
+        columns: RowColumns | None,
+        *,
+        weights: FloatArray | None = None,
+        scales: FloatArray | None = None,
+        per_vector: FloatArray | None = None,
+        every: EveryRow | None = None,
+    ) -> Solution:
+        """A solution over the rows, precisions and steps of ``rows_of``, with the fields given.
+
+        Either its weights and scales, or the coefficients of a BLUE over every row; nothing is
+        checked or derived (the callers' arrays already were).
+        """
+        solution = cls.__new__(cls)
+        solution.rows, solution.precisions = rows_of.rows, rows_of.precisions
+        solution.steps = rows_of.steps
+        solution.residual, solution.shift = residual, shift
+        solution.widths, solution.columns = widths, columns
+        solution._weights, solution._scales = weights, scales
+        solution._per_vector, solution._every = per_vector, every
         return solution
 
     @property
@@ -393,18 +415,16 @@ class Solution:
         """This estimate with its weights and scales held (to read them many times)."""
         if self._weights is not None:
             return self
-        held = Solution.__new__(Solution)
-        held.rows, held.precisions, held.steps = self.rows, self.precisions, self.steps
-        held.residual, held.shift, held.widths, held.columns = (
+        weights = self.weights
+        return Solution._of(
+            self,
             self.residual,
             self.shift,
             self.widths,
             self.columns,
+            weights=weights,
+            scales=self._scales_of(weights),
         )
-        weights = self.weights
-        held._weights, held._scales = weights, self._scales_of(weights)
-        held._per_vector = held._every = None
-        return held
 
     @property
     def variance(self) -> float:
@@ -468,6 +488,10 @@ def combine(parts: Sequence[tuple[float, Solution]]) -> Solution:
     """
     if not parts:
         raise ValueError("nothing to combine")
+    residual = sum(abs(c) * s.residual for c, s in parts)
+    every = _every_row_part(parts)
+    if every is not None:
+        return _combine_over_every_row(parts, every, residual)
     rows = np.concatenate([s.rows for _, s in parts])
     weights = np.concatenate([c * s.weights for c, s in parts])
     precisions = np.concatenate([s.precisions for _, s in parts])
@@ -475,7 +499,6 @@ def combine(parts: Sequence[tuple[float, Solution]]) -> Solution:
     unique, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
     summed = np.bincount(inverse, weights=weights, minlength=unique.size)
     keep = summed != 0
-    residual = sum(abs(c) * s.residual for c, s in parts)
     return Solution(
         unique[keep].astype(np.int64),
         summed[keep],
@@ -483,6 +506,46 @@ def combine(parts: Sequence[tuple[float, Solution]]) -> Solution:
         steps[first][keep],
         residual=residual,
     )
+
+
+def _combine_over_every_row(
+    parts: Sequence[tuple[float, Solution]], every: Solution, residual: float
+) -> Solution:
+    """:func:`combine` where ``every`` weighs rows ``0 .. n``, which hold the others' rows.
+
+    The general case's sums to the bit (added in order into zeros, as its ``bincount`` adds),
+    without sorting every row of the history.
+    """
+    summed = np.zeros(every.rows.size)
+    for c, solution in parts:
+        if solution is every:
+            summed += c * solution.weights
+        else:
+            summed[solution.rows] += c * solution.weights
+    precisions, steps = every.precisions.copy(), every.steps.copy()
+    before = next(k for k, (_, solution) in enumerate(parts) if solution is every)
+    for _, solution in reversed(parts[:before]):  # a row's first part gives these
+        precisions[solution.rows] = solution.precisions
+        steps[solution.rows] = solution.steps
+    keep = summed != 0
+    return Solution(
+        every.rows[keep].astype(np.int64),
+        summed[keep],
+        precisions[keep],
+        steps[keep],
+        residual=residual,
+    )
+
+
+def _every_row_part(parts: Sequence[tuple[float, Solution]]) -> Solution | None:
+    """The part weighing rows ``0 .. n`` if they hold every other part's rows (a BLUE's)."""
+    every = max((solution for _, solution in parts), key=lambda solution: solution.rows.size)
+    n = every.rows.size
+    if n == 0 or every.rows[-1] != n - 1:  # increasing from 0 or more: 0 .. n exactly
+        return None
+    if any(solution.rows.size and solution.rows[-1] >= n for _, solution in parts):
+        return None
+    return every
 
 
 class _RepeatCache:

@@ -63,6 +63,9 @@ _DIRECT_CONVOLUTION = 64
 # root (its next step would be far below brentq's 1e-12 in the one-at-a-time path).
 _NEWTON_STEPS = 60
 _NEWTON_RTOL = 1e-13
+# How far a tail summed plainly may be from its ``fsum`` (:func:`_rough_tails`): a bracket's
+# ends are settled by it when it is farther than this from delta.
+_ROUGH_TAIL = 1e-9
 # Chernoff parameters lambda * b_max tried when bounding how far the distribution extends.
 _CHERNOFF_GRID = np.geomspace(1e-4, 0.999, 40)
 
@@ -115,7 +118,7 @@ class Runs:
         # splits before this one hold runs the shared power sums do not (:meth:`joined`)
         self._shared_from = 0
         self._chernoff: tuple[FloatArray, FloatArray] | None = None
-        self._moments: tuple[FloatArray, FloatArray] | None = None
+        self._moments: dict[int, tuple[float, float]] = {}
 
     @classmethod
     def of(cls, scales: npt.ArrayLike) -> Runs:
@@ -178,7 +181,8 @@ class Runs:
     def largest(self, k: int) -> FloatArray:
         """The ``k`` largest scales (with repeats)."""
         top = min(k, self.values.size)
-        return np.repeat(self.values[:top], self.counts[:top].astype(np.int64))[:k]
+        copies = np.minimum(self.counts[:top], k).astype(np.int64)  # a run's first k suffice
+        return np.repeat(self.values[:top], copies)[:k]
 
     def rest(self) -> Runs:
         """The scales without one copy of the largest."""
@@ -237,14 +241,24 @@ class Runs:
             sums[r] = powers[:n].sum()
         return sums
 
-    def moments(self) -> tuple[FloatArray, FloatArray]:
-        """``sum_{k >= i} c_k b_k^2`` and ``sum_{k >= i} c_k b_k^4`` for every ``i``."""
-        if self._moments is None:
-            squares = np.square(self.values)
-            second = np.cumsum((self.counts * squares)[::-1])[::-1]  # small terms first
-            fourth = np.cumsum((self.counts * np.square(squares))[::-1])[::-1]
-            self._moments = (np.append(second, 0.0), np.append(fourth, 0.0))
-        return self._moments
+    def moments(self, split: int) -> tuple[float, float]:
+        """``sum_{k >= split} c_k b_k^2`` and ``sum_{k >= split} c_k b_k^4``.
+
+        Summed one term after another from the smallest (``cumsum`` adds in order), so each
+        is the same to the bit whichever split asks.
+        """
+        found = self._moments.get(split)
+        if found is None:
+            if split >= self.values.size:
+                found = (0.0, 0.0)
+            else:
+                squares = np.square(self.values[split:])
+                counts = self.counts[split:]
+                second = np.cumsum((counts * squares)[::-1])  # small terms first
+                fourth = np.cumsum((counts * np.square(squares))[::-1])
+                found = (float(second[-1]), float(fourth[-1]))
+            self._moments[split] = found
+        return found
 
     def chernoff(self) -> tuple[FloatArray, FloatArray]:
         """``lambda`` over the Chernoff grid and ``log E exp(lambda X)`` at each."""
@@ -329,7 +343,7 @@ def _dominant_error(b: Runs, x: float) -> float:
     low = second / float(b.values[0])
     if low >= _CHERNOFF_GRID[-1]:
         return math.inf
-    s = np.geomspace(low, _CHERNOFF_GRID[-1], 24) / second
+    s = _geometric(low, float(_CHERNOFF_GRID[-1]), 24) / second
     log_bound = -s * x - _sum_log1p(rest, s, -1.0)
     return float(np.exp(np.min(log_bound)))
 
@@ -419,9 +433,9 @@ def _log_phi_above(b: Runs, s: FloatArray) -> FloatArray:
     values, counts = b.values, b.counts
     s_max = float(s[-1])
     split = int(np.count_nonzero(values * s_max > _SERIES_RADIUS))
-    second, fourth = b.moments()
+    second, fourth = b.moments(split)
     square = np.square(s)
-    out: FloatArray = square * second[split] - 0.5 * np.square(square) * fourth[split]
+    out: FloatArray = square * second - 0.5 * np.square(square) * fourth
     for start in range(0, split, 64):  # bounded memory: 64 terms x nodes at a time
         chunk = slice(start, min(start + 64, split))
         out += np.log1p(np.square(np.outer(s, values[chunk]))) @ counts[chunk]
@@ -630,11 +644,15 @@ class ExactTail:
         log_phi = -_batch_sum_log1p(values, counts, nodes, 1.0, table)
         coefficients = np.where(j_half < sizes[:, None], np.exp(log_phi) / j_half, 0.0)
         roots = _newton_roots(nodes, coefficients, delta, low, high)
+        at_low = _rough_tails(nodes, coefficients, low)
+        at_high = _rough_tails(nodes, coefficients, high)
         out = np.zeros(values.shape[0])
         for q in range(values.shape[0]):
             size = int(sizes[q])
             found = _Nodes(nodes[q, :size], coefficients[q, :size])
-            if found.tail(low[q]) <= delta or found.tail(high[q]) > delta:
+            if not _misses(found, low[q], at_low[q], delta) or _misses(
+                found, high[q], at_high[q], delta
+            ):
                 # the bracket needs widening: rare
                 out[q] = self.quantile(Runs.of_counted(values[q], counts), delta)
             elif math.isnan(roots[q]):
@@ -656,7 +674,7 @@ class ExactTail:
         # from above at the cost of a sum; the test below only grows with ``w``, so failing it
         # there (with a margin for rounding) settles it without the rest's log-MGF
         z_2 = (_second(b) / top) ** 2
-        rest_square = max(0.0, float(b.moments()[0][0]) - top * top) / (top * top)
+        rest_square = max(0.0, b.moments(0)[0] - top * top) / (top * top)
         above = top * (math.log(1.0 / delta) + rest_square / (1.0 - z_2)) * (1.0 + 1e-9)
         if not _may_dominate(b, above, self.trunc_tol):
             return None
@@ -673,7 +691,7 @@ class ExactTail:
         sin_half = math.sin(h * x_lo / 2.0)
         scale = (2.0 / math.pi) * h / (sin_half * self.trunc_tol)
         s_cap = _node_cap(h, scale, b.largest(16))
-        grid = np.geomspace(h, s_cap, 64)
+        grid = _geometric(h, s_cap, 64)
         log_bound = math.log(scale) + _log_phi_above(b, grid) - np.log(grid)
         s_stop = grid[int(np.argmax(log_bound <= 0.0))] if s_cap > h else h
         j_half = np.arange(int(math.ceil(s_stop / h)) + 1, dtype=np.float64) + 0.5
@@ -682,6 +700,28 @@ class ExactTail:
 
 
 EXACT = ExactTail()
+
+
+def _geometric(start: float, stop: float, num: int) -> FloatArray:
+    """``np.geomspace(start, stop, num)`` for positive ``start`` and ``stop``, to the bit.
+
+    Its steps (``log10`` of the ends, ``linspace``, ``10 ** y``, the ends put back) without
+    its checks and conversions, which cost more than the arithmetic at these sizes and were a
+    fifth of a tail's evaluation.
+    """
+    log_start, log_stop = np.log10(np.array([start, stop]))
+    step = (log_stop - log_start) / (num - 1)
+    steps = np.arange(num, dtype=np.float64)
+    if step == 0:  # as linspace: a step that underflows
+        steps /= num - 1
+        steps *= log_stop - log_start
+    else:
+        steps *= step
+    steps += log_start
+    steps[-1] = log_stop
+    out: FloatArray = np.power(10.0, steps)
+    out[0], out[-1] = start, stop
+    return out
 
 
 def _node_cap(h: float, scale: float, largest: FloatArray) -> float:
@@ -749,11 +789,13 @@ class _BatchSeries:
     reference then summed exactly.
     """
 
-    __slots__ = ("reference", "sums")
+    __slots__ = ("reference", "sums", "_above")
 
     def __init__(self, reference: FloatArray, sums: FloatArray) -> None:
         self.reference = reference
         self.sums = sums
+        # the terms above the reference of the last ``values`` asked (:meth:`above`)
+        self._above: tuple[FloatArray, _Exact] | None = None
 
     @classmethod
     def of(cls, values: FloatArray, counts: FloatArray, reference: FloatArray) -> _BatchSeries:
@@ -792,6 +834,12 @@ class _BatchSeries:
         """The table of some of the rows."""
         return _BatchSeries(self.reference[rows], self.sums[rows])
 
+    def above(self, values: FloatArray) -> _Exact:
+        """The terms of ``values`` above each row's reference, found once for its evaluations."""
+        if self._above is None or self._above[0] is not values:
+            self._above = (values, _Exact.of(values, values > self.reference[:, None]))
+        return self._above[1]
+
     def serves(self, s_max: FloatArray) -> bool:
         """Whether every row's series converges as fast as the radius asks at ``s_max``."""
         return bool(np.all(self.reference * s_max <= _SERIES_RADIUS))
@@ -828,19 +876,38 @@ def _batch_sum_log1p(
     """
     s_max = s[:, -1]
     if table is not None and table.serves(s_max):
-        exact = values > table.reference[:, None]
+        exact = table.above(values)
     else:
-        exact = values * s_max[:, None] > _SERIES_RADIUS
-        small = np.where(exact, 0.0, values)
+        mask = values * s_max[:, None] > _SERIES_RADIUS
+        exact = _Exact.of(values, mask)
+        small = np.where(mask, 0.0, values)
         table = _BatchSeries.of(small, counts, small.max(axis=1))
     out = np.zeros_like(s)
-    rows, cols = np.nonzero(exact)
-    if rows.size:
-        terms = np.log1p(sign * np.square(s[rows] * values[rows, cols][:, None]))
-        terms *= counts[cols][:, None]
-        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
-        out[rows[starts]] += np.add.reduceat(terms, starts, axis=0)
+    if exact.rows.size:
+        terms = np.log1p(sign * np.square(s[exact.rows] * exact.values))
+        terms *= counts[exact.columns][:, None]
+        out[exact.rows[exact.starts]] += np.add.reduceat(terms, exact.starts, axis=0)
     return out + table.at(s, sign)
+
+
+@dataclass(frozen=True, slots=True)
+class _Exact:
+    """The terms of a Q x K matrix that are summed exactly, row by row.
+
+    Their rows and columns (row-major order), their values (as a column) and where each row's
+    terms start.
+    """
+
+    rows: npt.NDArray[np.intp]
+    columns: npt.NDArray[np.intp]
+    values: FloatArray
+    starts: npt.NDArray[np.intp]
+
+    @classmethod
+    def of(cls, values: FloatArray, mask: BoolArray) -> _Exact:
+        rows, columns = np.nonzero(mask)
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]]) if rows.size else rows
+        return cls(rows, columns, values[rows, columns][:, None], starts)
 
 
 def _batch_log_phi_above(values: FloatArray, counts: FloatArray, s: FloatArray) -> FloatArray:
@@ -902,6 +969,25 @@ def _safe_side(tail: Callable[[float], float], delta: float, w: float) -> float:
     while tail(w) > delta:
         w = math.nextafter(w * (1 + 1e-12), math.inf)
     return w
+
+
+def _rough_tails(s: FloatArray, coefficients: FloatArray, x: FloatArray) -> FloatArray:
+    """:meth:`_Nodes.tail` of each row at its ``x``, summed plainly rather than by ``fsum``.
+
+    Within ``_ROUGH_TAIL`` of it (the terms are below 2 in absolute value and a row's sum is
+    ``O(log J)``: plain summation errs by under ``J * 1e-15``); rows past their last node
+    have zero coefficients.
+    """
+    inside = (2.0 / math.pi) * (np.sin(s * x[:, None]) * coefficients).sum(axis=1)
+    out: FloatArray = np.clip(1.0 - inside, 0.0, 1.0)
+    return out
+
+
+def _misses(nodes: _Nodes, x: float, rough: float, delta: float) -> bool:
+    """Whether ``nodes.tail(x) > delta``, from :func:`_rough_tails`'s ``rough`` unless close."""
+    if abs(rough - delta) > _ROUGH_TAIL:
+        return rough > delta
+    return nodes.tail(x) > delta
 
 
 def _newton_roots(

@@ -180,3 +180,31 @@ def test_a_copy_and_its_original_appending_different_rows_each_weigh_their_own()
                 weights = solution._per_vector[history._group[:m]] * squared  # type: ignore[index]
                 weights *= history._factor[:m]
                 assert np.array_equal(solution.weights, weights)
+
+
+@pytest.mark.parametrize("seed", [2, 17])
+def test_a_mixture_with_a_blue_over_every_row_is_the_general_combination_to_the_bit(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """combine() adds into the BLUE's rows in place of sorting them all: the same estimate."""
+    index, _ = _history(seed)
+    rng = np.random.default_rng(seed)
+    mixtures = []
+    for vector, _ in _rows(seed, 40):  # measured vectors: their repeats weigh some rows
+        blue, repeats = index.solve(vector), index.repeats(vector)
+        if blue is None or blue.held == blue.terms:
+            continue
+        for repeat in repeats:
+            lam = float(rng.uniform(0.0, 1.0))
+            mixtures.append([(1.0 - lam, repeat), (lam, blue)])
+            mixtures.append([(lam, blue), (1.0 - lam, repeat)])
+        mixtures.append([(0.5, blue), (0.5, blue)])
+    assert sum(m[0][1] is not m[1][1] for m in mixtures) > 12
+    fast = [estimator.combine(parts) for parts in mixtures]
+    monkeypatch.setattr(estimator, "_every_row_part", lambda parts: None)  # always sort
+    for parts, found in zip(mixtures, fast):
+        general = estimator.combine(parts)
+        for field in ("rows", "weights", "precisions", "steps", "scales"):
+            assert np.array_equal(getattr(found, field), getattr(general, field)), field
+        assert found.rows.dtype == general.rows.dtype
+        assert (found.shift, found.residual) == (general.shift, general.residual)
