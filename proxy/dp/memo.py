@@ -9,6 +9,11 @@ answers are never kept.
 
 A memo hit skips the engine, not the audit: the session records it in the ledger's answer log
 (`DpService.log_repeat`), and dpproxy's own log marks it ``memo=true``.
+
+A kept answer holds its replies' error laws, one term per history row they weigh (0.8 MB a
+value at 100,000 rows; a GROUP BY has up to 500 values): the answers kept are bounded in those
+terms as well as in number, and an answer is forgotten as soon as its table's history has grown
+(it can never be sent again). Without that, a server at 100,000 answers grew to 2 GB.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from sqlmap.cube import Cube
 from sqlmap.translate import AnswerSpec
 
 __all__ = ["LRU", "DpMemo"]
+
+#: error terms (8 bytes each) the kept answers' replies may hold in all: 32 MB
+ANSWER_TERMS = 4_000_000
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -68,7 +76,7 @@ class DpMemo:
         self._service = service
         self._routes: LRU[str, list[Statement]] = LRU(size)
         self._specs: LRU[Hashable, AnswerSpec] = LRU(size)
-        self._answers: LRU[Hashable, tuple[int, DpResult]] = LRU(size)
+        self._answers = _Answers(size, ANSWER_TERMS)
 
     async def route(self, sql: str) -> list[Statement]:
         """`Router.route`, remembered by text (refusals are not remembered: they raise).
@@ -94,16 +102,60 @@ class DpMemo:
 
     def answer(self, key: Hashable, cube: Cube) -> DpResult | None:
         """The answer kept under ``key`` if the table's history has not grown since."""
-        kept = self._answers.get(key)
-        if kept is None or kept[0] != self.version(cube):
-            return None
-        return kept[1]
+        return self._answers.get(key, cube.qualified_name, self.version(cube))
 
-    def remember(self, key: Hashable, version: int, result: DpResult) -> None:
-        """Keep an answer given entirely from history of size ``version``."""
+    def remember(self, key: Hashable, version: int, result: DpResult, cube: Cube) -> None:
+        """Keep an answer given entirely from ``cube``'s history of size ``version``."""
         if result.replies and all(r.source == "history" for r in result.replies):
-            self._answers.put(key, (version, result))
+            self._answers.put(key, cube.qualified_name, version, result)
 
     def version(self, cube: Cube) -> int:
         """The size of the table's history; read it before answering."""
         return self._service.engine(cube).history_size
+
+
+class _Answers:
+    """Answers from history by key, each with its table and history size; least recent first.
+
+    At most ``size`` of them, holding at most ``terms`` error terms in all (the newest is kept
+    whatever it holds). Only answers at a table's latest history size can be sent again, so a
+    newer size forgets the table's others.
+    """
+
+    def __init__(self, size: int, terms: int) -> None:
+        self._size, self._most = size, terms
+        self._items: OrderedDict[Hashable, tuple[str, int, DpResult, int]] = OrderedDict()
+        self._terms = 0
+        self._latest: dict[str, int] = {}  # table -> the history size of its kept answers
+
+    def get(self, key: Hashable, table: str, version: int) -> DpResult | None:
+        item = self._items.get(key)
+        if item is None:
+            return None
+        if item[:2] != (table, version):
+            self._forget(key)
+            return None
+        self._items.move_to_end(key)
+        return item[2]
+
+    def put(self, key: Hashable, table: str, version: int, result: DpResult) -> None:
+        if self._latest.get(table, version) < version:
+            for old in [k for k, item in self._items.items() if item[0] == table]:
+                self._forget(old)
+        elif self._latest.get(table, version) > version:
+            return  # answered from a history that has grown since: never sent again
+        self._latest[table] = version
+        self._forget(key)
+        terms = sum(r.scales.size for r in result.replies)
+        self._items[key] = (table, version, result, terms)
+        self._terms += terms
+        while len(self._items) > 1 and (len(self._items) > self._size or self._terms > self._most):
+            self._forget(next(iter(self._items)))
+
+    def _forget(self, key: Hashable) -> None:
+        item = self._items.pop(key, None)
+        if item is not None:
+            self._terms -= item[3]
+
+    def __len__(self) -> int:
+        return len(self._items)
