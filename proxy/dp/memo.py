@@ -10,17 +10,22 @@ answers are never kept.
 A memo hit skips the engine, not the audit: the session records it in the ledger's answer log
 (`DpService.log_repeat`), and dpproxy's own log marks it ``memo=true``.
 
-A kept answer holds its replies' error laws, one term per history row they weigh (0.8 MB a
-value at 100,000 rows; a GROUP BY has up to 500 values): the answers kept are bounded in those
-terms as well as in number, and an answer is forgotten as soon as its table's history has grown
-(it can never be sent again). Without that, a server at 100,000 answers grew to 2 GB.
+A kept answer is kept without its replies' error laws (``Reply.scales``, one term per history row
+each: 0.8 MB a value at 100,000 rows, and a GROUP BY has up to 500 values): a repeat sends the
+rows built from them and logs the replies' figures, and never reads a law again. An answer is
+forgotten as soon as its table's history has grown, since it can never be sent again. Kept whole
+and until 2,048 newer ones, they grew a server at 100,000 answers to 2 GB.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from dataclasses import replace
 from typing import Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from proxy.dp.answering import DpResult, DpService
 from proxy.dp.routing import Router, Statement
@@ -29,8 +34,6 @@ from sqlmap.translate import AnswerSpec
 
 __all__ = ["LRU", "DpMemo"]
 
-#: error terms (8 bytes each) the kept answers' replies may hold in all: 32 MB
-ANSWER_TERMS = 4_000_000
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -76,7 +79,7 @@ class DpMemo:
         self._service = service
         self._routes: LRU[str, list[Statement]] = LRU(size)
         self._specs: LRU[Hashable, AnswerSpec] = LRU(size)
-        self._answers = _Answers(size, ANSWER_TERMS)
+        self._answers = _Answers(size)
 
     async def route(self, sql: str) -> list[Statement]:
         """`Router.route`, remembered by text (refusals are not remembered: they raise).
@@ -117,15 +120,13 @@ class DpMemo:
 class _Answers:
     """Answers from history by key, each with its table and history size; least recent first.
 
-    At most ``size`` of them, holding at most ``terms`` error terms in all (the newest is kept
-    whatever it holds). Only answers at a table's latest history size can be sent again, so a
-    newer size forgets the table's others.
+    At most ``size`` of them, their replies without error laws. Only answers at a table's latest
+    history size can be sent again, so a newer size forgets the table's others.
     """
 
-    def __init__(self, size: int, terms: int) -> None:
-        self._size, self._most = size, terms
-        self._items: OrderedDict[Hashable, tuple[str, int, DpResult, int]] = OrderedDict()
-        self._terms = 0
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: OrderedDict[Hashable, tuple[str, int, DpResult]] = OrderedDict()
         self._latest: dict[str, int] = {}  # table -> the history size of its kept answers
 
     def get(self, key: Hashable, table: str, version: int) -> DpResult | None:
@@ -133,29 +134,28 @@ class _Answers:
         if item is None:
             return None
         if item[:2] != (table, version):
-            self._forget(key)
+            del self._items[key]
             return None
         self._items.move_to_end(key)
         return item[2]
 
     def put(self, key: Hashable, table: str, version: int, result: DpResult) -> None:
-        if self._latest.get(table, version) < version:
-            for old in [k for k, item in self._items.items() if item[0] == table]:
-                self._forget(old)
-        elif self._latest.get(table, version) > version:
+        latest = self._latest.get(table, version)
+        if latest > version:
             return  # answered from a history that has grown since: never sent again
+        if latest < version:
+            for old in [k for k, item in self._items.items() if item[0] == table]:
+                del self._items[old]
         self._latest[table] = version
-        self._forget(key)
-        terms = sum(r.scales.size for r in result.replies)
-        self._items[key] = (table, version, result, terms)
-        self._terms += terms
-        while len(self._items) > 1 and (len(self._items) > self._size or self._terms > self._most):
-            self._forget(next(iter(self._items)))
-
-    def _forget(self, key: Hashable) -> None:
-        item = self._items.pop(key, None)
-        if item is not None:
-            self._terms -= item[3]
+        replies = tuple(replace(r, scales=_NO_LAW) for r in result.replies)
+        self._items[key] = (table, version, replace(result, replies=replies))
+        self._items.move_to_end(key)
+        if len(self._items) > self._size:
+            self._items.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+_NO_LAW: npt.NDArray[np.float64] = np.zeros(0)
+_NO_LAW.flags.writeable = False
