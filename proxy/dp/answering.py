@@ -9,7 +9,9 @@ inputs only, and only then, if a fresh measurement is needed, does the privilege
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,7 +33,13 @@ from proxy.errors import (
     UnsupportedQuery,
 )
 from proxy.logs import event
-from proxy.storage.ledger_store import AnswerRecord, LedgerStore, MemoryLedgerStore, NewMeasurement
+from proxy.storage.ledger_store import (
+    AnswerRecord,
+    LedgerStore,
+    MemoryLedgerStore,
+    NewMeasurement,
+    StoredEntry,
+)
 from proxy.storage.postgres_ledger import PostgresLedgerStore
 from proxy.workers import Workers
 from sqlmap.cube import CategoricalDimension, Cube
@@ -52,6 +60,32 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+def _load_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    return trim
+
+
+_MALLOC_TRIM = _load_trim()
+# engine work running this long (s) is followed by a trim (the large GROUP BYs): after each
+# statement, trimming cost 3-4 ms of CPU a statement at 100,000 answers, on 13 ms counts
+_TRIM_AFTER = 0.25
+
+
+def give_back_free_heap() -> None:
+    """Return the C heap's free pages to the OS (glibc's ``malloc_trim``; elsewhere nothing).
+
+    Engine work frees its temporaries in the worker threads' arenas, where fragmentation keeps
+    the free pages: at 100,000 answers the two workers' arenas held ~190 MB free of ~330 MB,
+    on top of which the next large plan mapped its own. A trim walks the free chunks (about
+    5 ms after a 100,000-answer load, which leaves ~55 MB of them).
+    """
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def _planning_timeout() -> QueryCanceled:
@@ -246,8 +280,9 @@ class DpService:
         last_ids = {}
         stored = {}
         for cube in cubes:
-            stored[cube.qualified_name] = entries = await ledger.load(cube)
-            last_ids[cube.qualified_name] = entries[-1].id if entries else 0
+            loaded = stored[cube.qualified_name] = await ledger.load(cube)
+            last_ids[cube.qualified_name] = loaded[-1].id if loaded else 0
+            del loaded  # the entries are dropped once charged, before the trim
         service = cls(
             cubes,
             source,
@@ -262,15 +297,22 @@ class DpService:
         )
         for cube in cubes:
             outdated = await ledger.load_outdated(cube)
-            # measurements of data that has since changed: charged, not reused
-            service.engine(cube).charge_only([s.entry for s in outdated])
-            by_user: dict[str | None, list[HistoryEntry]] = {}
-            for s in [*stored[cube.qualified_name], *outdated]:
-                by_user.setdefault(s.user, []).append(s.entry)
-            for user, charged in by_user.items():
-                if service._caps.cap(user) is not None:  # only capped users keep a ledger
-                    service._charge_user(cube, user, Charges.of(charged))
+            service._charge_loaded(cube, stored.pop(cube.qualified_name), outdated)
+        give_back_free_heap()  # the rows and entries read: the load's transient heap
         return service
+
+    def _charge_loaded(
+        self, cube: Cube, stored: list[StoredEntry], outdated: list[StoredEntry]
+    ) -> None:
+        """Charge what the engine's load does not: ``outdated`` measurements, capped users'."""
+        # measurements of data that has since changed: charged, not reused
+        self.engine(cube).charge_only([s.entry for s in outdated])
+        by_user: dict[str | None, list[HistoryEntry]] = {}
+        for s in [*stored, *outdated]:
+            by_user.setdefault(s.user, []).append(s.entry)
+        for user, charged in by_user.items():
+            if self._caps.cap(user) is not None:  # only capped users keep a ledger
+                self._charge_user(cube, user, Charges.of(charged))
 
     def engine(self, cube: Cube) -> PrivacyEngine:
         """The engine of a protected table."""
@@ -498,8 +540,17 @@ class DpService:
         happens to the caller (a thread cannot be stopped), so state the caller keeps beside
         the engine may be updated at once.
         """
+
+        def trimmed() -> T:
+            started = time.perf_counter()
+            try:
+                return work()
+            finally:  # after work long enough to have freed large temporaries: quick work
+                if time.perf_counter() - started >= _TRIM_AFTER:  # pays nothing
+                    give_back_free_heap()  # in this thread: its arena's free pages
+
         try:
-            running = self.workers.submit(work)
+            running = self.workers.submit(trimmed)
         except BaseException:
             gate.release()
             raise

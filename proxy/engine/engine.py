@@ -278,8 +278,17 @@ class PrivacyEngine:
             if entry.table != table:
                 raise ValueError(f"history entry of table {entry.table!r}, engine of {table!r}")
             self._check_fits(entry)
-        # factored now, in bulk: the first decision then costs what later ones do
-        self._index.load([(e.query, float(e.budget), float(e.step)) for e in history])
+        # factored now, in bulk: the first decision then costs what later ones do; a ledger's
+        # load shares each distinct budget and step (``history`` keeps them, and their ids)
+        floats: dict[int, float] = {}
+
+        def as_float(value: Fraction) -> float:
+            known = floats.get(id(value))
+            if known is None:
+                known = floats[id(value)] = float(value)
+            return known
+
+        self._index.load([(e.query, as_float(e.budget), as_float(e.step)) for e in history])
         self._answers = np.zeros(max(16, len(history)))
         self._answers[: len(history)] = [e.noisy_answer for e in history]
         self._budget.commit(Charges.of(history))  # one charge per distinct vector

@@ -396,11 +396,13 @@ class SpanSolver:
                 conditioned and self._place_by_inner_products(block, inner, basis, r0 + start)
             )
             if fresh:  # over the cells
+                first = self._placed
                 self._queue = block
                 self._place()
-                # the block's vectors it made basis vectors (the same arrays)
-                place = {(id(c), id(w)): r0 + start + k for k, (c, w) in enumerate(block)}
-                basis.extend(place[id(c), id(w)] for c, w in self._vectors[r : self._rank])
+                # the block's vectors it made basis vectors: each is the first of the block
+                # with a coordinate along its own direction (its distance; earlier ones have 0)
+                own = self._coords[r : self._rank, first : first + len(block)] != 0.0
+                basis.extend((r0 + start + np.argmax(own, axis=1)).tolist())
             else:
                 end = self._rank
                 sums[:end] += np.abs(self._lower[r:end, :end]).sum(axis=0)

@@ -128,7 +128,7 @@ class LocalAnswers:
         result = await self._cancellable(
             self.ctx.service.answer(spec, user=self.user, sql=sql, unbiased=self.settings.unbiased)
         )
-        memo.remember(key, version, result)
+        memo.remember(key, version, result, spec.cube)
         _log_answer(self.user, table, result)
         return result
 
