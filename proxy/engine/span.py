@@ -48,10 +48,10 @@ from scipy import sparse
 
 from proxy.engine.blas import (
     add_gram,
-    add_product,
     lower_product,
     rank_one_update,
     symmetric_product,
+    symmetric_rank_one,
 )
 
 __all__ = ["SpanSolver", "BatchUpdates"]
@@ -93,7 +93,6 @@ _GRAM_BYTES = 2**28  # past this, a restart's inner products are not formed at o
 _SCATTER = 1000
 _DENSE_BYTES = 2**25  # that dense product is taken over this much of the cells at a time
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the power method's start: x_i = (i * _GOLDEN) mod 1
-_MIRROR_ROWS = 256  # rows of K^{-1} made symmetric together (their temporaries stay small)
 _STAIR = 256  # vectors whose coordinates' reach is kept together (SpanSolver._values)
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
 _SCALED_COLUMNS = 256  # vectors' weighed coordinates added to K together when it is formed anew
@@ -141,8 +140,10 @@ class SpanSolver:
         self._gram = np.zeros((16, 16))  # G
         self._lower = np.zeros((16, 16))  # G's Cholesky factor L
         self._lower_inv = np.zeros((16, 16))  # L^{-1}, bordered with L
-        self._k = np.zeros((16, 16))  # K = sum_j c_j^2 z_j z_j^T, up to the pending terms
-        self._k_inv = np.zeros((16, 16))  # K^{-1} of order _k_dim, up to the same terms
+        # K = sum_j c_j^2 z_j z_j^T, up to the pending terms, and K^{-1} of order _k_dim, up to
+        # the same terms: each in its lower triangle (written and read alone; above it, stale)
+        self._k = np.zeros((16, 16))
+        self._k_inv = np.zeros((16, 16))
         self._coords = np.zeros((16, 16))  # z_j = L^T beta_j of every vector, as columns
         self._stairs: tuple[int, ...] = ()  # per _STAIR columns placed, the rows they reach
         self._weight2 = np.zeros(16)  # c_j^2
@@ -571,10 +572,12 @@ class SpanSolver:
             for start in range(0, self.size, _SCALED_COLUMNS):
                 stop = min(start + _SCALED_COLUMNS, self.size)
                 add_gram(k, z[:r, start:stop] * np.sqrt(self._weight2[start:stop]))
-            _symmetric_from_lower(k, k)
+        elif len(pending) == 1:  # a fresh answer's term: dsyr, a fifth of dgemm's time
+            ((j, weight2),) = pending
+            symmetric_rank_one(k, weight2, z[:r, j])
         else:  # one rank-k product (BLAS 3), not k outer products
             columns = z[:r, [j for j, _ in pending]]
-            add_product(k, columns * np.array([w for _, w in pending]), columns)
+            add_gram(k, columns * np.sqrt([w for _, w in pending]))
         if updating:
             for j, weight2 in pending:
                 if not self._update(z[:r, j], weight2):
@@ -587,14 +590,15 @@ class SpanSolver:
     def _invert_k(self) -> None:
         """``K^{-1}`` from ``K`` through its Cholesky factor."""
         r = self._rank
-        # one r x r temporary: LAPACK factors and inverts a Fortran-ordered copy in place
-        work = np.array(self._k[:r, :r], order="F")
-        _, info = scipy.linalg.lapack.dpotrf(work, lower=1, clean=0, overwrite_a=1)
+        # one r x r temporary, factored and inverted in place: LAPACK sees its transpose
+        # (Fortran order), whose upper triangle is K's lower one; so is the inverse's
+        work = np.array(self._k[:r, :r])
+        _, info = scipy.linalg.lapack.dpotrf(work.T, lower=0, clean=0, overwrite_a=1)
         if info == 0:
-            _, info = scipy.linalg.lapack.dpotri(work, lower=1, overwrite_c=1)
+            _, info = scipy.linalg.lapack.dpotri(work.T, lower=0, overwrite_c=1)
         if info != 0:
             raise np.linalg.LinAlgError(f"K is not positive definite (LAPACK info {info})")
-        _symmetric_from_lower(work, self._k_inv[:r, :r])
+        self._k_inv[:r, :r] = work
         self._k_dim = r
         self._k_updates = 0
 
@@ -634,11 +638,11 @@ class SpanSolver:
         if top < n:
             v = symmetric_product(inverse[:n, :n], z[:n])
             denominator = 1.0 + weight2 * float(z[:n] @ v)
-            rank_one_update(inverse[:n, :n], -weight2 / denominator, v, v)
+            symmetric_rank_one(inverse[:n, :n], -weight2 / denominator, v)
         elif top == n:
             line, d = z[:n], float(z[n])
             v = symmetric_product(inverse[:n, :n], line) / d
-            inverse[:n, n] = inverse[n, :n] = -v
+            inverse[n, :n] = -v
             inverse[n, n] = float(line @ v) / d + 1.0 / (weight2 * d * d)
             self._k_dim = n + 1
         else:
@@ -770,7 +774,7 @@ class SpanSolver:
         if r:
             lower_inv = self._lower_inv[:r, :r]
             beta = lower_product(lower_inv, lower_product(lower_inv, inner), transpose=True)
-            change = inner - symmetric_product(self._gram[:r, :r], beta)
+            change = inner - symmetric_product(self._gram[:r, :r], beta, whole=True)
             beta += lower_product(lower_inv, lower_product(lower_inv, change), transpose=True)
             index, recent, indexed = self._basis_index()
         if len(vectors) == 1 and not residuals:  # sparse matrix-vector products, a dot
@@ -1113,22 +1117,6 @@ def _compact(matrix: FloatArray, rows: int, columns: int, room: int) -> FloatArr
     out = np.zeros((rows + room, columns + room))
     out[:rows, :columns] = matrix[:rows, :columns]
     return out
-
-
-def _symmetric_from_lower(lower: FloatArray, out: FloatArray) -> None:
-    """``out`` = the symmetric matrix whose lower triangle ``lower`` holds, in bands of rows.
-
-    The same entries as ``tril(lower) + tril(lower, -1).T``, without its square temporaries.
-    ``out`` may be ``lower`` itself (each band reads only the lower triangle's rows below it).
-    """
-    n = lower.shape[0]
-    if out is not lower:
-        out[...] = lower
-    for start in range(0, n, _MIRROR_ROWS):
-        stop = min(start + _MIRROR_ROWS, n)
-        band = lower[start:stop, start:stop]
-        out[start:stop, start:stop] = np.tril(band) + np.tril(band, -1).T
-        out[start:stop, stop:] = lower[stop:, start:stop].T
 
 
 def _grown(matrix: FloatArray, rows: int, columns: int) -> FloatArray:
