@@ -15,10 +15,10 @@ that, a triangular factor goes to ``dtrmm`` (0.65-0.85 of the general product's 
 columns) and a symmetric matrix to ``dsymm``, or to numpy's product (about 10% faster) when its
 both triangles hold it.
 
-Updates of a symmetric matrix write its lower triangle alone (``dsyr``, ``dsyrk``): half the
+Terms added to a symmetric matrix write its lower triangle alone (``dsyrk``): half the
 bytes of a general update, and no pass to mirror it afterwards (34 ms at rank 2,831), since
 every product reads that triangle only. With one or a few columns OpenBLAS's ``dgemm`` costs
-far more than the bytes it moves (12 ms for one column at rank 2,831, ``dsyr`` 2.2 ms).
+far more than the bytes it moves (12 ms for one column at rank 2,831, ``dsyrk`` 4-5 ms).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ __all__ = [
     "symmetric_product",
     "lower_product",
     "rank_one_update",
-    "symmetric_rank_one",
     "add_gram",
 ]
 
@@ -67,7 +66,6 @@ _DGER = _routine("dger", 9)
 _DTRMM = _routine("dtrmm", 11)
 _DSYRK = _routine("dsyrk", 10)
 _DSYMM = _routine("dsymm", 12)
-_DSYR = _routine("dsyr", 7)
 _ONE = ctypes.c_double(1.0)
 _ZERO = ctypes.c_double(0.0)
 _STEP = ctypes.c_int(1)
@@ -193,29 +191,12 @@ def rank_one_update(matrix: FloatArray, alpha: float, x: FloatArray, y: FloatArr
     )  # fmt: skip
 
 
-def symmetric_rank_one(matrix: FloatArray, alpha: float, x: FloatArray) -> None:
-    """Add ``alpha * outer(x, x)`` to ``matrix``'s lower triangle in place (``dsyr``).
+def add_gram(matrix: FloatArray, a: FloatArray, *, alpha: float = 1.0) -> None:
+    """Add ``alpha * a @ a.T`` to ``matrix``'s lower triangle in place (``dsyrk``).
 
-    Above the diagonal nothing is written (nor read): half the bytes of ``rank_one_update``.
-    """
-    n, lda = _leading(matrix)
-    if x.shape != (n.value,):
-        raise ValueError("x must match the matrix's order")
-    if not n.value:
-        return
-    vector = np.ascontiguousarray(x, dtype=np.float64)
-    # BLAS sees matrix.T, whose upper triangle is matrix's lower
-    _DSYR(
-        b"U", ctypes.byref(n), ctypes.byref(ctypes.c_double(alpha)), vector.ctypes.data,
-        ctypes.byref(_STEP), matrix.ctypes.data, ctypes.byref(lda),
-    )  # fmt: skip
-
-
-def add_gram(matrix: FloatArray, a: FloatArray) -> None:
-    """Add ``a @ a.T`` to ``matrix``'s lower triangle in place (``dsyrk``; above it untouched).
-
-    Half the arithmetic of a general product, and no temporary of ``matrix``'s size: a large
-    sum of such terms can be added in blocks of ``a``'s columns.
+    Above the diagonal nothing is written. Half the arithmetic of a general product, and no
+    temporary of ``matrix``'s size: a large sum of such terms can be added in blocks of ``a``'s
+    columns.
     """
     rows, columns = matrix.shape
     if rows != columns or a.shape[0] != rows:
@@ -228,6 +209,7 @@ def add_gram(matrix: FloatArray, a: FloatArray) -> None:
     # BLAS sees operand.T (depth x rows) and matrix.T, whose upper triangle is matrix's lower
     _DSYRK(
         b"U", b"T", ctypes.byref(ctypes.c_int(rows)), ctypes.byref(ctypes.c_int(depth)),
-        ctypes.byref(_ONE), operand.ctypes.data, ctypes.byref(ctypes.c_int(depth)),
-        ctypes.byref(_ONE), matrix.ctypes.data, ctypes.byref(ldc),
+        ctypes.byref(ctypes.c_double(alpha)), operand.ctypes.data,
+        ctypes.byref(ctypes.c_int(depth)), ctypes.byref(_ONE), matrix.ctypes.data,
+        ctypes.byref(ldc),
     )  # fmt: skip

@@ -51,7 +51,6 @@ from proxy.engine.blas import (
     lower_product,
     rank_one_update,
     symmetric_product,
-    symmetric_rank_one,
 )
 
 __all__ = ["SpanSolver", "BatchUpdates"]
@@ -95,6 +94,10 @@ _DENSE_BYTES = 2**25  # that dense product is taken over this much of the cells 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the power method's start: x_i = (i * _GOLDEN) mod 1
 _STAIR = 256  # vectors whose coordinates' reach is kept together (SpanSolver._values)
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
+# Rank-one terms of K and of K^{-1} held apart (products add them in O(r) each) until this many
+# are added to the matrix in one dsyrk: at rank 2,831 one dsyr costs 2.2 ms, a dsyrk of 16
+# columns 7.5 ms.
+_LOW_RANK = 16
 _SCALED_COLUMNS = 256  # vectors' weighed coordinates added to K together when it is formed anew
 # A batch's corrected solve (BatchUpdates) is given up once it is this many times smaller than
 # a term it was formed from: its rounding, relative to it, is then that much larger.
@@ -141,9 +144,13 @@ class SpanSolver:
         self._lower = np.zeros((16, 16))  # G's Cholesky factor L
         self._lower_inv = np.zeros((16, 16))  # L^{-1}, bordered with L
         # K = sum_j c_j^2 z_j z_j^T, up to the pending terms, and K^{-1} of order _k_dim, up to
-        # the same terms: each in its lower triangle (written and read alone; above it, stale)
+        # the same terms: each in its lower triangle (written and read alone; above it, stale),
+        # plus the rank-one terms held apart (a v v^T as (v, a), v shorter than the order where
+        # the order grew since: zero past its end)
         self._k = np.zeros((16, 16))
         self._k_inv = np.zeros((16, 16))
+        self._k_terms: list[tuple[FloatArray, float]] = []
+        self._k_inv_terms: list[tuple[FloatArray, float]] = []
         self._coords = np.zeros((16, 16))  # z_j = L^T beta_j of every vector, as columns
         self._stairs: tuple[int, ...] = ()  # per _STAIR columns placed, the rows they reach
         self._weight2 = np.zeros(16)  # c_j^2
@@ -173,6 +180,8 @@ class SpanSolver:
         other._vectors = list(self._vectors)
         other._queue = list(self._queue)
         other._k_pending = list(self._k_pending)
+        other._k_terms = list(self._k_terms)
+        other._k_inv_terms = list(self._k_inv_terms)
         other._scaled = dict(self._scaled)
         other._weight2 = self._weight2.copy()
         family = self._family if self._family is not None else weakref.WeakSet([self])
@@ -569,15 +578,14 @@ class SpanSolver:
         k = self._k[:r, :r]
         if _REWEIGH * len(pending) > r:  # formed anew, in blocks of the vectors (no r x size)
             k[...] = 0.0
+            self._k_terms = []
             for start in range(0, self.size, _SCALED_COLUMNS):
                 stop = min(start + _SCALED_COLUMNS, self.size)
                 add_gram(k, z[:r, start:stop] * np.sqrt(self._weight2[start:stop]))
-        elif len(pending) == 1:  # a fresh answer's term: dsyr, a fifth of dgemm's time
-            ((j, weight2),) = pending
-            symmetric_rank_one(k, weight2, z[:r, j])
-        else:  # one rank-k product (BLAS 3), not k outer products
-            columns = z[:r, [j for j, _ in pending]]
-            add_gram(k, columns * np.sqrt([w for _, w in pending]))
+        else:
+            self._k_terms.extend((z[:r, j].copy(), weight2) for j, weight2 in pending)
+            if len(self._k_terms) >= _LOW_RANK:
+                self._k_terms = _add_terms(k, self._k_terms)
         if updating:
             for j, weight2 in pending:
                 if not self._update(z[:r, j], weight2):
@@ -590,6 +598,8 @@ class SpanSolver:
     def _invert_k(self) -> None:
         """``K^{-1}`` from ``K`` through its Cholesky factor."""
         r = self._rank
+        self._k_terms = _add_terms(self._k[:r, :r], self._k_terms)
+        self._k_inv_terms = []
         # one r x r temporary, factored and inverted in place: LAPACK sees its transpose
         # (Fortran order), whose upper triangle is K's lower one; so is the inverse's
         work = np.array(self._k[:r, :r])
@@ -611,14 +621,13 @@ class SpanSolver:
         are counted afresh.
         """
         n = self._k_dim
-        inverse, k = self._k_inv[:n, :n], self._k[:n, :n]
         x = np.asarray((np.arange(n) * _GOLDEN) % 1.0 - 0.5, dtype=np.float64)
         for _ in range(2):
             norm = float(np.linalg.norm(x))
             if norm == 0.0:  # E vanishes on x (a small K inverted exactly)
                 break
             x = x / norm
-            x = x - symmetric_product(inverse, symmetric_product(k, x))
+            x = x - self._k_inv_times(self._k_times(x))
         if float(np.linalg.norm(x)) > _INVERSE_ERROR:
             return False
         self._k_updates = 0
@@ -635,13 +644,15 @@ class SpanSolver:
         top = int(nonzero[-1]) if nonzero.size else -1
         n = self._k_dim
         inverse = self._k_inv
-        if top < n:
-            v = symmetric_product(inverse[:n, :n], z[:n])
+        if top < n:  # the term held apart, added with the next _LOW_RANK
+            v = self._k_inv_times(z[:n])
             denominator = 1.0 + weight2 * float(z[:n] @ v)
-            symmetric_rank_one(inverse[:n, :n], -weight2 / denominator, v)
-        elif top == n:
+            self._k_inv_terms.append((v, -weight2 / denominator))
+            if len(self._k_inv_terms) >= _LOW_RANK:
+                self._k_inv_terms = _add_terms(inverse[:n, :n], self._k_inv_terms)
+        elif top == n:  # the terms held apart stay as they are (zero in the new row)
             line, d = z[:n], float(z[n])
-            v = symmetric_product(inverse[:n, :n], line) / d
+            v = self._k_inv_times(line) / d
             inverse[n, :n] = -v
             inverse[n, n] = float(line @ v) / d + 1.0 / (weight2 * d * d)
             self._k_dim = n + 1
@@ -708,11 +719,20 @@ class SpanSolver:
         """
         r = self._rank
         self.prepare()
-        inverse = self._k_inv[:r, :r]
         target = lower_product(self._lower[:r, :r], beta, transpose=True)
-        y = symmetric_product(inverse, target)
-        y += symmetric_product(inverse, target - symmetric_product(self._k[:r, :r], y))
+        y = self._k_inv_times(target)
+        y += self._k_inv_times(target - self._k_times(y))
         return target, y, self._values(y)
+
+    def _k_times(self, x: FloatArray) -> FloatArray:
+        """``K x`` (``x``: a vector or columns of K's order), with the terms held apart."""
+        n = x.shape[0]
+        return _plus_terms(symmetric_product(self._k[:n, :n], x), self._k_terms, x)
+
+    def _k_inv_times(self, x: FloatArray) -> FloatArray:
+        """``K^{-1} x`` likewise (``x`` of ``K^{-1}``'s order)."""
+        n = x.shape[0]
+        return _plus_terms(symmetric_product(self._k_inv[:n, :n], x), self._k_inv_terms, x)
 
     def _values(self, y: FloatArray) -> FloatArray:
         """``z_j^T y`` for every vector ``j`` (rows), reading only the rows their ``z_j`` reach.
@@ -1117,6 +1137,39 @@ def _compact(matrix: FloatArray, rows: int, columns: int, room: int) -> FloatArr
     out = np.zeros((rows + room, columns + room))
     out[:rows, :columns] = matrix[:rows, :columns]
     return out
+
+
+def _stacked(terms: list[tuple[FloatArray, float]], n: int) -> tuple[FloatArray, FloatArray]:
+    """Terms ``a v v^T`` as columns ``v`` of order ``n`` (zero past each one's end) and ``a``s."""
+    columns = np.zeros((n, len(terms)))
+    for k, (v, _) in enumerate(terms):
+        columns[: v.size, k] = v
+    return columns, np.array([a for _, a in terms])
+
+
+def _plus_terms(
+    product: FloatArray, terms: list[tuple[FloatArray, float]], x: FloatArray
+) -> FloatArray:
+    """``product + sum a v (v^T x)`` over the ``terms`` (in place, returned)."""
+    if terms:
+        columns, coefficients = _stacked(terms, x.shape[0])
+        along = columns.T @ x
+        product += columns @ ((coefficients[:, None] if x.ndim == 2 else coefficients) * along)
+    return product
+
+
+def _add_terms(
+    matrix: FloatArray, terms: list[tuple[FloatArray, float]]
+) -> list[tuple[FloatArray, float]]:
+    """Add the ``terms`` to ``matrix``'s lower triangle (one dsyrk per sign); returns none left."""
+    if terms:
+        columns, coefficients = _stacked(terms, matrix.shape[0])
+        for sign in (1.0, -1.0):
+            chosen = coefficients * sign > 0.0
+            if np.any(chosen):
+                scaled = columns[:, chosen] * np.sqrt(coefficients[chosen] * sign)
+                add_gram(matrix, scaled, alpha=sign)
+    return []
 
 
 def _grown(matrix: FloatArray, rows: int, columns: int) -> FloatArray:

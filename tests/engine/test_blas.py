@@ -11,7 +11,6 @@ from proxy.engine.blas import (
     lower_product,
     rank_one_update,
     symmetric_product,
-    symmetric_rank_one,
 )
 
 
@@ -112,22 +111,3 @@ def test_a_gram_term_added_in_blocks_fills_the_lower_triangle_only() -> None:
     np.testing.assert_allclose(block[lower], expected[lower], rtol=1e-12)
     assert np.all(block[np.triu_indices(25, 1)] == 7.0)  # above the diagonal: untouched
     assert np.all(buffer[:2] == 7.0) and np.all(buffer[:, 29:] == 7.0)
-
-
-def test_a_symmetric_rank_one_term_writes_the_lower_triangle_of_a_view_only() -> None:
-    """dsyr on a block of a larger buffer: its lower triangle gains alpha x x^T; above the
-    diagonal and around the block nothing changes, and NaN there is never read."""
-    rng = np.random.default_rng(17)
-    buffer = np.full((40, 45), np.nan)
-    block = buffer[3:33, 6:36]
-    start = rng.standard_normal((30, 30))
-    block[np.tril_indices(30)] = start[np.tril_indices(30)]
-    x = rng.standard_normal(30)
-    symmetric_rank_one(block, -0.25, x)
-    lower = np.tril_indices(30)
-    np.testing.assert_allclose(block[lower], (start - 0.25 * np.outer(x, x))[lower], rtol=1e-13)
-    assert np.isnan(block[np.triu_indices(30, 1)]).all()
-    assert np.isnan(buffer[:3]).all() and np.isnan(buffer[:, 36:]).all()
-    symmetric_rank_one(np.zeros((0, 0)), 1.0, np.ones(0))  # order 0: nothing
-    with pytest.raises(ValueError, match="order"):
-        symmetric_rank_one(block, 1.0, np.ones(29))

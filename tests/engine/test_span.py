@@ -21,6 +21,15 @@ def _symmetric(lower: np.ndarray) -> np.ndarray:
     return np.tril(lower) + np.tril(lower, -1).T
 
 
+def _held(solver: SpanSolver, name: str, n: int) -> np.ndarray:
+    """K (``"_k"``) or K^{-1} (``"_k_inv"``) of order ``n``: the lower triangle kept plus the
+    rank-one terms held apart."""
+    out = _symmetric(getattr(solver, name)[:n, :n])
+    for v, a in getattr(solver, f"{name}_terms"):
+        out[: v.size, : v.size] += a * np.outer(v, v)
+    return out
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_span_solver_agrees_with_dense_least_squares(seed: int) -> None:
     """Interleaved new vectors (some dependent), repeat weights and solves, as a history grows."""
@@ -172,7 +181,7 @@ def test_terms_one_at_a_time_are_kept_as_updates_while_the_inverse_is_accurate(
     grow(300)
     assert inversions == [1]  # 300 updates, every one kept
     r = solver.rank
-    error = np.eye(r) - _symmetric(solver._k_inv[:r, :r]) @ _symmetric(solver._k[:r, :r])
+    error = np.eye(r) - _held(solver, "_k_inv", r) @ _held(solver, "_k", r)
     assert np.linalg.norm(error, 2) < 1e-8
     stacked = np.array(vectors)
     q = rng.standard_normal(len(vectors)) @ stacked
@@ -500,9 +509,9 @@ def test_k_formed_anew_in_blocks_is_the_weighed_sum_of_every_vector(
     r = solver.rank
     z = solver._coords[:r, : solver.size]
     expected = (z * solver._weight2[: solver.size]) @ z.T
-    k = _symmetric(solver._k[:r, :r])
+    k = _held(solver, "_k", r)
     np.testing.assert_allclose(k, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
-    np.testing.assert_allclose(_symmetric(solver._k_inv[:r, :r]) @ k, np.eye(r), atol=1e-8)
+    np.testing.assert_allclose(_held(solver, "_k_inv", r) @ k, np.eye(r), atol=1e-8)
 
 
 def test_values_read_only_the_rows_each_block_of_vectors_reaches(
@@ -608,12 +617,18 @@ def test_place_all_after_a_basis_places_as_the_cells_would(seed: int) -> None:
     _assert_placed_alike(bulk, cellwise, vectors)
 
 
-@pytest.mark.parametrize("terms", [1, 3, 40])
-def test_k_and_its_inverse_are_read_from_their_lower_triangles_alone(terms: int) -> None:
-    """After one, a few and many new terms (dsyr, dsyrk, K formed anew) and Sherman-Morrison
-    updates of K^{-1}, NaN above their diagonals changes no solve, of one query or many, and
-    the solves still agree with dense least squares."""
-    rng = np.random.default_rng(terms)
+@pytest.mark.parametrize(
+    ("rounds", "terms", "held"),
+    # held apart at the end: 1 and 1; of 21, K's added at 18, K^{-1}'s at 16; K formed anew
+    [(1, 1, (1, 1)), (7, 3, (3, 5)), (1, 40, (0, 8))],
+)
+def test_k_and_its_inverse_are_read_from_their_lower_triangles_alone(
+    rounds: int, terms: int, held: tuple[int, int]
+) -> None:
+    """After new terms (held apart, added by dsyrk once _LOW_RANK are held, or K formed anew)
+    and Sherman-Morrison updates of K^{-1}, NaN above the kept matrices' diagonals changes no
+    solve, of one query or many, and the solves still agree with dense least squares."""
+    rng = np.random.default_rng(rounds * terms)
     n = 40
     vectors = _history(rng, n, 60)
     solver = SpanSolver(n, residual=1e-9)
@@ -622,11 +637,13 @@ def test_k_and_its_inverse_are_read_from_their_lower_triangles_alone(terms: int)
         solver.weigh(solver.add(*_as_pair(h)), 1.0)
     weights2 += 1.0
     solver.prepare()
-    for j in rng.integers(len(vectors), size=terms).tolist():
-        w = float(rng.choice([0.5, 4.0]))
-        solver.weigh(j, w)
-        weights2[j] += w
-    solver.prepare()
+    for _ in range(rounds):
+        for j in rng.integers(len(vectors), size=terms).tolist():
+            w = float(rng.choice([0.5, 4.0]))
+            solver.weigh(j, w)
+            weights2[j] += w
+        solver.prepare()
+    assert (len(solver._k_terms), len(solver._k_inv_terms)) == held
     r = solver.rank
     stacked = np.array(vectors)
     queries = [_as_pair(rng.standard_normal(len(vectors)) @ stacked) for _ in range(6)]
@@ -643,3 +660,32 @@ def test_k_and_its_inverse_are_read_from_their_lower_triangles_alone(terms: int)
         expected = _dense_min_norm(stacked, weights2, q)
         u, u_expected = found * np.sqrt(weights2), expected * np.sqrt(weights2)
         assert np.allclose(u, u_expected, rtol=1e-8, atol=1e-9 * np.abs(u_expected).max())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_terms_held_apart_solve_as_terms_added_at_once(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A history weighed answer by answer (new directions among them) solves the same, to
+    rounding, whether K's and K^{-1}'s rank-one terms are held apart or added at once."""
+    rng = np.random.default_rng(300 + seed)
+    n = 50
+    vectors = _history(rng, n, 70)
+    steps = [(int(rng.integers(k + 1)), float(rng.choice([0.3, 1.0, 5.0]))) for k in range(70)]
+    solvers, held_apart = [], 0
+    for low_rank in (span._LOW_RANK, 1):
+        monkeypatch.setattr(span, "_LOW_RANK", low_rank)
+        solver = SpanSolver(n, residual=1e-9)
+        for k, (j, w) in enumerate(steps):
+            solver.weigh(solver.add(*_as_pair(vectors[k])), 1.0)
+            solver.weigh(j, w)
+            solver.solve_many([_as_pair(vectors[j])])  # prepared answer by answer
+            held_apart += len(solver._k_terms) + len(solver._k_inv_terms)
+        solvers.append(solver)
+        if low_rank == 1:
+            assert held_apart == 0
+        else:
+            assert held_apart > 0
+            held_apart = 0
+    held, added = solvers
+    _assert_solve_alike(held, added, vectors, rng)
