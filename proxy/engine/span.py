@@ -96,8 +96,10 @@ _STAIR = 256  # vectors whose coordinates' reach is kept together (SpanSolver._v
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
 # Rank-one terms of K and of K^{-1} held apart (products add them in O(r) each) until this many
 # are added to the matrix in one dsyrk: at rank 2,831 one dsyr costs 2.2 ms, a dsyrk of 16
-# columns 7.5 ms.
+# columns 7.5 ms. Below rank _HELD_FROM each is added at once: at rank 621 a dsyrk of one
+# column costs 0.1 ms, about what the terms held would add to a solve's three products.
 _LOW_RANK = 16
+_HELD_FROM = 1024
 _SCALED_COLUMNS = 256  # vectors' weighed coordinates added to K together when it is formed anew
 # A batch's corrected solve (BatchUpdates) is given up once it is this many times smaller than
 # a term it was formed from: its rounding, relative to it, is then that much larger.
@@ -149,8 +151,8 @@ class SpanSolver:
         # the order grew since: zero past its end)
         self._k = np.zeros((16, 16))
         self._k_inv = np.zeros((16, 16))
-        self._k_terms: list[tuple[FloatArray, float]] = []
-        self._k_inv_terms: list[tuple[FloatArray, float]] = []
+        self._k_terms = _Terms()
+        self._k_inv_terms = _Terms()
         self._coords = np.zeros((16, 16))  # z_j = L^T beta_j of every vector, as columns
         self._stairs: tuple[int, ...] = ()  # per _STAIR columns placed, the rows they reach
         self._weight2 = np.zeros(16)  # c_j^2
@@ -180,8 +182,8 @@ class SpanSolver:
         other._vectors = list(self._vectors)
         other._queue = list(self._queue)
         other._k_pending = list(self._k_pending)
-        other._k_terms = list(self._k_terms)
-        other._k_inv_terms = list(self._k_inv_terms)
+        other._k_terms = self._k_terms.copy()
+        other._k_inv_terms = self._k_inv_terms.copy()
         other._scaled = dict(self._scaled)
         other._weight2 = self._weight2.copy()
         family = self._family if self._family is not None else weakref.WeakSet([self])
@@ -578,14 +580,15 @@ class SpanSolver:
         k = self._k[:r, :r]
         if _REWEIGH * len(pending) > r:  # formed anew, in blocks of the vectors (no r x size)
             k[...] = 0.0
-            self._k_terms = []
+            self._k_terms = _Terms()
             for start in range(0, self.size, _SCALED_COLUMNS):
                 stop = min(start + _SCALED_COLUMNS, self.size)
                 add_gram(k, z[:r, start:stop] * np.sqrt(self._weight2[start:stop]))
         else:
-            self._k_terms.extend((z[:r, j].copy(), weight2) for j, weight2 in pending)
-            if len(self._k_terms) >= _LOW_RANK:
-                self._k_terms = _add_terms(k, self._k_terms)
+            for j, weight2 in pending:
+                self._k_terms.add(z[:r, j], weight2)
+            if self._k_terms.count >= _LOW_RANK or r < _HELD_FROM:
+                self._k_terms.add_to(k)
         if updating:
             for j, weight2 in pending:
                 if not self._update(z[:r, j], weight2):
@@ -598,8 +601,8 @@ class SpanSolver:
     def _invert_k(self) -> None:
         """``K^{-1}`` from ``K`` through its Cholesky factor."""
         r = self._rank
-        self._k_terms = _add_terms(self._k[:r, :r], self._k_terms)
-        self._k_inv_terms = []
+        self._k_terms.add_to(self._k[:r, :r])
+        self._k_inv_terms = _Terms()
         # one r x r temporary, factored and inverted in place: LAPACK sees its transpose
         # (Fortran order), whose upper triangle is K's lower one; so is the inverse's
         work = np.array(self._k[:r, :r])
@@ -647,9 +650,9 @@ class SpanSolver:
         if top < n:  # the term held apart, added with the next _LOW_RANK
             v = self._k_inv_times(z[:n])
             denominator = 1.0 + weight2 * float(z[:n] @ v)
-            self._k_inv_terms.append((v, -weight2 / denominator))
-            if len(self._k_inv_terms) >= _LOW_RANK:
-                self._k_inv_terms = _add_terms(inverse[:n, :n], self._k_inv_terms)
+            self._k_inv_terms.add(v, -weight2 / denominator)
+            if self._k_inv_terms.count >= _LOW_RANK or n < _HELD_FROM:
+                self._k_inv_terms.add_to(inverse[:n, :n])
         elif top == n:  # the terms held apart stay as they are (zero in the new row)
             line, d = z[:n], float(z[n])
             v = self._k_inv_times(line) / d
@@ -727,12 +730,12 @@ class SpanSolver:
     def _k_times(self, x: FloatArray) -> FloatArray:
         """``K x`` (``x``: a vector or columns of K's order), with the terms held apart."""
         n = x.shape[0]
-        return _plus_terms(symmetric_product(self._k[:n, :n], x), self._k_terms, x)
+        return self._k_terms.plus_times(symmetric_product(self._k[:n, :n], x), x)
 
     def _k_inv_times(self, x: FloatArray) -> FloatArray:
         """``K^{-1} x`` likewise (``x`` of ``K^{-1}``'s order)."""
         n = x.shape[0]
-        return _plus_terms(symmetric_product(self._k_inv[:n, :n], x), self._k_inv_terms, x)
+        return self._k_inv_terms.plus_times(symmetric_product(self._k_inv[:n, :n], x), x)
 
     def _values(self, y: FloatArray) -> FloatArray:
         """``z_j^T y`` for every vector ``j`` (rows), reading only the rows their ``z_j`` reach.
@@ -1139,37 +1142,67 @@ def _compact(matrix: FloatArray, rows: int, columns: int, room: int) -> FloatArr
     return out
 
 
-def _stacked(terms: list[tuple[FloatArray, float]], n: int) -> tuple[FloatArray, FloatArray]:
-    """Terms ``a v v^T`` as columns ``v`` of order ``n`` (zero past each one's end) and ``a``s."""
-    columns = np.zeros((n, len(terms)))
-    for k, (v, _) in enumerate(terms):
-        columns[: v.size, k] = v
-    return columns, np.array([a for _, a in terms])
+class _Terms:
+    """Rank-one terms ``a v v^T`` held apart from a symmetric matrix (``K`` or ``K^{-1}``).
 
+    The ``v`` are kept as the columns of a buffer (zero past each one's end: the matrix's order
+    may have grown since), so that a product adds them in two small matrix-vector products.
+    """
 
-def _plus_terms(
-    product: FloatArray, terms: list[tuple[FloatArray, float]], x: FloatArray
-) -> FloatArray:
-    """``product + sum a v (v^T x)`` over the ``terms`` (in place, returned)."""
-    if terms:
-        columns, coefficients = _stacked(terms, x.shape[0])
-        along = columns.T @ x
-        product += columns @ ((coefficients[:, None] if x.ndim == 2 else coefficients) * along)
-    return product
+    __slots__ = ("_columns", "_coefficients", "count")
 
+    def __init__(self) -> None:
+        self._columns = np.zeros((0, _LOW_RANK))
+        self._coefficients = np.zeros(_LOW_RANK)
+        self.count = 0
 
-def _add_terms(
-    matrix: FloatArray, terms: list[tuple[FloatArray, float]]
-) -> list[tuple[FloatArray, float]]:
-    """Add the ``terms`` to ``matrix``'s lower triangle (one dsyrk per sign); returns none left."""
-    if terms:
-        columns, coefficients = _stacked(terms, matrix.shape[0])
+    def copy(self) -> _Terms:
+        """An independent copy (a solver's copy adds its own terms)."""
+        other = _Terms()
+        other._columns = self._columns[:, : self.count].copy()
+        other._coefficients = self._coefficients[: self.count].copy()
+        other.count = self.count
+        return other
+
+    def add(self, v: FloatArray, a: float) -> None:
+        """Hold ``a v v^T`` too."""
+        rows, width = self._columns.shape
+        if v.size > rows or self.count == width:
+            wider = max(2 * width, _LOW_RANK) if self.count == width else width
+            columns = np.zeros((max(rows, v.size), wider))
+            columns[:rows, : self.count] = self._columns[:, : self.count]
+            coefficients = np.zeros(columns.shape[1])
+            coefficients[: self.count] = self._coefficients[: self.count]
+            self._columns, self._coefficients = columns, coefficients
+        self._columns[: v.size, self.count] = v
+        self._columns[v.size :, self.count] = 0.0
+        self._coefficients[self.count] = a
+        self.count += 1
+
+    def plus_times(self, product: FloatArray, x: FloatArray) -> FloatArray:
+        """``product + sum a v (v^T x)`` (in place, returned; ``x``: a vector or columns)."""
+        if self.count:
+            rows = min(x.shape[0], self._columns.shape[0])
+            columns = self._columns[:rows, : self.count]
+            coefficients = self._coefficients[: self.count]
+            along = columns.T @ x[:rows]
+            product[:rows] += columns @ (
+                (coefficients[:, None] if x.ndim == 2 else coefficients) * along
+            )
+        return product
+
+    def add_to(self, matrix: FloatArray) -> None:
+        """Add the terms to ``matrix``'s lower triangle (a dsyrk per sign) and hold none."""
+        n = matrix.shape[0]
+        rows = min(n, self._columns.shape[0])
+        coefficients = self._coefficients[: self.count]
         for sign in (1.0, -1.0):
-            chosen = coefficients * sign > 0.0
-            if np.any(chosen):
-                scaled = columns[:, chosen] * np.sqrt(coefficients[chosen] * sign)
+            chosen = np.flatnonzero(coefficients * sign > 0.0)
+            if chosen.size:
+                scaled = np.zeros((n, chosen.size))
+                scaled[:rows] = self._columns[:rows, chosen] * np.sqrt(coefficients[chosen] * sign)
                 add_gram(matrix, scaled, alpha=sign)
-    return []
+        self.count = 0
 
 
 def _grown(matrix: FloatArray, rows: int, columns: int) -> FloatArray:

@@ -25,8 +25,10 @@ def _held(solver: SpanSolver, name: str, n: int) -> np.ndarray:
     """K (``"_k"``) or K^{-1} (``"_k_inv"``) of order ``n``: the lower triangle kept plus the
     rank-one terms held apart."""
     out = _symmetric(getattr(solver, name)[:n, :n])
-    for v, a in getattr(solver, f"{name}_terms"):
-        out[: v.size, : v.size] += a * np.outer(v, v)
+    terms = getattr(solver, f"{name}_terms")
+    for k in range(terms.count):
+        v = terms._columns[:n, k]
+        out[: v.size, : v.size] += terms._coefficients[k] * np.outer(v, v)
     return out
 
 
@@ -623,11 +625,12 @@ def test_place_all_after_a_basis_places_as_the_cells_would(seed: int) -> None:
     [(1, 1, (1, 1)), (7, 3, (3, 5)), (1, 40, (0, 8))],
 )
 def test_k_and_its_inverse_are_read_from_their_lower_triangles_alone(
-    rounds: int, terms: int, held: tuple[int, int]
+    rounds: int, terms: int, held: tuple[int, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After new terms (held apart, added by dsyrk once _LOW_RANK are held, or K formed anew)
     and Sherman-Morrison updates of K^{-1}, NaN above the kept matrices' diagonals changes no
     solve, of one query or many, and the solves still agree with dense least squares."""
+    monkeypatch.setattr(span, "_HELD_FROM", 0)  # held apart at any rank
     rng = np.random.default_rng(rounds * terms)
     n = 40
     vectors = _history(rng, n, 60)
@@ -643,7 +646,7 @@ def test_k_and_its_inverse_are_read_from_their_lower_triangles_alone(
             solver.weigh(j, w)
             weights2[j] += w
         solver.prepare()
-    assert (len(solver._k_terms), len(solver._k_inv_terms)) == held
+    assert (solver._k_terms.count, solver._k_inv_terms.count) == held
     r = solver.rank
     stacked = np.array(vectors)
     queries = [_as_pair(rng.standard_normal(len(vectors)) @ stacked) for _ in range(6)]
@@ -668,6 +671,7 @@ def test_terms_held_apart_solve_as_terms_added_at_once(
 ) -> None:
     """A history weighed answer by answer (new directions among them) solves the same, to
     rounding, whether K's and K^{-1}'s rank-one terms are held apart or added at once."""
+    monkeypatch.setattr(span, "_HELD_FROM", 0)
     rng = np.random.default_rng(300 + seed)
     n = 50
     vectors = _history(rng, n, 70)
@@ -680,7 +684,7 @@ def test_terms_held_apart_solve_as_terms_added_at_once(
             solver.weigh(solver.add(*_as_pair(vectors[k])), 1.0)
             solver.weigh(j, w)
             solver.solve_many([_as_pair(vectors[j])])  # prepared answer by answer
-            held_apart += len(solver._k_terms) + len(solver._k_inv_terms)
+            held_apart += solver._k_terms.count + solver._k_inv_terms.count
         solvers.append(solver)
         if low_rank == 1:
             assert held_apart == 0
@@ -689,3 +693,25 @@ def test_terms_held_apart_solve_as_terms_added_at_once(
             held_apart = 0
     held, added = solvers
     _assert_solve_alike(held, added, vectors, rng)
+
+
+def test_terms_are_held_apart_from_rank_held_from_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below _HELD_FROM a fresh answer's terms go into K and K^{-1} at once; from it they are
+    held (and the solves agree either way)."""
+    rng = np.random.default_rng(41)
+    n = 30
+    vectors = _history(rng, n, 40)
+    solvers = []
+    for held_from in (span._HELD_FROM, 10):
+        monkeypatch.setattr(span, "_HELD_FROM", held_from)
+        solver = SpanSolver(n, residual=1e-9)
+        for h in vectors:
+            solver.weigh(solver.add(*_as_pair(h)), 1.0)
+        solver.prepare()
+        assert solver.rank >= 10
+        solver.weigh(3, 2.0)
+        solver.solve_many([_as_pair(vectors[3])])
+        counts = solver._k_terms.count, solver._k_inv_terms.count
+        assert counts == ((0, 0) if held_from > solver.rank else (1, 1))
+        solvers.append(solver)
+    _assert_solve_alike(solvers[0], solvers[1], vectors, rng)
