@@ -564,7 +564,10 @@ class SpanSolver:
         estimated (two products) and it is inverted anew only past ``_INVERSE_ERROR``: a GROUP
         BY planned on a copy adds hundreds of groups one at a time, and an inversion, of order
         ``r^3``, every few dozen of them cost seconds at a rank in the thousands. Each solve is
-        refined once against ``K`` itself, so the updates' rounding does not reach it.
+        refined once against ``K`` itself, so the updates' rounding does not reach it. From rank
+        ``_HELD_FROM`` the rank-one terms (``K``'s new terms, ``K^{-1}``'s Sherman-Morrison
+        ones) are held apart and added ``_LOW_RANK`` at a time: a pass over the triangle per
+        term was most of a single value's solve on the wide cube.
         """
         self._place()
         if not self._k_pending or not self._rank:
