@@ -48,7 +48,6 @@ from scipy import sparse
 
 from proxy.engine.blas import (
     add_gram,
-    add_product,
     lower_product,
     rank_one_update,
     symmetric_product,
@@ -93,9 +92,14 @@ _GRAM_BYTES = 2**28  # past this, a restart's inner products are not formed at o
 _SCATTER = 1000
 _DENSE_BYTES = 2**25  # that dense product is taken over this much of the cells at a time
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the power method's start: x_i = (i * _GOLDEN) mod 1
-_MIRROR_ROWS = 256  # rows of K^{-1} made symmetric together (their temporaries stay small)
 _STAIR = 256  # vectors whose coordinates' reach is kept together (SpanSolver._values)
 _REWEIGH = 8  # pending rank-one terms of K, as a fraction of r, past which K is formed anew
+# Rank-one terms of K and of K^{-1} held apart (products add them in O(r) each) until this many
+# are added to the matrix in one dsyrk: at rank 2,831 one dsyr costs 2.2 ms, a dsyrk of 16
+# columns 7.5 ms. Below rank _HELD_FROM each is added at once: at rank 621 a dsyrk of one
+# column costs 0.1 ms, about what the terms held would add to a solve's three products.
+_LOW_RANK = 16
+_HELD_FROM = 1024
 _SCALED_COLUMNS = 256  # vectors' weighed coordinates added to K together when it is formed anew
 # A batch's corrected solve (BatchUpdates) is given up once it is this many times smaller than
 # a term it was formed from: its rounding, relative to it, is then that much larger.
@@ -141,8 +145,14 @@ class SpanSolver:
         self._gram = np.zeros((16, 16))  # G
         self._lower = np.zeros((16, 16))  # G's Cholesky factor L
         self._lower_inv = np.zeros((16, 16))  # L^{-1}, bordered with L
-        self._k = np.zeros((16, 16))  # K = sum_j c_j^2 z_j z_j^T, up to the pending terms
-        self._k_inv = np.zeros((16, 16))  # K^{-1} of order _k_dim, up to the same terms
+        # K = sum_j c_j^2 z_j z_j^T, up to the pending terms, and K^{-1} of order _k_dim, up to
+        # the same terms: each in its lower triangle (written and read alone; above it, stale),
+        # plus the rank-one terms held apart (a v v^T as (v, a), v shorter than the order where
+        # the order grew since: zero past its end)
+        self._k = np.zeros((16, 16))
+        self._k_inv = np.zeros((16, 16))
+        self._k_terms = _Terms()
+        self._k_inv_terms = _Terms()
         self._coords = np.zeros((16, 16))  # z_j = L^T beta_j of every vector, as columns
         self._stairs: tuple[int, ...] = ()  # per _STAIR columns placed, the rows they reach
         self._weight2 = np.zeros(16)  # c_j^2
@@ -172,6 +182,8 @@ class SpanSolver:
         other._vectors = list(self._vectors)
         other._queue = list(self._queue)
         other._k_pending = list(self._k_pending)
+        other._k_terms = self._k_terms.copy()
+        other._k_inv_terms = self._k_inv_terms.copy()
         other._scaled = dict(self._scaled)
         other._weight2 = self._weight2.copy()
         family = self._family if self._family is not None else weakref.WeakSet([self])
@@ -554,7 +566,10 @@ class SpanSolver:
         estimated (two products) and it is inverted anew only past ``_INVERSE_ERROR``: a GROUP
         BY planned on a copy adds hundreds of groups one at a time, and an inversion, of order
         ``r^3``, every few dozen of them cost seconds at a rank in the thousands. Each solve is
-        refined once against ``K`` itself, so the updates' rounding does not reach it.
+        refined once against ``K`` itself, so the updates' rounding does not reach it. From rank
+        ``_HELD_FROM`` the rank-one terms (``K``'s new terms, ``K^{-1}``'s Sherman-Morrison
+        ones) are held apart and added ``_LOW_RANK`` at a time: a pass over the triangle per
+        term was most of a single value's solve on the wide cube.
         """
         self._place()
         if not self._k_pending or not self._rank:
@@ -570,13 +585,15 @@ class SpanSolver:
         k = self._k[:r, :r]
         if _REWEIGH * len(pending) > r:  # formed anew, in blocks of the vectors (no r x size)
             k[...] = 0.0
+            self._k_terms = _Terms()
             for start in range(0, self.size, _SCALED_COLUMNS):
                 stop = min(start + _SCALED_COLUMNS, self.size)
                 add_gram(k, z[:r, start:stop] * np.sqrt(self._weight2[start:stop]))
-            _symmetric_from_lower(k, k)
-        else:  # one rank-k product (BLAS 3), not k outer products
-            columns = z[:r, [j for j, _ in pending]]
-            add_product(k, columns * np.array([w for _, w in pending]), columns)
+        else:
+            for j, weight2 in pending:
+                self._k_terms.add(z[:r, j], weight2)
+            if self._k_terms.count >= _LOW_RANK or r < _HELD_FROM:
+                self._k_terms.add_to(k)
         if updating:
             for j, weight2 in pending:
                 if not self._update(z[:r, j], weight2):
@@ -589,14 +606,17 @@ class SpanSolver:
     def _invert_k(self) -> None:
         """``K^{-1}`` from ``K`` through its Cholesky factor."""
         r = self._rank
-        # one r x r temporary: LAPACK factors and inverts a Fortran-ordered copy in place
-        work = np.array(self._k[:r, :r], order="F")
-        _, info = scipy.linalg.lapack.dpotrf(work, lower=1, clean=0, overwrite_a=1)
+        self._k_terms.add_to(self._k[:r, :r])
+        self._k_inv_terms = _Terms()
+        # one r x r temporary, factored and inverted in place: LAPACK sees its transpose
+        # (Fortran order), whose upper triangle is K's lower one; so is the inverse's
+        work = np.array(self._k[:r, :r])
+        _, info = scipy.linalg.lapack.dpotrf(work.T, lower=0, clean=0, overwrite_a=1)
         if info == 0:
-            _, info = scipy.linalg.lapack.dpotri(work, lower=1, overwrite_c=1)
+            _, info = scipy.linalg.lapack.dpotri(work.T, lower=0, overwrite_c=1)
         if info != 0:
             raise np.linalg.LinAlgError(f"K is not positive definite (LAPACK info {info})")
-        _symmetric_from_lower(work, self._k_inv[:r, :r])
+        self._k_inv[:r, :r] = work
         self._k_dim = r
         self._k_updates = 0
 
@@ -609,14 +629,13 @@ class SpanSolver:
         are counted afresh.
         """
         n = self._k_dim
-        inverse, k = self._k_inv[:n, :n], self._k[:n, :n]
         x = np.asarray((np.arange(n) * _GOLDEN) % 1.0 - 0.5, dtype=np.float64)
         for _ in range(2):
             norm = float(np.linalg.norm(x))
             if norm == 0.0:  # E vanishes on x (a small K inverted exactly)
                 break
             x = x / norm
-            x = x - symmetric_product(inverse, symmetric_product(k, x))
+            x = x - self._k_inv_times(self._k_times(x))
         if float(np.linalg.norm(x)) > _INVERSE_ERROR:
             return False
         self._k_updates = 0
@@ -633,14 +652,16 @@ class SpanSolver:
         top = int(nonzero[-1]) if nonzero.size else -1
         n = self._k_dim
         inverse = self._k_inv
-        if top < n:
-            v = symmetric_product(inverse[:n, :n], z[:n])
+        if top < n:  # the term held apart, added with the next _LOW_RANK
+            v = self._k_inv_times(z[:n])
             denominator = 1.0 + weight2 * float(z[:n] @ v)
-            rank_one_update(inverse[:n, :n], -weight2 / denominator, v, v)
-        elif top == n:
+            self._k_inv_terms.add(v, -weight2 / denominator)
+            if self._k_inv_terms.count >= _LOW_RANK or n < _HELD_FROM:
+                self._k_inv_terms.add_to(inverse[:n, :n])
+        elif top == n:  # the terms held apart stay as they are (zero in the new row)
             line, d = z[:n], float(z[n])
-            v = symmetric_product(inverse[:n, :n], line) / d
-            inverse[:n, n] = inverse[n, :n] = -v
+            v = self._k_inv_times(line) / d
+            inverse[n, :n] = -v
             inverse[n, n] = float(line @ v) / d + 1.0 / (weight2 * d * d)
             self._k_dim = n + 1
         else:
@@ -706,11 +727,20 @@ class SpanSolver:
         """
         r = self._rank
         self.prepare()
-        inverse = self._k_inv[:r, :r]
         target = lower_product(self._lower[:r, :r], beta, transpose=True)
-        y = symmetric_product(inverse, target)
-        y += symmetric_product(inverse, target - symmetric_product(self._k[:r, :r], y))
+        y = self._k_inv_times(target)
+        y += self._k_inv_times(target - self._k_times(y))
         return target, y, self._values(y)
+
+    def _k_times(self, x: FloatArray) -> FloatArray:
+        """``K x`` (``x``: a vector or columns of K's order), with the terms held apart."""
+        n = x.shape[0]
+        return self._k_terms.plus_times(symmetric_product(self._k[:n, :n], x), x)
+
+    def _k_inv_times(self, x: FloatArray) -> FloatArray:
+        """``K^{-1} x`` likewise (``x`` of ``K^{-1}``'s order)."""
+        n = x.shape[0]
+        return self._k_inv_terms.plus_times(symmetric_product(self._k_inv[:n, :n], x), x)
 
     def _values(self, y: FloatArray) -> FloatArray:
         """``z_j^T y`` for every vector ``j`` (rows), reading only the rows their ``z_j`` reach.
@@ -772,7 +802,7 @@ class SpanSolver:
         if r:
             lower_inv = self._lower_inv[:r, :r]
             beta = lower_product(lower_inv, lower_product(lower_inv, inner), transpose=True)
-            change = inner - symmetric_product(self._gram[:r, :r], beta)
+            change = inner - symmetric_product(self._gram[:r, :r], beta, whole=True)
             beta += lower_product(lower_inv, lower_product(lower_inv, change), transpose=True)
             index, recent, indexed = self._basis_index()
         if len(vectors) == 1 and not residuals:  # sparse matrix-vector products, a dot
@@ -1117,20 +1147,67 @@ def _compact(matrix: FloatArray, rows: int, columns: int, room: int) -> FloatArr
     return out
 
 
-def _symmetric_from_lower(lower: FloatArray, out: FloatArray) -> None:
-    """``out`` = the symmetric matrix whose lower triangle ``lower`` holds, in bands of rows.
+class _Terms:
+    """Rank-one terms ``a v v^T`` held apart from a symmetric matrix (``K`` or ``K^{-1}``).
 
-    The same entries as ``tril(lower) + tril(lower, -1).T``, without its square temporaries.
-    ``out`` may be ``lower`` itself (each band reads only the lower triangle's rows below it).
+    The ``v`` are kept as the columns of a buffer (zero past each one's end: the matrix's order
+    may have grown since), so that a product adds them in two small matrix-vector products.
     """
-    n = lower.shape[0]
-    if out is not lower:
-        out[...] = lower
-    for start in range(0, n, _MIRROR_ROWS):
-        stop = min(start + _MIRROR_ROWS, n)
-        band = lower[start:stop, start:stop]
-        out[start:stop, start:stop] = np.tril(band) + np.tril(band, -1).T
-        out[start:stop, stop:] = lower[stop:, start:stop].T
+
+    __slots__ = ("_columns", "_coefficients", "count")
+
+    def __init__(self) -> None:
+        self._columns = np.zeros((0, _LOW_RANK))
+        self._coefficients = np.zeros(_LOW_RANK)
+        self.count = 0
+
+    def copy(self) -> _Terms:
+        """An independent copy (a solver's copy adds its own terms)."""
+        other = _Terms()
+        other._columns = self._columns[:, : self.count].copy()
+        other._coefficients = self._coefficients[: self.count].copy()
+        other.count = self.count
+        return other
+
+    def add(self, v: FloatArray, a: float) -> None:
+        """Hold ``a v v^T`` too."""
+        rows, width = self._columns.shape
+        if v.size > rows or self.count == width:
+            wider = max(2 * width, _LOW_RANK) if self.count == width else width
+            columns = np.zeros((max(rows, v.size), wider))
+            columns[:rows, : self.count] = self._columns[:, : self.count]
+            coefficients = np.zeros(columns.shape[1])
+            coefficients[: self.count] = self._coefficients[: self.count]
+            self._columns, self._coefficients = columns, coefficients
+        self._columns[: v.size, self.count] = v
+        self._columns[v.size :, self.count] = 0.0
+        self._coefficients[self.count] = a
+        self.count += 1
+
+    def plus_times(self, product: FloatArray, x: FloatArray) -> FloatArray:
+        """``product + sum a v (v^T x)`` (in place, returned; ``x``: a vector or columns)."""
+        if self.count:
+            rows = min(x.shape[0], self._columns.shape[0])
+            columns = self._columns[:rows, : self.count]
+            coefficients = self._coefficients[: self.count]
+            along = columns.T @ x[:rows]
+            product[:rows] += columns @ (
+                (coefficients[:, None] if x.ndim == 2 else coefficients) * along
+            )
+        return product
+
+    def add_to(self, matrix: FloatArray) -> None:
+        """Add the terms to ``matrix``'s lower triangle (a dsyrk per sign) and hold none."""
+        n = matrix.shape[0]
+        rows = min(n, self._columns.shape[0])
+        coefficients = self._coefficients[: self.count]
+        for sign in (1.0, -1.0):
+            chosen = np.flatnonzero(coefficients * sign > 0.0)
+            if chosen.size:
+                scaled = np.zeros((n, chosen.size))
+                scaled[:rows] = self._columns[:rows, chosen] * np.sqrt(coefficients[chosen] * sign)
+                add_gram(matrix, scaled, alpha=sign)
+        self.count = 0
 
 
 def _grown(matrix: FloatArray, rows: int, columns: int) -> FloatArray:

@@ -16,6 +16,22 @@ def _dense_min_norm(vectors: np.ndarray, weights2: np.ndarray, q: np.ndarray) ->
     return u / c
 
 
+def _symmetric(lower: np.ndarray) -> np.ndarray:
+    """The symmetric matrix whose lower triangle ``lower`` holds (K and K^{-1} are kept so)."""
+    return np.tril(lower) + np.tril(lower, -1).T
+
+
+def _held(solver: SpanSolver, name: str, n: int) -> np.ndarray:
+    """K (``"_k"``) or K^{-1} (``"_k_inv"``) of order ``n``: the lower triangle kept plus the
+    rank-one terms held apart."""
+    out = _symmetric(getattr(solver, name)[:n, :n])
+    terms = getattr(solver, f"{name}_terms")
+    for k in range(terms.count):
+        v = terms._columns[:n, k]
+        out[: v.size, : v.size] += terms._coefficients[k] * np.outer(v, v)
+    return out
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_span_solver_agrees_with_dense_least_squares(seed: int) -> None:
     """Interleaved new vectors (some dependent), repeat weights and solves, as a history grows."""
@@ -167,7 +183,7 @@ def test_terms_one_at_a_time_are_kept_as_updates_while_the_inverse_is_accurate(
     grow(300)
     assert inversions == [1]  # 300 updates, every one kept
     r = solver.rank
-    error = np.eye(r) - solver._k_inv[:r, :r] @ solver._k[:r, :r]
+    error = np.eye(r) - _held(solver, "_k_inv", r) @ _held(solver, "_k", r)
     assert np.linalg.norm(error, 2) < 1e-8
     stacked = np.array(vectors)
     q = rng.standard_normal(len(vectors)) @ stacked
@@ -417,21 +433,6 @@ def test_the_row_index_takes_in_new_basis_vectors_as_building_it_afresh_would() 
         assert indexed + (0 if recent is None else recent.shape[1]) == solver.rank
 
 
-@pytest.mark.parametrize("band", [1, 7, 256])
-def test_k_inverse_is_mirrored_from_its_lower_triangle_in_bands(
-    band: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """K^{-1} written from LAPACK's lower triangle band by band, into a larger buffer: the
-    entries of tril(A) + tril(A, -1).T exactly, whatever the band."""
-    monkeypatch.setattr(span, "_MIRROR_ROWS", band)
-    rng = np.random.default_rng(band)
-    lower = np.asfortranarray(rng.standard_normal((40, 40)))
-    out = np.full((50, 50), np.nan)
-    span._symmetric_from_lower(lower, out[:40, :40])
-    assert np.array_equal(out[:40, :40], np.tril(lower) + np.tril(lower, -1).T)
-    assert np.isnan(out[40:]).all() and np.isnan(out[:, 40:]).all()
-
-
 def test_a_copy_changing_k_copies_only_its_order() -> None:
     """A copy that weighs a vector takes K and K^{-1} of order r (and a block of room), not
     the original's buffers; the original keeps its own, and both solve as before."""
@@ -510,10 +511,9 @@ def test_k_formed_anew_in_blocks_is_the_weighed_sum_of_every_vector(
     r = solver.rank
     z = solver._coords[:r, : solver.size]
     expected = (z * solver._weight2[: solver.size]) @ z.T
-    k = solver._k[:r, :r]
+    k = _held(solver, "_k", r)
     np.testing.assert_allclose(k, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
-    assert np.array_equal(k, k.T)
-    np.testing.assert_allclose(solver._k_inv[:r, :r] @ k, np.eye(r), atol=1e-8)
+    np.testing.assert_allclose(_held(solver, "_k_inv", r) @ k, np.eye(r), atol=1e-8)
 
 
 def test_values_read_only_the_rows_each_block_of_vectors_reaches(
@@ -617,3 +617,101 @@ def test_place_all_after_a_basis_places_as_the_cells_would(seed: int) -> None:
     cellwise._place()
     bulk.place_all()
     _assert_placed_alike(bulk, cellwise, vectors)
+
+
+@pytest.mark.parametrize(
+    ("rounds", "terms", "held"),
+    # held apart at the end: 1 and 1; of 21, K's added at 18, K^{-1}'s at 16; K formed anew
+    [(1, 1, (1, 1)), (7, 3, (3, 5)), (1, 40, (0, 8))],
+)
+def test_k_and_its_inverse_are_read_from_their_lower_triangles_alone(
+    rounds: int, terms: int, held: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After new terms (held apart, added by dsyrk once _LOW_RANK are held, or K formed anew)
+    and Sherman-Morrison updates of K^{-1}, NaN above the kept matrices' diagonals changes no
+    solve, of one query or many, and the solves still agree with dense least squares."""
+    monkeypatch.setattr(span, "_HELD_FROM", 0)  # held apart at any rank
+    rng = np.random.default_rng(rounds * terms)
+    n = 40
+    vectors = _history(rng, n, 60)
+    solver = SpanSolver(n, residual=1e-9)
+    weights2 = np.zeros(len(vectors))
+    for h in vectors:
+        solver.weigh(solver.add(*_as_pair(h)), 1.0)
+    weights2 += 1.0
+    solver.prepare()
+    for _ in range(rounds):
+        for j in rng.integers(len(vectors), size=terms).tolist():
+            w = float(rng.choice([0.5, 4.0]))
+            solver.weigh(j, w)
+            weights2[j] += w
+        solver.prepare()
+    assert (solver._k_terms.count, solver._k_inv_terms.count) == held
+    r = solver.rank
+    stacked = np.array(vectors)
+    queries = [_as_pair(rng.standard_normal(len(vectors)) @ stacked) for _ in range(6)]
+    before = [solver.solve_many(queries[:1])[0][0], *solver.solve_many(queries)[0]]
+    for name in ("_k", "_k_inv"):
+        getattr(solver, name)[:r, :r][np.triu_indices(r, 1)] = np.nan
+    after = [solver.solve_many(queries[:1])[0][0], *solver.solve_many(queries)[0]]
+    for g, h in zip(before, after):
+        assert g is not None and h is not None
+        np.testing.assert_array_equal(g, h)
+    for (cells, weights), found in zip(queries, after[1:]):
+        q = np.zeros(n)
+        q[cells] = weights
+        expected = _dense_min_norm(stacked, weights2, q)
+        u, u_expected = found * np.sqrt(weights2), expected * np.sqrt(weights2)
+        assert np.allclose(u, u_expected, rtol=1e-8, atol=1e-9 * np.abs(u_expected).max())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_terms_held_apart_solve_as_terms_added_at_once(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A history weighed answer by answer (new directions among them) solves the same, to
+    rounding, whether K's and K^{-1}'s rank-one terms are held apart or added at once."""
+    monkeypatch.setattr(span, "_HELD_FROM", 0)
+    rng = np.random.default_rng(300 + seed)
+    n = 50
+    vectors = _history(rng, n, 70)
+    steps = [(int(rng.integers(k + 1)), float(rng.choice([0.3, 1.0, 5.0]))) for k in range(70)]
+    solvers, held_apart = [], 0
+    for low_rank in (span._LOW_RANK, 1):
+        monkeypatch.setattr(span, "_LOW_RANK", low_rank)
+        solver = SpanSolver(n, residual=1e-9)
+        for k, (j, w) in enumerate(steps):
+            solver.weigh(solver.add(*_as_pair(vectors[k])), 1.0)
+            solver.weigh(j, w)
+            solver.solve_many([_as_pair(vectors[j])])  # prepared answer by answer
+            held_apart += solver._k_terms.count + solver._k_inv_terms.count
+        solvers.append(solver)
+        if low_rank == 1:
+            assert held_apart == 0
+        else:
+            assert held_apart > 0
+            held_apart = 0
+    held, added = solvers
+    _assert_solve_alike(held, added, vectors, rng)
+
+
+def test_terms_are_held_apart_from_rank_held_from_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below _HELD_FROM a fresh answer's terms go into K and K^{-1} at once; from it they are
+    held (and the solves agree either way)."""
+    rng = np.random.default_rng(41)
+    n = 30
+    vectors = _history(rng, n, 40)
+    solvers = []
+    for held_from in (span._HELD_FROM, 10):
+        monkeypatch.setattr(span, "_HELD_FROM", held_from)
+        solver = SpanSolver(n, residual=1e-9)
+        for h in vectors:
+            solver.weigh(solver.add(*_as_pair(h)), 1.0)
+        solver.prepare()
+        assert solver.rank >= 10
+        solver.weigh(3, 2.0)
+        solver.solve_many([_as_pair(vectors[3])])
+        counts = solver._k_terms.count, solver._k_inv_terms.count
+        assert counts == ((0, 0) if held_from > solver.rank else (1, 1))
+        solvers.append(solver)
+    _assert_solve_alike(solvers[0], solvers[1], vectors, rng)
