@@ -24,7 +24,6 @@ Everything but the database round trip.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import random
 import sys
@@ -45,6 +44,7 @@ from proxy.engine import (
 )
 from proxy.engine.decision import fresh_budget
 from proxy.engine.noise import noise_step
+from proxy.heap import give_back_free_heap
 from sqlmap.cube import CategoricalDimension, Cube
 from sqlmap.translate import AnswerSpec, Translator
 from sqlmap.vector import LinearQuery
@@ -170,18 +170,6 @@ def _rss_mb() -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _release_freed_heap() -> None:
-    """Hand the C heap freed while the workload was built back to the system (glibc only).
-
-    Translating the pool and drawing the history leave hundreds of MB freed but held by
-    malloc (350 MB on the wide cube); without this, the RSS figures would count them.
-    """
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # another C library: RSS then includes what it holds
-
-
 def _cpu_ms(action: Callable[[], object]) -> tuple[float, object]:
     start = time.process_time()
     result = action()
@@ -266,7 +254,9 @@ def run(
     pool = [statements.sql() for _ in range(pool_size)]
     x = _histogram(cube, seed)
     history = _history(translator, pool, m, x, seed + 1)
-    _release_freed_heap()
+    # translating the pool and drawing the history leave hundreds of MB freed but held by
+    # malloc (350 MB on the wide cube): without a trim the RSS figures would count them
+    give_back_free_heap()
     rss_before = _rss_mb()
     start = time.perf_counter()
     load_cpu, engine = _cpu_ms(lambda: restarted(cube, history, seed, factored=factored))

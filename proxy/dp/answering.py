@@ -9,7 +9,6 @@ inputs only, and only then, if a fresh measurement is needed, does the privilege
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import time
 import uuid
@@ -32,6 +31,7 @@ from proxy.errors import (
     QueryCanceled,
     UnsupportedQuery,
 )
+from proxy.heap import give_back_free_heap
 from proxy.logs import event
 from proxy.storage.ledger_store import (
     AnswerRecord,
@@ -62,30 +62,9 @@ __all__ = [
 T = TypeVar("T")
 
 
-def _load_trim() -> Callable[[int], int] | None:
-    try:
-        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc
-        return None
-    return trim
-
-
-_MALLOC_TRIM = _load_trim()
 # engine work running this long (s) is followed by a trim (the large GROUP BYs): after each
 # statement, trimming cost 3-4 ms of CPU a statement at 100,000 answers, on 13 ms counts
 _TRIM_AFTER = 0.25
-
-
-def give_back_free_heap() -> None:
-    """Return the C heap's free pages to the OS (glibc's ``malloc_trim``; elsewhere nothing).
-
-    Engine work frees its temporaries in the worker threads' arenas, where fragmentation keeps
-    the free pages: at 100,000 answers the two workers' arenas held ~190 MB free of ~330 MB,
-    on top of which the next large plan mapped its own. A trim walks the free chunks (about
-    5 ms after a 100,000-answer load, which leaves ~55 MB of them).
-    """
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 def _planning_timeout() -> QueryCanceled:
