@@ -68,7 +68,8 @@ _INDEPENDENT = 3e-5
 _SPARSE = 4
 _SPARSE_FROM = 256
 _BLOCK = 64  # vectors placed together
-_PENDING = 32  # basis vectors kept outside the sparse row index before it is rebuilt
+_PENDING = 32  # basis vectors kept outside the sparse row index's parts before they are merged
+_MIDDLE = 4  # the index's middle part joins the first once it is a quarter of its size
 _GATHERED = 16_384  # index entries up to which a single vector's rows are gathered by hand
 _MAX_UPDATES = 48  # terms added to K^{-1} as updates before its accuracy is checked
 # Error ||I - K^{-1} K|| (estimated) past which the kept inverse is formed anew from K: one
@@ -161,6 +162,8 @@ class SpanSolver:
         self._k_updates = 0  # terms added to K^{-1} since it was last inverted from K or checked
         self._index: sparse.csr_array | None = None  # cells x (indexed basis vectors)
         self._indexed = 0
+        self._middle: sparse.csr_array | None = None  # cells x (the next ones, to _middled)
+        self._middled = 0
         self._recent: sparse.csr_array | None = None  # cells x (the basis vectors after those)
         # the last single vector solved: (rank, its weights, H_B^T v, beta, H_B beta - v, distance)
         self._projected: tuple[int, FloatArray, FloatArray, FloatArray, FloatArray, float] | None
@@ -798,25 +801,25 @@ class SpanSolver:
         """
         r = self._rank
         beta = np.zeros((0, len(vectors)))
-        index, recent, indexed = None, None, 0
+        parts: list[tuple[sparse.csr_array, slice]] = []
         if r:
             lower_inv = self._lower_inv[:r, :r]
             beta = lower_product(lower_inv, lower_product(lower_inv, inner), transpose=True)
             change = inner - symmetric_product(self._gram[:r, :r], beta, whole=True)
             beta += lower_product(lower_inv, lower_product(lower_inv, change), transpose=True)
-            index, recent, indexed = self._basis_index()
+            parts = self._basis_index()
         if len(vectors) == 1 and not residuals:  # sparse matrix-vector products, a dot
-            line = np.zeros(self.n_cells) if index is None else index @ beta[:indexed, 0]
-            if recent is not None:
-                line += recent @ beta[indexed:, 0]
+            line = np.zeros(self.n_cells)
+            for matrix, columns in parts:
+                line += matrix @ beta[columns, 0]
             cells, weights = vectors[0]
             line[cells] -= weights
             distance = math.sqrt(float(line @ line))
             self._projected = (r, weights, inner[:, 0], beta[:, 0], line, distance)
             return beta, np.array([distance])
-        fitted = np.zeros((self.n_cells, len(vectors))) if index is None else index @ beta[:indexed]
-        if recent is not None:
-            fitted += recent @ beta[indexed:]
+        fitted = np.zeros((self.n_cells, len(vectors)))
+        for matrix, columns in parts:
+            fitted += matrix @ beta[columns]
         for k, (cells, weights) in enumerate(vectors):
             fitted[cells, k] -= weights
         distances = np.sqrt(np.einsum("ij,ij->j", fitted, fitted))
@@ -824,29 +827,46 @@ class SpanSolver:
             return beta, distances, fitted
         return beta, distances
 
-    def _basis_index(self) -> tuple[sparse.csr_array, sparse.csr_array | None, int]:
-        """The basis vectors as the columns of cells x (their count) sparse matrices.
+    def _basis_index(self) -> list[tuple[sparse.csr_array, slice]]:
+        """The basis vectors as the columns of cells x (their count) sparse matrices, in parts.
 
-        The first ``indexed`` in one, which takes in the others once more than ``_PENDING``
-        basis vectors have joined since (its columns and theirs side by side: a third of the
-        cost of building it again from the vectors); those in a small second one (None if
-        there are none), rebuilt as they join.
+        Stacking the index anew each time ``_PENDING`` basis vectors have joined costs its
+        whole size every time (0.23 s at the wide cube's rank 2,831): quadratic in the rank.
+        So the vectors are kept in up to three parts, each with the basis positions its columns
+        stand for: the first ones; a middle part, which takes in the last ones once there are
+        more than ``_PENDING`` of them, and joins the first once it holds more than
+        ``1 / _MIDDLE`` as many (so a vector is copied a bounded number of times on average);
+        and the last ones, rebuilt as they join.
         """
         r = self._rank
-        indexed = self._indexed
         if self._index is None:
             self._index = _row_index(self._vectors, self.n_cells)
-            self._indexed, self._recent = r, None
-        elif r - indexed > _PENDING:
-            recent = self._recent
-            if recent is None or recent.shape[1] != r - indexed:
-                recent = _row_index(self._vectors[indexed:r], self.n_cells)
-            self._index = sparse.hstack([self._index, recent], format="csr")
-            self._indexed, self._recent = r, None
-        indexed = self._indexed
-        if r > indexed and (self._recent is None or self._recent.shape[1] != r - indexed):
-            self._recent = _row_index(self._vectors[indexed:r], self.n_cells)
-        return self._index, (self._recent if r > indexed else None), indexed
+            self._indexed = self._middled = r
+            self._middle = self._recent = None
+        if r - self._middled > _PENDING:
+            joined = self._recent
+            if joined is None or joined.shape[1] != r - self._middled:
+                joined = _row_index(self._vectors[self._middled : r], self.n_cells)
+            self._middle = (
+                joined
+                if self._middle is None
+                else sparse.hstack([self._middle, joined], format="csr")
+            )
+            self._middled, self._recent = r, None
+            if (r - self._indexed) * _MIDDLE > self._indexed:
+                self._index = sparse.hstack([self._index, self._middle], format="csr")
+                self._indexed, self._middle = r, None
+        if r > self._middled and (
+            self._recent is None or self._recent.shape[1] != r - self._middled
+        ):
+            self._recent = _row_index(self._vectors[self._middled : r], self.n_cells)
+        parts = [(self._index, slice(0, self._indexed))]
+        if self._middle is not None:
+            parts.append((self._middle, slice(self._indexed, self._middled)))
+        if r > self._middled:
+            assert self._recent is not None
+            parts.append((self._recent, slice(self._middled, r)))
+        return parts
 
     def _inner(self, vectors: Sequence[tuple[IntArray, FloatArray]]) -> FloatArray:
         """``H_B^T v`` for each vector ``v`` (columns), from the cells each touches."""
@@ -854,10 +874,7 @@ class SpanSolver:
         out = np.zeros((r, len(vectors)))
         if r == 0:
             return out
-        index, recent, indexed = self._basis_index()
-        parts = [(index, slice(0, indexed))]
-        if recent is not None:
-            parts.append((recent, slice(indexed, r)))
+        parts = self._basis_index()
         if len(vectors) == 1:
             cells, weights = vectors[0]
             for matrix, columns in parts:

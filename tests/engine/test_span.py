@@ -409,14 +409,16 @@ def test_place_all_goes_over_the_cells_when_l_is_ill_conditioned(
 
 
 def test_the_row_index_takes_in_new_basis_vectors_as_building_it_afresh_would() -> None:
-    # More than _PENDING basis vectors joining between solves: the index takes them in
-    # beside its columns; it must be the index built from all the basis vectors at once.
+    # More than _PENDING basis vectors joining between solves: the index's parts take them in
+    # beside their columns; each part must be the index built from its basis vectors at once,
+    # and the parts must cover the basis in order.
     from proxy.engine.span import _PENDING, _row_index
 
     rng = np.random.default_rng(17)
-    n = 300
+    n = 500
     solver = SpanSolver(n, residual=1e-6)
-    for batch in (10, _PENDING + 5, 3, 2 * _PENDING + 1):
+    counts = []
+    for batch in (10, 200, _PENDING + 8, 3, 2 * _PENDING + 1):
         for _ in range(batch):
             h = np.where(rng.random(n) < 0.05, rng.choice([1.0, 2.0, -1.0], n), 0.0)
             h[int(rng.integers(n))] = 1.0
@@ -424,13 +426,19 @@ def test_the_row_index_takes_in_new_basis_vectors_as_building_it_afresh_would() 
             solver.weigh(solver.add(cells.astype(np.int64), h[cells]), 1.0)
         (cells,) = np.nonzero(rng.random(n) < 0.1)
         solver.solve_many([(cells.astype(np.int64), np.ones(cells.size))])
-        index, recent, indexed = solver._basis_index()
-        fresh = _row_index(solver._vectors[:indexed], n)
-        assert (index != fresh).nnz == 0 and index.has_sorted_indices
-        assert np.array_equal(index.indptr, fresh.indptr)
-        assert np.array_equal(index.indices, fresh.indices)
-        assert np.array_equal(index.data, fresh.data)
-        assert indexed + (0 if recent is None else recent.shape[1]) == solver.rank
+        parts = solver._basis_index()
+        counts.append([columns.stop - columns.start for _, columns in parts])
+        assert parts[0][1].start == 0 and parts[-1][1].stop == solver.rank
+        for (part, columns), following in zip(parts, [*parts[1:], None]):
+            assert following is None or following[1].start == columns.stop
+            fresh = _row_index(solver._vectors[columns], n)
+            assert (part != fresh).nnz == 0 and part.has_sorted_indices
+            assert np.array_equal(part.indptr, fresh.indptr)
+            assert np.array_equal(part.indices, fresh.indices)
+            assert np.array_equal(part.data, fresh.data)
+    assert solver.rank == 318  # every vector joined the basis
+    # a middle part kept beside the first, with the last ones after it, then joining the first
+    assert counts == [[10], [202, 8], [202, 48], [202, 48, 3], [317, 1]]
 
 
 def test_a_copy_changing_k_copies_only_its_order() -> None:
@@ -473,8 +481,7 @@ def test_inner_products_read_the_index_rows_of_the_cells_touched(
             (cells,) = np.nonzero(h)
             solver.weigh(solver.add(cells.astype(np.int64), h[cells]), 1.0)
         solver.solve_many([(np.array([0]), np.array([1.0]))])
-    index, recent, _ = solver._basis_index()
-    assert recent is not None  # both parts are read
+    assert len(solver._basis_index()) == 2  # both parts are read
     basis = np.zeros((n, solver.rank))
     for k, (cells, weights) in enumerate(solver._vectors):
         basis[cells, k] = weights
