@@ -67,6 +67,15 @@ class LRU(Generic[K, V]):
         if len(self._items) > self._size:
             self._items.popitem(last=False)
 
+    def discard(self, key: K) -> None:
+        """Forget ``key``'s entry, if any."""
+        self._items.pop(key, None)
+
+    def discard_values(self, stale: Callable[[V], bool]) -> None:
+        """Forget every entry whose value is ``stale``."""
+        for key in [k for k, value in self._items.items() if stale(value)]:
+            del self._items[key]
+
     def __len__(self) -> int:
         return len(self._items)
 
@@ -118,25 +127,23 @@ class DpMemo:
 
 
 class _Answers:
-    """Answers from history by key, each with its table and history size; least recent first.
+    """Answers from history by key, each with its table and history size, in an :class:`LRU`.
 
-    At most ``size`` of them, their replies without error laws. Only answers at a table's latest
-    history size can be sent again, so a newer size forgets the table's others.
+    Their replies are kept without error laws. Only answers at a table's latest history size
+    can be sent again, so a newer size forgets the table's others.
     """
 
     def __init__(self, size: int) -> None:
-        self._size = size
-        self._items: OrderedDict[Hashable, tuple[str, int, DpResult]] = OrderedDict()
+        self._kept: LRU[Hashable, tuple[str, int, DpResult]] = LRU(size)
         self._latest: dict[str, int] = {}  # table -> the history size of its kept answers
 
     def get(self, key: Hashable, table: str, version: int) -> DpResult | None:
-        item = self._items.get(key)
+        item = self._kept.get(key)
         if item is None:
             return None
         if item[:2] != (table, version):
-            del self._items[key]
+            self._kept.discard(key)
             return None
-        self._items.move_to_end(key)
         return item[2]
 
     def put(self, key: Hashable, table: str, version: int, result: DpResult) -> None:
@@ -144,17 +151,13 @@ class _Answers:
         if latest > version:
             return  # answered from a history that has grown since: never sent again
         if latest < version:
-            for old in [k for k, item in self._items.items() if item[0] == table]:
-                del self._items[old]
+            self._kept.discard_values(lambda item: item[0] == table)
         self._latest[table] = version
         replies = tuple(replace(r, scales=_NO_LAW) for r in result.replies)
-        self._items[key] = (table, version, replace(result, replies=replies))
-        self._items.move_to_end(key)
-        if len(self._items) > self._size:
-            self._items.popitem(last=False)
+        self._kept.put(key, (table, version, replace(result, replies=replies)))
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._kept)
 
 
 _NO_LAW: npt.NDArray[np.float64] = np.zeros(0)
