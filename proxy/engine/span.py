@@ -843,10 +843,13 @@ class SpanSolver:
             self._index = _row_index(self._vectors, self.n_cells)
             self._indexed = self._middled = r
             self._middle = self._recent = None
+        if r > self._middled and (
+            self._recent is None or self._recent.shape[1] != r - self._middled
+        ):
+            self._recent = _row_index(self._vectors[self._middled : r], self.n_cells)
         if r - self._middled > _PENDING:
             joined = self._recent
-            if joined is None or joined.shape[1] != r - self._middled:
-                joined = _row_index(self._vectors[self._middled : r], self.n_cells)
+            assert joined is not None
             self._middle = (
                 joined
                 if self._middle is None
@@ -856,10 +859,6 @@ class SpanSolver:
             if (r - self._indexed) * _MIDDLE > self._indexed:
                 self._index = sparse.hstack([self._index, self._middle], format="csr")
                 self._indexed, self._middle = r, None
-        if r > self._middled and (
-            self._recent is None or self._recent.shape[1] != r - self._middled
-        ):
-            self._recent = _row_index(self._vectors[self._middled : r], self.n_cells)
         parts = [(self._index, slice(0, self._indexed))]
         if self._middle is not None:
             parts.append((self._middle, slice(self._indexed, self._middled)))
