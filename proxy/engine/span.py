@@ -165,7 +165,7 @@ class SpanSolver:
         self._middle: sparse.csr_array | None = None  # cells x (the next ones, to _middled)
         self._middled = 0
         self._recent: sparse.csr_array | None = None  # cells x (the basis vectors after those)
-        # the last single vector solved: (rank, its weights, H_B^T v, beta, H_B beta - v, distance)
+        # the last single vector solved: (rank, its weights, H_B^T v, t, H_B beta - v, distance)
         self._projected: tuple[int, FloatArray, FloatArray, FloatArray, FloatArray, float] | None
         self._projected = None
         self._scaled: dict[int, tuple[FloatArray, float]] = {}  # j -> (v, f): queued as v / f
@@ -293,12 +293,10 @@ class SpanSolver:
             reused = self._projection_of(scaled.get(first)) if len(block) == 1 else None
             if reused is None:
                 inner = self._inner(block)
-                beta, distances, fitted = self._project(block, inner, residuals=True)
+                target, distances, fitted = self._project(block, inner, residuals=True)
             else:
-                inner, beta, distances, fitted = reused
-            self._coords[:r, first : first + len(block)] = lower_product(
-                self._lower[:r, :r], beta, transpose=True
-            )
+                inner, target, distances, fitted = reused
+            self._coords[:r, first : first + len(block)] = target
             self._placed = first + len(block)
             bound = [_INDEPENDENT * float(np.linalg.norm(w)) for _, w in block]
             candidates = [k for k in range(len(block)) if distances[k] > bound[k]]
@@ -351,12 +349,12 @@ class SpanSolver:
         if scaled is None or projected is None:
             return None
         vector, f = scaled
-        rank, weights, inner, beta, line, distance = projected
+        rank, weights, inner, target, line, distance = projected
         if weights is not vector or rank != self._rank or line.size != self.n_cells:
             return None
         return (
             (inner / f)[:, None],
-            (beta / f)[:, None],
+            (target / f)[:, None],
             np.array([distance / abs(f)]),
             (line / f)[:, None],
         )
@@ -704,36 +702,34 @@ class SpanSolver:
         if r == 0 and not keep:
             return found, [1.0] * len(queries), None
         if keep:
-            beta, distances, fitted = self._project(queries, self._inner(queries), residuals=True)
+            target, distances, fitted = self._project(queries, self._inner(queries), residuals=True)
         else:
-            beta, distances = self._project(queries, self._inner(queries))
+            target, distances = self._project(queries, self._inner(queries))
         residuals = distances / norms
         inside = residuals <= self._residual
         if r == 0:
             residuals[:] = 1.0
             inside[:] = False
         if np.any(inside):
-            target, y, per_vector = self._solve_in_span(beta[:, inside])
+            y, per_vector = self._solve_in_span(target[:, inside])
             for column, i in enumerate(np.flatnonzero(inside).tolist()):
                 found[i] = per_vector[:, column]
         else:
-            target, y, per_vector = None, None, None
+            y, per_vector = None, None
         updates = None
         if keep:
-            updates = BatchUpdates(self, beta, inside, target, y, per_vector, fitted, norms)
+            updates = BatchUpdates(self, target, inside, y, per_vector, fitted, norms)
         return found, residuals.tolist(), updates
 
-    def _solve_in_span(self, beta: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """``t = L^T beta``, ``y`` (``K y = t``, refined once) and ``z_j^T y`` for each ``j``.
+    def _solve_in_span(self, target: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """``y`` (``K y = t``, refined once) and ``z_j^T y`` for each ``j``.
 
-        ``beta``: span coordinates of queries, as columns.
+        ``target``: the queries' coordinates ``t = L^T beta`` (:meth:`_project`), as columns.
         """
-        r = self._rank
         self.prepare()
-        target = lower_product(self._lower[:r, :r], beta, transpose=True)
         y = self._k_inv_times(target)
         y += self._k_inv_times(target - self._k_times(y))
-        return target, y, self._values(y)
+        return y, self._values(y)
 
     def _k_times(self, x: FloatArray) -> FloatArray:
         """``K x`` (``x``: a vector or columns of K's order), with the terms held apart."""
@@ -792,21 +788,24 @@ class SpanSolver:
         *,
         residuals: bool = False,
     ) -> tuple[FloatArray, FloatArray] | tuple[FloatArray, FloatArray, FloatArray]:
-        """``beta = G^{-1} H_B^T v`` (refined once) and ``||v - H_B beta||``, per vector.
+        """``t = L^T beta`` and ``||v - H_B beta||`` per vector, ``beta = G^{-1} H_B^T v``.
 
-        ``G^{-1} = L^{-T} L^{-1}``. The distance is measured over the cells, not as
-        ``||v||^2 - b^T beta``: that difference cancels, and its rounding would reach 1e-5 of
-        ``||v||`` on these histories. ``residuals``: also ``H_B beta - v`` over the cells, as
-        columns.
+        ``t = L^{-1} b`` (``b = H_B^T v``, ``G = L L^T``), refined once against ``G``:
+        ``t += L^{-1} (b - G L^{-T} t)``; then ``beta = L^{-T} t``. The distance is measured
+        over the cells, not as ``||v||^2 - ||t||^2``: that difference cancels, and its rounding
+        would reach 1e-5 of ``||v||`` on these histories. ``residuals``: also ``H_B beta - v``
+        over the cells, as columns.
         """
         r = self._rank
-        beta = np.zeros((0, len(vectors)))
+        target = beta = np.zeros((0, len(vectors)))
         parts: list[tuple[sparse.csr_array, slice]] = []
         if r:
             lower_inv = self._lower_inv[:r, :r]
-            beta = lower_product(lower_inv, lower_product(lower_inv, inner), transpose=True)
+            target = lower_product(lower_inv, inner)
+            beta = lower_product(lower_inv, target, transpose=True)
             change = inner - symmetric_product(self._gram[:r, :r], beta, whole=True)
-            beta += lower_product(lower_inv, lower_product(lower_inv, change), transpose=True)
+            target += lower_product(lower_inv, change)
+            beta = lower_product(lower_inv, target, transpose=True)
             parts = self._basis_index()
         if len(vectors) == 1 and not residuals:  # sparse matrix-vector products, a dot
             line = np.zeros(self.n_cells)
@@ -815,8 +814,8 @@ class SpanSolver:
             cells, weights = vectors[0]
             line[cells] -= weights
             distance = math.sqrt(float(line @ line))
-            self._projected = (r, weights, inner[:, 0], beta[:, 0], line, distance)
-            return beta, np.array([distance])
+            self._projected = (r, weights, inner[:, 0], target[:, 0], line, distance)
+            return target, np.array([distance])
         fitted = np.zeros((self.n_cells, len(vectors)))
         for matrix, columns in parts:
             fitted += matrix @ beta[columns]
@@ -824,8 +823,8 @@ class SpanSolver:
             fitted[cells, k] -= weights
         distances = np.sqrt(np.einsum("ij,ij->j", fitted, fitted))
         if residuals:
-            return beta, distances, fitted
-        return beta, distances
+            return target, distances, fitted
+        return target, distances
 
     def _basis_index(self) -> list[tuple[sparse.csr_array, slice]]:
         """The basis vectors as the columns of cells x (their count) sparse matrices, in parts.
@@ -931,32 +930,31 @@ class BatchUpdates:
     def __init__(
         self,
         solver: SpanSolver,
-        beta: FloatArray,
+        target: FloatArray,
         inside: npt.NDArray[np.bool_],
-        target: FloatArray | None,
         y: FloatArray | None,
         per_vector: FloatArray | None,
         fitted: FloatArray,
         norms: FloatArray,
     ) -> None:
-        """The batch's solve: ``beta`` of every query, ``t``, ``y`` and values of those inside.
+        """The batch's solve: ``t`` of every query, ``y`` and values of those inside.
 
         ``fitted``: ``H_B beta_b - q_b`` over the cells, as columns (taken, not copied). The
         queries outside the span are solved at the first measurement, if any.
         """
-        r, k = beta.shape
+        r, k = target.shape
         self._rank = r
         self._dims = r  # the coordinates so far: the span's, then one per direction joined
         self._t = np.zeros((r + k, k))
+        self._t[:r] = target
         self._y = np.zeros((r + k, k))
         self._values = np.zeros((solver.size, k))  # z_j^T y_b: history vector j, query b
-        if target is not None and y is not None and per_vector is not None:
-            self._t[:r, inside] = target
+        if y is not None and per_vector is not None:
             self._y[:r, inside] = y
             self._values[:, inside] = per_vector
         # solved when a query is first measured (the solver is as it was until the plan ends)
         self._unsolved: tuple[SpanSolver, FloatArray, npt.NDArray[np.bool_]] | None = (
-            (solver, beta, ~inside) if not np.all(inside) else None
+            (solver, target, ~inside) if not np.all(inside) else None
         )
         # proj q_b - q_b on the span so far: the remainders, with their sign changed
         self._remainders = fitted
@@ -973,11 +971,10 @@ class BatchUpdates:
         """Solve the queries outside the span too (a fresh vector may bring them in)."""
         if self._unsolved is None:
             return
-        (solver, beta, outside), self._unsolved = self._unsolved, None
+        (solver, target, outside), self._unsolved = self._unsolved, None
         r = self._rank
         if r:
-            target, y, per_vector = solver._solve_in_span(beta[:, outside])
-            self._t[:r, outside] = target
+            y, per_vector = solver._solve_in_span(target[:, outside])
             self._y[:r, outside] = y
             self._values[:, outside] = per_vector
             self._largest[outside] = np.abs(y).max(axis=0, initial=0.0)
