@@ -135,14 +135,21 @@ class Runs:
 
     @classmethod
     def of_counted(cls, values: FloatArray, counts: FloatArray) -> Runs:
-        """The runs of ``values[k]`` taken ``counts[k]`` times (what :meth:`of` gives then)."""
+        """The runs of ``values[k]`` taken ``counts[k]`` times (what :meth:`of` gives then).
+
+        A negative count takes copies away from the other entries of its value; a value left
+        with none has no run.
+        """
         positive = values > 0
         order = np.argsort(-values[positive], kind="stable")
         b, c = values[positive][order], counts[positive][order]
         if b.size == 0:
             return cls(b, np.zeros(0))
         starts = np.concatenate([[0], np.flatnonzero(b[1:] != b[:-1]) + 1])
-        return cls(b[starts], np.add.reduceat(c, starts))
+        b, c = b[starts], np.add.reduceat(c, starts)
+        if np.any(c <= 0):
+            b, c = b[c > 0], c[c > 0]
+        return cls(b, c)
 
     def joined(self, factor: float, top: float) -> Runs | None:
         """``factor`` times these scales with one more, ``top``.
