@@ -40,6 +40,7 @@ from proxy.engine.tails import (
     EXACT,
     ExactTail,
     Runs,
+    Scales,
     TailMethod,
     discrete_laplace_tail,
     quantile,
@@ -269,13 +270,56 @@ def choose(
         return combine([(1.0 - lam, anchor.estimator), (lam, held)])
 
     def miss(lam: float) -> float:
-        estimate = mixture(lam)
-        return tail.tail(estimate.scales, accuracy.eps - estimate.shift) + TAIL_SLACK
+        terms: tuple[Scales, float] | None = _mixture_terms(anchor.estimator, held, lam)
+        if terms is None:
+            estimate = mixture(lam)
+            terms = estimate.scales, estimate.shift
+        scales, shift = terms
+        return tail.tail(scales, accuracy.eps - shift) + TAIL_SLACK
 
     lam = _descend(miss, delta)
     if lam is None:
         return best
     return meets(interval(mixture(lam), delta, tail, "mixture"), accuracy.eps, delta, tail) or best
+
+
+def _mixture_terms(anchor: Solution, blue: Solution, lam: float) -> tuple[Runs, float] | None:
+    """The error terms and shift of ``combine([(1 - lam, anchor), (lam, blue)])``, to the bit.
+
+    ``blue`` weighs every row, a class of rows alike (:attr:`Solution.columns`); the mixture
+    weighs its rows as ``blue`` does but for the anchor's few, so its runs are the classes'
+    (``lam`` times the BLUE's scale), the anchor's rows taken out of their classes and put
+    back with their own scales: the runs of every row's scale without sorting every row. The
+    shift is summed row by row as :class:`~proxy.engine.estimator.Solution` sums it. None
+    unless ``blue`` has classes and weighs the anchor's rows (:func:`combine` then differs).
+    """
+    columns, rows, n = blue.columns, anchor.rows, blue.rows.size
+    if columns is None or n == 0 or blue.rows[-1] != n - 1 or (rows.size and rows[-1] >= n):
+        return None
+    weights = blue.weights
+    # as combine adds them: the anchor's part into zeros, then the BLUE's
+    own = ((1.0 - lam) * anchor.weights + 0.0) + lam * weights[rows]
+    summed = lam * weights
+    summed[rows] = own
+    steps = blue.steps.copy()
+    steps[rows] = anchor.steps
+    keep = summed != 0
+    if not keep.all():
+        summed, steps = summed[keep], steps[keep]
+    shift = float(np.abs(summed) @ steps)
+    precisions = blue.precisions
+    first = columns.first
+    runs = Runs.of_counted(
+        np.concatenate(
+            [
+                np.abs(lam * weights[first]) / precisions[first],
+                np.abs(lam * weights[rows]) / precisions[rows],  # out of their classes
+                np.abs(own) / anchor.precisions,
+            ]
+        ),
+        np.concatenate([columns.counts, np.full(rows.size, -1.0), np.ones(rows.size)]),
+    )
+    return runs, shift
 
 
 def _out_of_reach(blue: Solution, accuracy: AccuracyRequest) -> bool:

@@ -45,6 +45,7 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.intp]
 
 # Numerical inversion targets an absolute error of 2e-13 (aliasing + truncation), so tails down
 # to 1e-9 are right to ~1e-4 relative; round-off in the node sum is ~1e-15.
@@ -134,14 +135,21 @@ class Runs:
 
     @classmethod
     def of_counted(cls, values: FloatArray, counts: FloatArray) -> Runs:
-        """The runs of ``values[k]`` taken ``counts[k]`` times (what :meth:`of` gives then)."""
+        """The runs of ``values[k]`` taken ``counts[k]`` times (what :meth:`of` gives then).
+
+        A negative count takes copies away from the other entries of its value; a value left
+        with none has no run.
+        """
         positive = values > 0
         order = np.argsort(-values[positive], kind="stable")
         b, c = values[positive][order], counts[positive][order]
         if b.size == 0:
             return cls(b, np.zeros(0))
         starts = np.concatenate([[0], np.flatnonzero(b[1:] != b[:-1]) + 1])
-        return cls(b[starts], np.add.reduceat(c, starts))
+        b, c = b[starts], np.add.reduceat(c, starts)
+        if np.any(c <= 0):
+            b, c = b[c > 0], c[c > 0]
+        return cls(b, c)
 
     def joined(self, factor: float, top: float) -> Runs | None:
         """``factor`` times these scales with one more, ``top``.
@@ -581,9 +589,11 @@ class ExactTail:
         rest_square = np.maximum(0.0, np.square(values) @ counts - top * top)
         need = math.log(1.0 / self.trunc_tol)
 
-        def may_dominate(x: FloatArray) -> BoolArray:  # as _may_dominate
-            found: BoolArray = (
-                separated & (x >= need * second) & (x * x >= 4.0 * need * rest_square)
+        def may_dominate(x: FloatArray, rows: IntArray | slice = slice(None)) -> BoolArray:
+            found: BoolArray = (  # as _may_dominate, for ``rows``
+                separated[rows]
+                & (x >= need * second[rows])
+                & (x * x >= 4.0 * need * rest_square[rows])
             )
             return found
 
@@ -595,10 +605,16 @@ class ExactTail:
             return alone
         # the rest: without the largest term (a single copy, since the rows are separated)
         rest = np.where(is_top[candidates], 0.0, values[candidates])
-        top_c, second_c = top[candidates], second[candidates]
         table = table.take(candidates)
-        log_mgf = -_batch_sum_log1p(rest, counts, (1.0 / top_c)[:, None], -1.0, table)[:, 0]
-        w = top_c * (math.log(1.0 / delta) + log_mgf)
+        log_mgf = -_batch_sum_log1p(rest, counts, (1.0 / top[candidates])[:, None], -1.0, table)
+        w = top[candidates] * (math.log(1.0 / delta) + log_mgf[:, 0])
+        # the error bound (a Chernoff grid per row) only where the form may dominate at ``w``
+        tried = np.flatnonzero(may_dominate(w, candidates))
+        if tried.size == 0:
+            return alone
+        candidates, w, rest = candidates[tried], w[tried], rest[tried]
+        table = table.take(tried)
+        top_c, second_c = top[candidates], second[candidates]
         low = second_c / top_c
         s = (low[:, None] ** np.linspace(1.0, 0.0, 24)[None, :]) * _CHERNOFF_GRID[-1] ** (
             np.linspace(0.0, 1.0, 24)[None, :]
@@ -606,11 +622,7 @@ class ExactTail:
         s /= second_c[:, None]  # geomspace(second / top, grid end, 24) / second, per row
         bound = np.min(-s * w[:, None] - _batch_sum_log1p(rest, counts, s, -1.0, table), axis=1)
         error = np.where(low < _CHERNOFF_GRID[-1], np.exp(bound), math.inf)
-        alone[candidates] |= (
-            (w >= need * second_c)
-            & (w * w >= 4.0 * need * rest_square[candidates])
-            & (error <= self.trunc_tol)
-        )
+        alone[candidates] |= error <= self.trunc_tol
         return alone
 
     def _batch_quantiles(

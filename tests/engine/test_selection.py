@@ -10,8 +10,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from proxy.engine.estimator import HistoryIndex, Solution, combine
-from proxy.engine.selection import TAIL_SLACK, Candidate, choose, interval, meets
-from proxy.engine.tails import EXACT, discrete_laplace_tail
+from proxy.engine.selection import TAIL_SLACK, Candidate, _mixture_terms, choose, interval, meets
+from proxy.engine.tails import EXACT, Runs, discrete_laplace_tail
 from sqlmap.accuracy import AccuracyRequest
 from sqlmap.vector import LinearQuery
 
@@ -189,3 +189,25 @@ def test_a_huge_half_width_is_decided_in_a_few_steps(eps: float) -> None:
     decision = decide(LinearQuery.from_dense([1.0, 1.0]), AccuracyRequest(eps, 0.95), None)
     assert decision.source == "fresh" and 0 < decision.half_width <= eps
     assert decision.half_width == pytest.approx(eps, rel=1e-3)
+
+
+def test_a_mixtures_terms_by_class_are_its_rows_terms_to_the_bit() -> None:
+    # 40 rows in 10 classes (5 vectors at 2 budgets); the query's own rows leave their classes
+    index = HistoryIndex(3)
+    vectors = ([1, 1, 0], [1, 0, 0], [0, 1, 1], [1, 1, 1], [0, 0, 1])
+    for k in range(40):
+        index.append(LinearQuery.from_dense(vectors[k % 5]), alpha=(0.05, 0.1)[k % 2], step=0.01)
+    query = LinearQuery.from_dense([1, 1, 0])
+    blue = index.solve(query)
+    assert blue is not None and blue.columns is not None
+    held = blue.with_weights()
+    for anchor in index.repeats(query):
+        for lam in (0.0, 0.25, 0.618, 1.0):
+            mixture = combine([(1.0 - lam, anchor), (lam, held)])
+            found = _mixture_terms(anchor, held, lam)
+            assert found is not None
+            runs, shift = found
+            expected = Runs.of(mixture.scales)
+            assert np.array_equal(runs.values, expected.values)
+            assert np.array_equal(runs.counts, expected.counts)
+            assert shift == mixture.shift
