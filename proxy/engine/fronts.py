@@ -1,0 +1,408 @@
+"""Minimum-norm combinations of the history's distinct vectors, front by front of ANOVA blocks.
+
+The problem :mod:`proxy.engine.span` solves (the minimum-norm ``u`` with ``sum_j u_j c_j h_j =
+q``), solved without the span's ``r x r`` matrices: through an orthogonal factorization of the
+weighed rows ``A = [c_j h_j]`` in the engine's ANOVA coordinates (:mod:`proxy.engine.factored`:
+an isometry, one block of coordinates per set ``S`` of dimensions), the blocks taken highest
+order first (a multifrontal QR). ``R^T R = A^T A``, with ``R`` held as one *front* per block
+``T``: ``k_T`` rows that fix ``T``, ``R_T V_T`` over its coordinates (``V_T``: orthonormal
+rows; ``R_T``: upper triangular) and ``C_T`` over the coordinates of the later blocks its rows
+weigh. The blocks of a vector over dimensions ``D`` are the subsets of ``D``, so a front's rows
+reach few blocks: a query reads the fronts on its path, not the history.
+
+- *A row* (``sqrt(w) h_j`` for a measurement of vector ``j`` weighing ``w``: ``c_j^2`` grows
+  by ``w``, ``A^T A`` by ``w h_j h_j^T``) enters at its first block ``T``. Its part there is
+  split along ``V_T`` and off it (orthogonalised twice); past ``_RANK`` of the largest row
+  the block has met, the part off it is a new direction of the front (its rank grows), else
+  rounding, dropped. The front and the row are then rotated (LAPACK's triangular-pentagonal
+  QR, ``dtpqrt``/``dtpmqrt``) so that the row has nothing left at ``T``; what remains of it,
+  over later blocks, is passed on to its next block. A block's incoming rows are taken
+  together: weighs wait (pooled per vector) until the next use, so a restart's whole history
+  is one pass over the blocks, a stack of rows and one factorization per block.
+- *A query* ``q``: forward substitution ``R^T w = q`` from its first block: at ``T`` its part
+  (less what earlier fronts took) is fitted along ``V_T`` (``w_T = R_T^{-T} V_T q_T``), the
+  rest cannot be fitted (its squares, summed over the blocks, are the query's squared distance
+  from the span: exact within it; outside it an upper bound, each block fitted after the
+  earlier ones) and ``C_T^T w_T`` is taken off the later blocks. Then back substitution
+  ``R z = w``, last block first (``z_T = V_T^T R_T^{-1} (w_T - C_T z)``), over the fronts
+  that ``w`` or ``z`` reach, and ``u_j / c_j = h_j^T z`` (``u = A z``: ``A^T u = R^T R z =
+  q``, ``u`` in ``A``'s range: the minimum-norm solution; any ``z`` with ``R z = w`` gives it).
+
+Rank decisions: :class:`~proxy.engine.span.SpanSolver` admits a vector farther than
+``_INDEPENDENT`` (3e-5) of its norm from the span of the earlier ones; here a block admits a
+direction whose part off the front exceeds ``_RANK`` (1e-9) of the largest row that met the
+block (the vector's distance shows there scaled by its weight and by the rotations before).
+On lattice-weight histories a dependent vector leaves rounding (about 1e-14 of that scale here,
+1e-9 of its norm in the span solver's Gram route) and a new direction at least 1e-2 of its
+norm times its weight's share of the block's largest: both rules decide alike
+(tests/engine/test_fronts.py checks the ranks against the span solver's).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import scipy.linalg
+import scipy.linalg.lapack
+from scipy import sparse
+
+from proxy.engine.factored import AnovaCoordinates
+
+__all__ = ["BlockFronts"]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+Rows = tuple[IntArray, FloatArray]  # rows over some coordinates: (coordinates, rows x them)
+
+# A row's part off a front joins it past this share of the largest row the block has met:
+# rounding leaves about 1e-14 of it, a lattice history's new directions 1e-2 of their norm.
+_RANK = 1e-9
+# Entries of a row passed on below this share of that largest row are rounding, set to zero,
+# so that a row absorbed to rounding is not passed on through every later block.
+_ZERO = 1e-13
+_PANEL = 32  # dtpqrt's block size
+_UNINDEXED = 64  # vectors added since the sparse index was built, past which it is rebuilt
+
+
+@dataclass(frozen=True, slots=True)
+class _Front:
+    """The rows of ``R`` that fix one block: ``[R_T V_T | C_T]``; replaced, never changed."""
+
+    directions: FloatArray  # V_T: k x n_T, orthonormal rows
+    factor: FloatArray  # R_T: k x k, upper triangular
+    columns: IntArray  # the later blocks' coordinates its rows weigh, increasing
+    below: FloatArray  # C_T: k x columns
+    reaches: IntArray  # the blocks of those coordinates
+    scale: float  # the largest norm of a row that met the block
+
+
+class _Blocks:
+    """The space's blocks as numbered when made: bounds, and each one's place in the order."""
+
+    def __init__(self, space: AnovaCoordinates) -> None:
+        numbered = space.blocks()
+        self.size = space.size
+        self.starts = np.array([start for _, start in numbered] + [space.size], dtype=np.int64)
+        keys = [key for key, _ in numbered]  # (kind, *S)
+        order = sorted(range(len(keys)), key=lambda b: (-len(keys[b]), keys[b]))
+        self.place = np.empty(len(keys), dtype=np.int64)  # highest order first
+        self.place[order] = np.arange(len(keys))
+
+    def of(self, coordinates: IntArray) -> IntArray:
+        """The block of each coordinate."""
+        return np.searchsorted(self.starts, coordinates, side="right") - 1
+
+    def bounds(self, block: int) -> tuple[int, int]:
+        """The block's first coordinate and the one past its last."""
+        return int(self.starts[block]), int(self.starts[block + 1])
+
+
+class BlockFronts:
+    """Minimum-norm ``u`` with ``sum_j u_j c_j h_j = q``, through fronts of ANOVA blocks.
+
+    The contract of :class:`~proxy.engine.span.SpanSolver`: :meth:`add` a distinct vector (its
+    coordinates in ``space``), :meth:`weigh` it as its rows are measured, :meth:`solve_many`
+    gives per query ``u_j / c_j`` for every vector within ``residual`` of the span (relative
+    distance), and every query's relative distance.
+
+    >>> from sqlmap.vector import LinearQuery
+    >>> space = AnovaCoordinates((2,))
+    >>> fronts = BlockFronts(space, residual=1e-6)
+    >>> for tensor in ([1.0, 1.0], [0.0, 1.0], [1.0, 0.0]):
+    ...     cells = LinearQuery.from_tensor((2,), np.array(tensor))
+    ...     fronts.weigh(fronts.add(*space.of(cells)), 1.0)
+    >>> fronts.rank, fronts.size
+    (2, 3)
+    >>> first_cell = space.of(LinearQuery.from_tensor((2,), np.array([1.0, 0.0])))
+    >>> (g,), (distance,) = fronts.solve_many([first_cell])
+    >>> g.round(9).tolist(), distance < 1e-12
+    ([0.333333333, -0.333333333, 0.666666667], True)
+    """
+
+    def __init__(self, space: AnovaCoordinates, *, residual: float) -> None:
+        self._space = space
+        self._residual = residual
+        self._blocks = _Blocks(space)
+        self._fronts: dict[int, _Front] = {}
+        self._sequence: IntArray | None = None  # the blocks with fronts, in order
+        self._vectors: list[Rows] = []  # the distinct vectors h_j: (coordinates, values)
+        self.size = 0
+        self._pending: dict[int, float] = {}  # weights not yet rotated in, pooled per vector
+        self._index: sparse.csr_array | None = None  # the first _indexed vectors, as rows
+        self._indexed = 0
+
+    def copy(self) -> BlockFronts:
+        """An independent solver with the same vectors and weights, sharing the fronts.
+
+        Fronts are replaced, never changed, when rows are rotated in: the copy's costs a
+        dictionary.
+        """
+        self._absorb()
+        other = BlockFronts.__new__(BlockFronts)
+        other.__dict__.update(self.__dict__)
+        other._fronts = dict(self._fronts)
+        other._vectors = list(self._vectors)
+        other._pending = {}
+        return other
+
+    @property
+    def rank(self) -> int:
+        """The dimension of the span of the vectors weighed so far."""
+        self._absorb()
+        return sum(front.factor.shape[0] for front in self._fronts.values())
+
+    def add(self, coordinates: IntArray, values: FloatArray) -> int:
+        """A new distinct vector (weight 0 until :meth:`weigh`); returns its index ``j``."""
+        self._vectors.append((coordinates, values))
+        self.size += 1
+        return self.size - 1
+
+    def weigh(self, j: int, weight2: float) -> None:
+        """Add ``weight2`` to ``c_j^2`` (a row of vector ``j`` measured with that precision)."""
+        self._pending[j] = self._pending.get(j, 0.0) + weight2
+
+    def _table(self) -> _Blocks:
+        """The blocks, renumbered if the space has met new ones."""
+        if self._blocks.size != self._space.size:
+            self._blocks = _Blocks(self._space)
+            self._sequence = None
+        return self._blocks
+
+    def _absorb(self) -> None:
+        """Rotate the pending rows into the fronts, block by block in order."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, {}
+        blocks = self._table()
+        waiting: dict[int, list[Rows]] = {}
+        for j, weight2 in pending.items():
+            coordinates, values = self._vectors[j]
+            first = self._first(blocks, coordinates)
+            rows = (coordinates, math.sqrt(weight2) * values[None, :])
+            waiting.setdefault(first, []).append(rows)
+        queue = [(int(blocks.place[b]), b) for b in waiting]
+        heapq.heapify(queue)
+        while queue:
+            _, block = heapq.heappop(queue)
+            for later, rows in self._fold(blocks, block, waiting.pop(block)):
+                if later not in waiting:
+                    waiting[later] = []
+                    heapq.heappush(queue, (int(blocks.place[later]), later))
+                waiting[later].append(rows)
+
+    @staticmethod
+    def _first(blocks: _Blocks, coordinates: IntArray) -> int:
+        """The first block, in the order, of some coordinates."""
+        weighed = blocks.of(coordinates)
+        return int(weighed[np.argmin(blocks.place[weighed])])
+
+    def _fold(self, blocks: _Blocks, block: int, incoming: list[Rows]) -> list[tuple[int, Rows]]:
+        """Rotate rows whose first block is ``block`` into its front; the rest, passed on.
+
+        Returns the rows left over the later blocks, grouped by their first block.
+        """
+        columns, rows = _stacked(incoming)
+        start, stop = blocks.bounds(block)
+        inside = (columns >= start) & (columns < stop)
+        here = np.zeros((rows.shape[0], stop - start))
+        here[:, columns[inside] - start] = rows[:, inside]
+        later_columns, later = columns[~inside], rows[:, ~inside]
+        front = self._fronts.get(block)
+        scale = max(
+            front.scale if front is not None else 0.0,
+            float(np.sqrt(np.einsum("ij,ij->i", rows, rows)).max()),
+        )
+        directions = front.directions if front is not None else np.zeros((0, stop - start))
+        along = here @ directions.T
+        off = here - along @ directions
+        again = off @ directions.T  # twice: off the front to rounding of the part off it
+        off -= again @ directions
+        along += again
+        new = np.zeros((0, stop - start))
+        if np.any(off):
+            _, singular, right = np.linalg.svd(off, full_matrices=False)
+            new = right[singular > _RANK * scale]
+        k, n = directions.shape[0], directions.shape[0] + new.shape[0]
+        if n == 0:  # nothing fixes the block: the rows' parts there are rounding
+            return _passed_on(blocks, later_columns, later, scale)
+        top = np.zeros((n, n))
+        if front is not None:
+            top[:k, :k] = front.factor
+        bottom = np.hstack([along, off @ new.T])
+        old_columns = front.columns if front is not None else later_columns[:0]
+        merged = np.union1d(old_columns, later_columns)
+        top_below = np.zeros((n, merged.size))
+        if front is not None:
+            top_below[:k, np.searchsorted(merged, old_columns)] = front.below
+        rows_below = np.zeros((rows.shape[0], merged.size))
+        rows_below[:, np.searchsorted(merged, later_columns)] = later
+        top, reflectors, panels, info = scipy.linalg.lapack.dtpqrt(0, min(_PANEL, n), top, bottom)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"dtpqrt failed (LAPACK info {info})")
+        if merged.size:
+            top_below, rows_below, info = scipy.linalg.lapack.dtpmqrt(
+                0, reflectors, panels, top_below, rows_below, trans="T"
+            )
+            if info != 0:
+                raise np.linalg.LinAlgError(f"dtpmqrt failed (LAPACK info {info})")
+        self._fronts[block] = _Front(
+            directions=np.vstack([directions, new]),
+            factor=np.triu(top),
+            columns=merged,
+            below=top_below,
+            reaches=np.unique(blocks.of(merged)),
+            scale=scale,
+        )
+        if front is None:
+            self._sequence = None
+        return _passed_on(blocks, merged, rows_below, scale)
+
+    def _order(self) -> IntArray:
+        """The blocks with fronts, in the order (highest order first)."""
+        blocks = self._table()
+        if self._sequence is None:
+            held = np.fromiter(self._fronts, dtype=np.int64, count=len(self._fronts))
+            self._sequence = held[np.argsort(blocks.place[held])]
+        return self._sequence
+
+    def solve_many(self, queries: Sequence[Rows]) -> tuple[list[FloatArray | None], list[float]]:
+        """Per query, ``u_j / c_j`` for every vector ``j`` and ``||q - proj q|| / ||q||``.
+
+        Queries farther than ``residual`` from the span get ``None``; the distance of a
+        query outside the span is bounded from above (see the module's docstring).
+        """
+        self._absorb()
+        blocks = self._table()
+        work = np.zeros((blocks.size, len(queries)))
+        for i, (coordinates, values) in enumerate(queries):
+            work[coordinates, i] = values
+        norms = np.sqrt(np.einsum("ij,ij->j", work, work))
+        fitted, unfitted = self._forward(blocks, work, queries)
+        residuals = np.sqrt(unfitted) / norms
+        inside = residuals <= self._residual
+        found: list[FloatArray | None] = [None] * len(queries)
+        if np.any(inside) and fitted:
+            z = self._back(blocks, {b: w[:, inside] for b, w in fitted.items()}, int(inside.sum()))
+            values = self._values(z)
+            for column, i in enumerate(np.flatnonzero(inside).tolist()):
+                found[i] = values[:, column]
+        return found, residuals.tolist()
+
+    def _forward(
+        self, blocks: _Blocks, work: FloatArray, queries: Sequence[Rows]
+    ) -> tuple[dict[int, FloatArray], FloatArray]:
+        """``w`` with ``R^T w = q`` per front reached, and the squares left unfitted.
+
+        ``work``: the queries over the coordinates, as columns; taken (it ends as the part of
+        the queries no front fits).
+        """
+        fitted: dict[int, FloatArray] = {}
+        unfitted = np.zeros(work.shape[1])
+        met = np.unique(blocks.of(np.concatenate([c for c, _ in queries])))
+        seen = np.zeros(blocks.place.size, dtype=bool)
+        seen[met] = True
+        queue = list(zip(blocks.place[met].tolist(), met.tolist()))
+        heapq.heapify(queue)
+        while queue:
+            _, block = heapq.heappop(queue)
+            start, stop = blocks.bounds(block)
+            part = work[start:stop]
+            front = self._fronts.get(block)
+            if front is None:
+                unfitted += np.einsum("ij,ij->j", part, part)
+                continue
+            along = front.directions @ part
+            off = part - front.directions.T @ along
+            unfitted += np.einsum("ij,ij->j", off, off)
+            w = scipy.linalg.solve_triangular(front.factor, along, trans="T")
+            fitted[block] = w
+            if front.columns.size:
+                work[front.columns] -= front.below.T @ w
+                fresh = front.reaches[~seen[front.reaches]]
+                seen[fresh] = True
+                for later in fresh.tolist():
+                    heapq.heappush(queue, (int(blocks.place[later]), later))
+        return fitted, unfitted
+
+    def _back(self, blocks: _Blocks, fitted: dict[int, FloatArray], count: int) -> FloatArray:
+        """``z`` with ``R z = w`` (``w``: per front, zero where not given), as columns.
+
+        Last block first; a front that ``w`` misses and whose later blocks ``z`` has not
+        reached gives ``z`` nothing there.
+        """
+        z = np.zeros((blocks.size, count))
+        reached = np.zeros(blocks.place.size, dtype=bool)
+        for block in self._order()[::-1].tolist():
+            front = self._fronts[block]
+            w = fitted.get(block)
+            if w is None:
+                if not reached[front.reaches].any():
+                    continue
+                w = np.zeros((front.factor.shape[0], count))
+            if front.columns.size:
+                w = w - front.below @ z[front.columns]
+            start, stop = blocks.bounds(block)
+            z[start:stop] = front.directions.T @ scipy.linalg.solve_triangular(front.factor, w)
+            reached[block] = True
+        return z
+
+    def _values(self, z: FloatArray) -> FloatArray:
+        """``h_j^T z`` for every vector ``j`` (rows): the indexed ones in one sparse product."""
+        if self.size - self._indexed > _UNINDEXED:
+            self._index = _row_index(self._vectors)
+            self._indexed = self.size
+        out = np.empty((self.size, z.shape[1]))
+        if self._index is not None:
+            out[: self._indexed] = self._index @ z[: self._index.shape[1]]
+        for j in range(self._indexed, self.size):
+            coordinates, values = self._vectors[j]
+            out[j] = values @ z[coordinates]
+        return out
+
+
+def _stacked(incoming: list[Rows]) -> Rows:
+    """Rows over different coordinates, stacked over the union of them."""
+    if len(incoming) == 1:
+        return incoming[0]
+    columns = np.unique(np.concatenate([c for c, _ in incoming]))
+    rows = np.zeros((sum(r.shape[0] for _, r in incoming), columns.size))
+    first = 0
+    for c, r in incoming:
+        rows[first : first + r.shape[0], np.searchsorted(columns, c)] = r
+        first += r.shape[0]
+    return columns, rows
+
+
+def _passed_on(
+    blocks: _Blocks, columns: IntArray, rows: FloatArray, scale: float
+) -> list[tuple[int, Rows]]:
+    """Rows left over later blocks, rounding dropped, grouped by their first block."""
+    if not columns.size:
+        return []
+    rows = np.where(np.abs(rows) > _ZERO * scale, rows, 0.0)
+    owners = blocks.of(columns)
+    places = blocks.place[owners]
+    none = np.iinfo(np.int64).max
+    first = np.where(rows != 0.0, places, none).min(axis=1)
+    out = []
+    for place in np.unique(first[first < none]).tolist():
+        group = rows[first == place]
+        kept = np.any(group != 0.0, axis=0)
+        out.append((int(owners[np.argmax(places == place)]), (columns[kept], group[:, kept])))
+    return out
+
+
+def _row_index(vectors: list[Rows]) -> sparse.csr_array:
+    """The vectors as the rows of a sparse matrix."""
+    lengths = [c.size for c, _ in vectors]
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    columns = np.concatenate([c for c, _ in vectors])
+    return sparse.csr_array(
+        (np.concatenate([v for _, v in vectors]), columns, indptr),
+        shape=(len(vectors), int(columns.max(initial=-1)) + 1),
+    )
