@@ -88,7 +88,8 @@ class _Blocks:
         numbered = space.blocks()
         self.size = space.size
         self.starts = np.array([start for _, start in numbered] + [space.size], dtype=np.int64)
-        keys = [key for key, _ in numbered]  # (kind, *S)
+        self.keys = [key for key, _ in numbered]  # (kind, *S)
+        keys = self.keys
         order = sorted(range(len(keys)), key=lambda b: (-len(keys[b]), keys[b]))
         self.place = np.empty(len(keys), dtype=np.int64)  # highest order first
         self.place[order] = np.arange(len(keys))
@@ -156,6 +157,20 @@ class BlockFronts:
         self._absorb()
         return sum(front.factor.shape[0] for front in self._fronts.values())
 
+    def layout(self) -> list[tuple[tuple[int, ...], int, int, int]]:
+        """Per front, in the order: its block ``(kind, *S)``, rows, coordinates, columns below."""
+        self._absorb()
+        blocks = self._table()
+        return [
+            (
+                blocks.keys[block],
+                self._fronts[block].factor.shape[0],
+                self._fronts[block].directions.shape[1],
+                self._fronts[block].columns.size,
+            )
+            for block in self._order().tolist()
+        ]
+
     def add(self, coordinates: IntArray, values: FloatArray) -> int:
         """A new distinct vector (weight 0 until :meth:`weigh`); returns its index ``j``."""
         self._vectors.append((coordinates, values))
@@ -208,54 +223,57 @@ class BlockFronts:
         """
         columns, rows = _stacked(incoming)
         start, stop = blocks.bounds(block)
-        inside = (columns >= start) & (columns < stop)
+        lo, hi = np.searchsorted(columns, (start, stop)).tolist()  # the block's, in between
         here = np.zeros((rows.shape[0], stop - start))
-        here[:, columns[inside] - start] = rows[:, inside]
-        later_columns, later = columns[~inside], rows[:, ~inside]
+        here[:, columns[lo:hi] - start] = rows[:, lo:hi]
+        later_columns = np.concatenate([columns[:lo], columns[hi:]])
+        later = np.hstack([rows[:, :lo], rows[:, hi:]])
         front = self._fronts.get(block)
-        scale = max(
-            front.scale if front is not None else 0.0,
-            float(np.sqrt(np.einsum("ij,ij->i", rows, rows)).max()),
-        )
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+        scale = max(front.scale if front is not None else 0.0, float(norms.max()))
         directions = front.directions if front is not None else np.zeros((0, stop - start))
         along = here @ directions.T
         off = here - along @ directions
         again = off @ directions.T  # twice: off the front to rounding of the part off it
         off -= again @ directions
         along += again
-        new = np.zeros((0, stop - start))
-        if np.any(off):
-            _, singular, right = np.linalg.svd(off, full_matrices=False)
-            new = right[singular > _RANK * scale]
+        new = _directions(off, _RANK * scale)
         k, n = directions.shape[0], directions.shape[0] + new.shape[0]
         if n == 0:  # nothing fixes the block: the rows' parts there are rounding
             return _passed_on(blocks, later_columns, later, scale)
-        top = np.zeros((n, n))
-        if front is not None:
+        top = np.zeros((n, n), order="F")
+        bottom = np.hstack([along, off @ new.T]) if new.size else along
+        if front is None:
+            merged, top_below, reaches = later_columns, np.zeros((n, later_columns.size)), None
+        else:
             top[:k, :k] = front.factor
-        bottom = np.hstack([along, off @ new.T])
-        old_columns = front.columns if front is not None else later_columns[:0]
-        merged = np.union1d(old_columns, later_columns)
-        top_below = np.zeros((n, merged.size))
-        if front is not None:
-            top_below[:k, np.searchsorted(merged, old_columns)] = front.below
+            merged, top_below, reaches = _bordered(front, later_columns, n)
         rows_below = np.zeros((rows.shape[0], merged.size))
         rows_below[:, np.searchsorted(merged, later_columns)] = later
-        top, reflectors, panels, info = scipy.linalg.lapack.dtpqrt(0, min(_PANEL, n), top, bottom)
+        top, reflectors, panels, info = scipy.linalg.lapack.dtpqrt(
+            0, min(_PANEL, n), top, bottom, overwrite_a=1
+        )
         if info != 0:
             raise np.linalg.LinAlgError(f"dtpqrt failed (LAPACK info {info})")
         if merged.size:
             top_below, rows_below, info = scipy.linalg.lapack.dtpmqrt(
-                0, reflectors, panels, top_below, rows_below, trans="T"
+                0,
+                reflectors,
+                panels,
+                top_below,
+                rows_below,
+                trans="T",
+                overwrite_a=1,
+                overwrite_b=1,
             )
             if info != 0:
                 raise np.linalg.LinAlgError(f"dtpmqrt failed (LAPACK info {info})")
         self._fronts[block] = _Front(
-            directions=np.vstack([directions, new]),
-            factor=np.triu(top),
+            directions=np.vstack([directions, new]) if new.size else directions,
+            factor=np.asfortranarray(np.triu(top)),
             columns=merged,
             below=top_below,
-            reaches=np.unique(blocks.of(merged)),
+            reaches=np.unique(blocks.of(merged)) if reaches is None else reaches,
             scale=scale,
         )
         if front is None:
@@ -319,7 +337,7 @@ class BlockFronts:
             along = front.directions @ part
             off = part - front.directions.T @ along
             unfitted += np.einsum("ij,ij->j", off, off)
-            w = scipy.linalg.solve_triangular(front.factor, along, trans="T")
+            w = _triangular(front.factor, along, trans=1)
             fitted[block] = w
             if front.columns.size:
                 work[front.columns] -= front.below.T @ w
@@ -347,7 +365,7 @@ class BlockFronts:
             if front.columns.size:
                 w = w - front.below @ z[front.columns]
             start, stop = blocks.bounds(block)
-            z[start:stop] = front.directions.T @ scipy.linalg.solve_triangular(front.factor, w)
+            z[start:stop] = front.directions.T @ _triangular(front.factor, w, trans=0)
             reached[block] = True
         return z
 
@@ -365,6 +383,38 @@ class BlockFronts:
         return out
 
 
+def _directions(off: FloatArray, threshold: float) -> FloatArray:
+    """Orthonormal directions of the rows ``off`` past ``threshold`` (singular values)."""
+    if off.shape[0] == 1:  # a single row's singular value is its norm
+        norm = float(np.linalg.norm(off))
+        return off / norm if norm > threshold else off[:0]
+    if not np.any(off):
+        return off[:0]
+    _, singular, right = np.linalg.svd(off, full_matrices=False)
+    return right[singular > threshold]
+
+
+def _bordered(
+    front: _Front, columns: IntArray, n: int
+) -> tuple[IntArray, FloatArray, IntArray | None]:
+    """The front's columns below joined by ``columns``; its ``C_T`` over them with ``n`` rows.
+
+    Also the blocks they reach when those are the front's (None: to be found).
+    """
+    k = front.factor.shape[0]
+    at = np.searchsorted(front.columns, columns)
+    if np.all(at < front.columns.size) and np.array_equal(
+        front.columns[at % max(1, front.columns.size)], columns
+    ):
+        below = np.zeros((n, front.columns.size))
+        below[:k] = front.below
+        return front.columns, below, front.reaches
+    merged = np.union1d(front.columns, columns)
+    below = np.zeros((n, merged.size))
+    below[:k, np.searchsorted(merged, front.columns)] = front.below
+    return merged, below, None
+
+
 def _stacked(incoming: list[Rows]) -> Rows:
     """Rows over different coordinates, stacked over the union of them."""
     if len(incoming) == 1:
@@ -376,6 +426,17 @@ def _stacked(incoming: list[Rows]) -> Rows:
         rows[first : first + r.shape[0], np.searchsorted(columns, c)] = r
         first += r.shape[0]
     return columns, rows
+
+
+def _triangular(factor: FloatArray, right: FloatArray, trans: int) -> FloatArray:
+    """``R^{-1} x`` (``trans`` 0) or ``R^{-T} x`` (1) for an upper triangular ``R``, by columns.
+
+    LAPACK's ``dtrtrs`` directly: scipy's checks cost more than the solve at a front's order.
+    """
+    solution, info = scipy.linalg.lapack.dtrtrs(factor, right, lower=0, trans=trans)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"a front's factor is singular (LAPACK info {info})")
+    return solution
 
 
 def _passed_on(
