@@ -436,7 +436,7 @@ def _triangular(factor: FloatArray, right: FloatArray, trans: int) -> FloatArray
     solution, info = scipy.linalg.lapack.dtrtrs(factor, right, lower=0, trans=trans)
     if info != 0:
         raise np.linalg.LinAlgError(f"a front's factor is singular (LAPACK info {info})")
-    return solution
+    return np.asarray(solution, dtype=np.float64)
 
 
 def _passed_on(
