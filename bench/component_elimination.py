@@ -11,15 +11,18 @@ GROUP BY of ``bench.engine_sql_bench`` solved as one batch, of one more row on a
 of a history vector, or a new vector) and of a plan's step (a copy, a new vector weighed, the
 batch's other values solved again). Values are compared with the span solver's (estimable
 alike; ``u_j`` within 1e-9 of the largest) and, with ``--check``, with a dense minimum-norm
-reference (one pseudo-inverse: small histories only). Memory: the numbers each solver keeps
-(the fronts' ``[R_T V_T | C_T]`` and ``V_T``; the span's ``G``, ``L``, ``L^{-1}``, ``K``,
-``K^{-1}`` and coordinates). ``OPENBLAS_NUM_THREADS=1`` for CPU figures that mean something.
+reference (one pseudo-inverse: small histories only). Memory: the numbers the fronts keep
+(``R_T``, ``R_T^{-1}``, ``V_T``, ``C_T``) and the span's matrices (``G``, ``L``, ``L^{-1}``,
+``K``, ``K^{-1}`` and the coordinates, ``5 r^2 + r n``), and what the fronts hold in all once a
+value is solved (traced in a build of their own: with the caches a solve fills).
+``OPENBLAS_NUM_THREADS=1`` for CPU figures that mean something.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -104,6 +107,8 @@ class Measured:
     """One solver's figures: CPU in ms (arrays: one per value or row) and the values found."""
 
     single: FloatArray
+    estimable: FloatArray  # the single values within the span
+    first: float  # the first of them (a restart's first value: caches are filled then)
     found: list[FloatArray | None]
     batch: float
     batch_found: list[FloatArray | None]
@@ -119,16 +124,21 @@ def measured(
     """CPU per value (single, batch), per row on a copy, per plan step; and the values."""
     single = [_cpu_ms(lambda q=q: solver.solve_many([q])) for q in tests]
     batches = [_cpu_ms(lambda: solver.solve_many(batch)) for _ in range(7)]
+    inside = [q for q, (_, ((found,), _)) in zip(tests, single) if found is not None]
+    probe = inside[0] if inside else tests[0]  # solved after each row, as a plan's next value
     repeats, fresh, copies = [], [], []
+
+    def then_probe(copied: Solver, j: int, weight2: float) -> Found:
+        copied.weigh(j, weight2)
+        return copied.solve_many([probe])
+
     for j in np.random.default_rng(3).choice(solver.size, 30, replace=False).tolist():
         copy_ms, copied = _cpu_ms(solver.copy)
         copies.append(copy_ms)
-        copied.weigh(j, float(precisions[j]))
-        repeats.append(_cpu_ms(lambda c=copied: c.rank)[0])  # rank rotates the rows in
+        repeats.append(_cpu_ms(lambda c=copied, j=j: then_probe(c, j, float(precisions[j])))[0])
     for q in tests[:30]:
         copied = solver.copy()
-        copied.weigh(copied.add(*q), 1.0)
-        fresh.append(_cpu_ms(lambda c=copied: c.rank)[0])
+        fresh.append(_cpu_ms(lambda c=copied, q=q: then_probe(c, c.add(*q), 1.0))[0])
 
     def step() -> Found:
         copied = solver.copy()
@@ -137,6 +147,8 @@ def measured(
 
     return Measured(
         single=np.array([ms for ms, _ in single]),
+        estimable=np.array([ms for ms, ((found,), _) in single if found is not None]),
+        first=next((ms for ms, ((found,), _) in single if found is not None), float("nan")),
         found=[found for _, ((found,), _) in single],
         batch=float(np.median([ms for ms, _ in batches])),
         batch_found=batches[0][1][0],
@@ -145,6 +157,19 @@ def measured(
         copy=float(np.median(copies)),
         step=float(np.median([_cpu_ms(step)[0] for _ in range(7)])),
     )
+
+
+def traced_mb(
+    space: AnovaCoordinates, history: list[Coordinates], precisions: FloatArray, value: Coordinates
+) -> float:
+    """What BlockFronts holds once built and a value solved (traced allocations), MB."""
+    tracemalloc.start()
+    fronts = BlockFronts(space, residual=ESTIMABLE_RESIDUAL)
+    loaded(fronts, history, precisions)
+    fronts.solve_many([value])
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return held / 2**20
 
 
 def agreement(
@@ -209,25 +234,31 @@ def main() -> None:
     layout = fronts.layout()
     rank = fronts.rank
     kept = {
-        "fronts": sum(k * (k + n + below) + k * n for _, k, n, below in layout),
+        "fronts": sum(k * (2 * k + n + below) for _, k, n, below in layout),
         "span": 5 * rank * rank + rank * len(history),
     }
     estimable = sum(f is not None for f in results["fronts"].found)
+    probe = next((v for v, f in zip(values, results["fronts"].found) if f is not None), values[0])
+    held = traced_mb(space, vectors, precisions, probe)
     print(
         f"{args.cube} cube, m = {args.m:,}: {len(history):,} distinct vectors, rank {rank:,} "
         f"(span solver: {solvers['span'].rank if 'span' in solvers else '-'}), "
-        f"{space.size:,} coordinates; {len(values)} new values, {estimable} estimable"
+        f"{space.size:,} coordinates; {len(values)} new values, {estimable} estimable; "
+        f"the fronts hold {held:,.0f} MB once a value is solved"
     )
     print()
     print(
-        "| solver | build s CPU | single value p50 / p95 ms | 20-group batch ms | copy ms "
-        "| a row on a copy, repeat / new, p50 / p95 ms | copy + new row + 19 values ms "
+        "| solver | build s CPU | single value p50 / p95 ms | estimable ones | first of them "
+        "| 20-group batch ms "
+        "| copy ms | a row on a copy, then a value: repeat / new, p50 / p95 ms "
+        "| copy + new row + 19 values ms "
         "| numbers kept (MB) |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         print(
-            f"| {name} | {built[name]:.2f} | {_percentiles(r.single)} | {r.batch:.2f} "
+            f"| {name} | {built[name]:.2f} | {_percentiles(r.single)} "
+            f"| {_percentiles(r.estimable)} | {r.first:.1f} | {r.batch:.2f} "
             f"| {r.copy:.3f} | {_percentiles(r.repeat)} / {_percentiles(r.fresh)} "
             f"| {r.step:.2f} | {kept[name]:,} ({8 * kept[name] / 2**20:,.0f}) |"
         )

@@ -49,7 +49,6 @@ import numpy as np
 import numpy.typing as npt
 import scipy.linalg
 import scipy.linalg.lapack
-from scipy import sparse
 
 from proxy.engine.factored import AnovaCoordinates
 
@@ -66,7 +65,6 @@ _RANK = 1e-9
 # so that a row absorbed to rounding is not passed on through every later block.
 _ZERO = 1e-13
 _PANEL = 32  # dtpqrt's block size
-_UNINDEXED = 64  # vectors added since the sparse index was built, past which it is rebuilt
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +73,7 @@ class _Front:
 
     directions: FloatArray  # V_T: k x n_T, orthonormal rows
     factor: FloatArray  # R_T: k x k, upper triangular
+    inverse: FloatArray  # R_T^{-1}: products rather than substitutions, at these orders
     columns: IntArray  # the later blocks' coordinates its rows weigh, increasing
     below: FloatArray  # C_T: k x columns
     reaches: IntArray  # the blocks of those coordinates
@@ -134,8 +133,14 @@ class BlockFronts:
         self._vectors: list[Rows] = []  # the distinct vectors h_j: (coordinates, values)
         self.size = 0
         self._pending: dict[int, float] = {}  # weights not yet rotated in, pooled per vector
-        self._index: sparse.csr_array | None = None  # the first _indexed vectors, as rows
-        self._indexed = 0
+        # per block, the vectors that weigh it and their parts there (rows), for the
+        # vectors up to _split; and those parts along the front's directions, H_T V_T^T
+        self._touching: dict[int, tuple[IntArray, FloatArray]] = {}
+        self._split = 0
+        self._projected: dict[int, FloatArray] = {}
+        self._ranks: IntArray | None = None  # each block's front's rows, with the sequence
+        # per front, C_T in the later fronts' directions: (the front, C_T in them, where)
+        self._compressed: dict[int, tuple[_Front, FloatArray, IntArray]] = {}
 
     def copy(self) -> BlockFronts:
         """An independent solver with the same vectors and weights, sharing the fronts.
@@ -149,6 +154,9 @@ class BlockFronts:
         other._fronts = dict(self._fronts)
         other._vectors = list(self._vectors)
         other._pending = {}
+        other._touching = dict(self._touching)
+        other._projected = dict(self._projected)
+        other._compressed = dict(self._compressed)
         return other
 
     @property
@@ -168,7 +176,7 @@ class BlockFronts:
                 self._fronts[block].directions.shape[1],
                 self._fronts[block].columns.size,
             )
-            for block in self._order().tolist()
+            for block in self._order()[0].tolist()
         ]
 
     def add(self, coordinates: IntArray, values: FloatArray) -> int:
@@ -268,25 +276,36 @@ class BlockFronts:
             )
             if info != 0:
                 raise np.linalg.LinAlgError(f"dtpmqrt failed (LAPACK info {info})")
+        factor = np.asfortranarray(np.triu(top))
+        inverse, info = scipy.linalg.lapack.dtrtri(factor, lower=0)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"a front's factor is singular (LAPACK info {info})")
         self._fronts[block] = _Front(
             directions=np.vstack([directions, new]) if new.size else directions,
-            factor=np.asfortranarray(np.triu(top)),
+            factor=factor,
+            inverse=inverse,
             columns=merged,
             below=top_below,
             reaches=np.unique(blocks.of(merged)) if reaches is None else reaches,
             scale=scale,
         )
-        if front is None:
+        if front is None or new.size:
             self._sequence = None
+            for earlier, other in self._fronts.items():  # C_T in the directions: one more
+                if np.any(other.reaches == block):
+                    self._compressed.pop(earlier, None)
         return _passed_on(blocks, merged, rows_below, scale)
 
-    def _order(self) -> IntArray:
-        """The blocks with fronts, in the order (highest order first)."""
+    def _order(self) -> tuple[IntArray, IntArray]:
+        """The blocks with fronts, in the order (highest order first); each block's rank."""
         blocks = self._table()
-        if self._sequence is None:
+        if self._sequence is None or self._ranks is None:
             held = np.fromiter(self._fronts, dtype=np.int64, count=len(self._fronts))
             self._sequence = held[np.argsort(blocks.place[held])]
-        return self._sequence
+            self._ranks = np.zeros(blocks.place.size, dtype=np.int64)
+            for block, front in self._fronts.items():
+                self._ranks[block] = front.factor.shape[0]
+        return self._sequence, self._ranks
 
     def solve_many(self, queries: Sequence[Rows]) -> tuple[list[FloatArray | None], list[float]]:
         """Per query, ``u_j / c_j`` for every vector ``j`` and ``||q - proj q|| / ||q||``.
@@ -305,8 +324,8 @@ class BlockFronts:
         inside = residuals <= self._residual
         found: list[FloatArray | None] = [None] * len(queries)
         if np.any(inside) and fitted:
-            z = self._back(blocks, {b: w[:, inside] for b, w in fitted.items()}, int(inside.sum()))
-            values = self._values(z)
+            along = self._back(blocks, {b: w[:, inside] for b, w in fitted.items()})
+            values = self._values(blocks, along, int(inside.sum()))
             for column, i in enumerate(np.flatnonzero(inside).tolist()):
                 found[i] = values[:, column]
         return found, residuals.tolist()
@@ -337,7 +356,7 @@ class BlockFronts:
             along = front.directions @ part
             off = part - front.directions.T @ along
             unfitted += np.einsum("ij,ij->j", off, off)
-            w = _triangular(front.factor, along, trans=1)
+            w = front.inverse.T @ along
             fitted[block] = w
             if front.columns.size:
                 work[front.columns] -= front.below.T @ w
@@ -347,40 +366,123 @@ class BlockFronts:
                     heapq.heappush(queue, (int(blocks.place[later]), later))
         return fitted, unfitted
 
-    def _back(self, blocks: _Blocks, fitted: dict[int, FloatArray], count: int) -> FloatArray:
-        """``z`` with ``R z = w`` (``w``: per front, zero where not given), as columns.
+    def _back(self, blocks: _Blocks, fitted: dict[int, FloatArray]) -> dict[int, FloatArray]:
+        """``y_T`` per front, with ``z_T = V_T^T y_T`` solving ``R z = w`` (``w``: per front).
 
         Last block first; a front that ``w`` misses and whose later blocks ``z`` has not
-        reached gives ``z`` nothing there.
+        reached gives ``z`` nothing. ``z`` is never formed over the coordinates: a front's
+        ``C_T z`` is read as ``C_T``'s columns in the later fronts' directions times their
+        ``y`` (:meth:`_compressed`), a few times fewer numbers than ``C_T``.
         """
-        z = np.zeros((blocks.size, count))
+        order, ranks = self._order()
+        count = next(iter(fitted.values())).shape[1]
+        y = np.zeros((blocks.size, count))  # y_T in the first rows of block T's coordinates
         reached = np.zeros(blocks.place.size, dtype=bool)
-        for block in self._order()[::-1].tolist():
+        along: dict[int, FloatArray] = {}
+        for block in order[::-1].tolist():
             front = self._fronts[block]
             w = fitted.get(block)
             if w is None:
                 if not reached[front.reaches].any():
                     continue
                 w = np.zeros((front.factor.shape[0], count))
-            if front.columns.size:
-                w = w - front.below @ z[front.columns]
-            start, stop = blocks.bounds(block)
-            z[start:stop] = front.directions.T @ _triangular(front.factor, w, trans=0)
+            compressed, positions = self._compressed_below(blocks, block, ranks)
+            if positions.size:
+                w = w - compressed @ y[positions]
+            start = blocks.bounds(block)[0]
+            part = along[block] = front.inverse @ w
+            y[start : start + part.shape[0]] = part
             reached[block] = True
-        return z
+        return along
 
-    def _values(self, z: FloatArray) -> FloatArray:
-        """``h_j^T z`` for every vector ``j`` (rows): the indexed ones in one sparse product."""
-        if self.size - self._indexed > _UNINDEXED:
-            self._index = _row_index(self._vectors)
-            self._indexed = self.size
-        out = np.empty((self.size, z.shape[1]))
-        if self._index is not None:
-            out[: self._indexed] = self._index @ z[: self._index.shape[1]]
-        for j in range(self._indexed, self.size):
-            coordinates, values = self._vectors[j]
-            out[j] = values @ z[coordinates]
+    def _compressed_below(
+        self, blocks: _Blocks, block: int, ranks: IntArray
+    ) -> tuple[FloatArray, IntArray]:
+        """``C_T [V_S^T]_S`` over the later fronts ``S`` it reaches, and where their ``y_S`` lie.
+
+        ``C_T z = sum_S C_T[S] V_S^T y_S`` exactly (``z`` is zero in blocks without a front).
+        Kept until the front changes, or one of those gains a direction (:meth:`_fold`
+        drops it then).
+        """
+        front = self._fronts[block]
+        known = self._compressed.get(block)
+        if known is not None and known[0] is front:
+            return known[1], known[2]
+        reached = ranks[front.reaches]
+        pieces, positions = [], []
+        owners = blocks.of(front.columns)
+        for later, rank in zip(front.reaches.tolist(), reached.tolist()):
+            if not rank:
+                continue
+            start = blocks.bounds(later)[0]
+            mine = owners == later
+            directions = self._fronts[later].directions[:, front.columns[mine] - start]
+            pieces.append(front.below[:, mine] @ directions.T)
+            positions.append(np.arange(start, start + rank))
+        k = front.factor.shape[0]
+        compressed = np.hstack(pieces) if pieces else np.zeros((k, 0))
+        where = np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
+        self._compressed[block] = (front, compressed, where)
+        return compressed, where
+
+    def _values(self, blocks: _Blocks, along: dict[int, FloatArray], count: int) -> FloatArray:
+        """``h_j^T z`` for every vector ``j`` (rows): ``sum_T (V_T h_j[T])^T y_T``."""
+        self._split_vectors(blocks)
+        out = np.zeros((self.size, count))
+        for block, y in along.items():
+            touching = self._touching.get(block)
+            if touching is not None:
+                out[touching[0]] += self._projection(block) @ y
         return out
+
+    def _projection(self, block: int) -> FloatArray:
+        """``V_T h_j[T]`` for the vectors that weigh block ``T`` (rows), extended as needed.
+
+        A front's directions are only ever added to, and vectors too: the rows and columns
+        found before are kept.
+        """
+        parts = self._touching[block][1]
+        directions = self._fronts[block].directions
+        known = self._projected.get(block, np.zeros((0, 0)))
+        m, k = known.shape
+        if (m, k) == (parts.shape[0], directions.shape[0]):
+            return known
+        out = np.empty((parts.shape[0], directions.shape[0]))
+        out[:m, :k] = known
+        out[:m, k:] = parts[:m] @ directions[k:].T
+        out[m:] = parts[m:] @ directions.T
+        self._projected[block] = out
+        return out
+
+    def _split_vectors(self, blocks: _Blocks) -> None:
+        """Add the vectors since the last split to the blocks they weigh."""
+        if self._split == self.size:
+            return
+        new = self._vectors[self._split :]
+        lengths = [c.size for c, _ in new]
+        coordinates = np.concatenate([c for c, _ in new])
+        values = np.concatenate([v for _, v in new])
+        vector = np.repeat(np.arange(self._split, self.size), lengths)
+        owner = blocks.of(coordinates)
+        order = np.argsort(owner, kind="stable")  # by block, then vector
+        owner, coordinates, values, vector = (
+            owner[order],
+            coordinates[order],
+            values[order],
+            vector[order],
+        )
+        cuts = np.flatnonzero(np.diff(owner)) + 1
+        for start_at, stop_at in zip([0, *cuts.tolist()], [*cuts.tolist(), owner.size]):
+            block = int(owner[start_at])
+            start, stop = blocks.bounds(block)
+            ids, row = np.unique(vector[start_at:stop_at], return_inverse=True)
+            parts = np.zeros((ids.size, stop - start))
+            parts[row, coordinates[start_at:stop_at] - start] = values[start_at:stop_at]
+            known = self._touching.get(block)
+            if known is not None:
+                ids, parts = np.concatenate([known[0], ids]), np.vstack([known[1], parts])
+            self._touching[block] = (ids, parts)
+        self._split = self.size
 
 
 def _directions(off: FloatArray, threshold: float) -> FloatArray:
@@ -428,17 +530,6 @@ def _stacked(incoming: list[Rows]) -> Rows:
     return columns, rows
 
 
-def _triangular(factor: FloatArray, right: FloatArray, trans: int) -> FloatArray:
-    """``R^{-1} x`` (``trans`` 0) or ``R^{-T} x`` (1) for an upper triangular ``R``, by columns.
-
-    LAPACK's ``dtrtrs`` directly: scipy's checks cost more than the solve at a front's order.
-    """
-    solution, info = scipy.linalg.lapack.dtrtrs(factor, right, lower=0, trans=trans)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"a front's factor is singular (LAPACK info {info})")
-    return np.asarray(solution, dtype=np.float64)
-
-
 def _passed_on(
     blocks: _Blocks, columns: IntArray, rows: FloatArray, scale: float
 ) -> list[tuple[int, Rows]]:
@@ -456,14 +547,3 @@ def _passed_on(
         kept = np.any(group != 0.0, axis=0)
         out.append((int(owners[np.argmax(places == place)]), (columns[kept], group[:, kept])))
     return out
-
-
-def _row_index(vectors: list[Rows]) -> sparse.csr_array:
-    """The vectors as the rows of a sparse matrix."""
-    lengths = [c.size for c, _ in vectors]
-    indptr = np.concatenate([[0], np.cumsum(lengths)])
-    columns = np.concatenate([c for c, _ in vectors])
-    return sparse.csr_array(
-        (np.concatenate([v for _, v in vectors]), columns, indptr),
-        shape=(len(vectors), int(columns.max(initial=-1)) + 1),
-    )
