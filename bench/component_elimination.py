@@ -53,6 +53,7 @@ class Solver(Protocol):
     def rank(self) -> int: ...
     def add(self, cells: npt.NDArray[np.int64], weights: FloatArray) -> int: ...
     def weigh(self, j: int, weight2: float) -> None: ...
+    def prepare(self) -> None: ...
     def solve_many(self, queries: list[Coordinates]) -> Found: ...
     def copy(self) -> Solver: ...
 
@@ -89,14 +90,14 @@ def _cpu_ms(action: Callable[[], T]) -> tuple[float, T]:
 
 
 def loaded(solver: Solver, history: list[Coordinates], precisions: FloatArray) -> float:
-    """Add and weigh every vector, then factor (``rank`` places and factors): CPU seconds."""
+    """Add and weigh every vector, then factor (and form what solves read): CPU seconds."""
 
     def load() -> int:
         for (c, v), p in zip(history, precisions.tolist()):
             solver.weigh(solver.add(c, v), p)
         if isinstance(solver, SpanSolver):
             solver.place_all()
-            solver.prepare()
+        solver.prepare()
         return solver.rank
 
     return _cpu_ms(load)[0] / 1e3

@@ -24,9 +24,15 @@ reach few blocks: a query reads the fronts on its path, not the history.
   rest cannot be fitted (its squares, summed over the blocks, are the query's squared distance
   from the span: exact within it; outside it an upper bound, each block fitted after the
   earlier ones) and ``C_T^T w_T`` is taken off the later blocks. Then back substitution
-  ``R z = w``, last block first (``z_T = V_T^T R_T^{-1} (w_T - C_T z)``), over the fronts
-  that ``w`` or ``z`` reach, and ``u_j / c_j = h_j^T z`` (``u = A z``: ``A^T u = R^T R z =
-  q``, ``u`` in ``A``'s range: the minimum-norm solution; any ``z`` with ``R z = w`` gives it).
+  ``R z = w``, last block first (``z_T = V_T^T y_T``, ``y_T = R_T^{-1} (w_T - C_T z)``), over
+  the fronts that ``w`` or ``z`` reach, and ``u_j / c_j = h_j^T z`` (``u = A z``: ``A^T u =
+  R^T R z = q``, ``u`` in ``A``'s range: the minimum-norm solution; any ``z`` with ``R z = w``
+  gives it). Both run in the fronts' directions, not over the coordinates: ``C_T z`` as
+  ``C_T``'s columns along the later fronts' directions times their ``y`` (``z`` is zero in a
+  block without a front), ``h_j^T z`` as ``sum_T (V_T h_j[T])^T y_T``; those products are kept
+  (a front's rank is a few times below its block's coordinates) and extended as fronts change.
+  Every vector's value is needed, so a solve reads them all: about ``r`` times the ranks of the
+  lower fronts a front reaches, plus the vectors times the ranks of their blocks.
 
 Rank decisions: :class:`~proxy.engine.span.SpanSolver` admits a vector farther than
 ``_INDEPENDENT`` (3e-5) of its norm from the span of the earlier ones; here a block admits a
@@ -164,6 +170,21 @@ class BlockFronts:
         """The dimension of the span of the vectors weighed so far."""
         self._absorb()
         return sum(front.factor.shape[0] for front in self._fronts.values())
+
+    def prepare(self) -> None:
+        """Rotate the pending rows in and form what solves read, now rather than at one.
+
+        A restart's first value would otherwise form it for every front.
+        """
+        self._absorb()
+        blocks = self._table()
+        order, ranks = self._order()
+        for block in order.tolist():
+            self._compressed_below(blocks, block, ranks)
+        self._split_vectors(blocks)
+        for block in order.tolist():
+            if block in self._touching:
+                self._projection(block)
 
     def layout(self) -> list[tuple[tuple[int, ...], int, int, int]]:
         """Per front, in the order: its block ``(kind, *S)``, rows, coordinates, columns below."""
@@ -410,14 +431,20 @@ class BlockFronts:
             return known[1], known[2]
         reached = ranks[front.reaches]
         pieces, positions = [], []
-        owners = blocks.of(front.columns)
-        for later, rank in zip(front.reaches.tolist(), reached.tolist()):
+        starts = blocks.starts[front.reaches]
+        # a block's coordinates are consecutive: so are its columns among the front's
+        cuts = np.searchsorted(front.columns, np.stack([starts, blocks.starts[front.reaches + 1]]))
+        for later, start, first, last, rank in zip(
+            front.reaches.tolist(),
+            starts.tolist(),
+            cuts[0].tolist(),
+            cuts[1].tolist(),
+            reached.tolist(),
+        ):
             if not rank:
                 continue
-            start = blocks.bounds(later)[0]
-            mine = owners == later
-            directions = self._fronts[later].directions[:, front.columns[mine] - start]
-            pieces.append(front.below[:, mine] @ directions.T)
+            directions = self._fronts[later].directions[:, front.columns[first:last] - start]
+            pieces.append(front.below[:, first:last] @ directions.T)
             positions.append(np.arange(start, start + rank))
         k = front.factor.shape[0]
         compressed = np.hstack(pieces) if pieces else np.zeros((k, 0))
