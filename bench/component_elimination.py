@@ -15,7 +15,8 @@ reference (one pseudo-inverse: small histories only). Memory: the numbers the fr
 (``R_T``, ``R_T^{-1}``, ``V_T``, ``C_T``) and the span's matrices (``G``, ``L``, ``L^{-1}``,
 ``K``, ``K^{-1}`` and the coordinates, ``5 r^2 + r n``), and what the fronts hold in all once a
 value is solved (traced in a build of their own: with the caches a solve fills).
-``OPENBLAS_NUM_THREADS=1`` for CPU figures that mean something.
+``--one-by-one`` also builds the fronts a vector at a time (each row rotated in before the
+next), as a history grows. ``OPENBLAS_NUM_THREADS=1`` for CPU figures that mean something.
 """
 
 from __future__ import annotations
@@ -160,6 +161,21 @@ def measured(
     )
 
 
+def one_by_one(
+    space: AnovaCoordinates, history: list[Coordinates], precisions: FloatArray
+) -> float:
+    """BlockFronts built a vector at a time, each rotated in before the next: CPU seconds."""
+    fronts = BlockFronts(space, residual=ESTIMABLE_RESIDUAL)
+
+    def build() -> int:
+        for (c, v), p in zip(history, precisions.tolist()):
+            fronts.weigh(fronts.add(c, v), p)
+            fronts.rank  # noqa: B018 (rotates the row in)
+        return fronts.rank
+
+    return _cpu_ms(build)[0] / 1e3
+
+
 def traced_mb(
     space: AnovaCoordinates, history: list[Coordinates], precisions: FloatArray, value: Coordinates
 ) -> float:
@@ -216,6 +232,9 @@ def main() -> None:
     parser.add_argument("--tests", type=int, default=60, help="new statements to solve")
     parser.add_argument("--no-span", action="store_true", help="the fronts alone")
     parser.add_argument("--check", action="store_true", help="against a dense reference")
+    parser.add_argument(
+        "--one-by-one", action="store_true", help="also build the fronts a vector at a time"
+    )
     args = parser.parse_args()
     cube = cubes()[args.cube]
     history, precisions, tests = history_and_tests(args.cube, args.m, args.tests)
@@ -276,6 +295,11 @@ def main() -> None:
                 f"against the span solver, {what}: estimable alike {alike} of {count}; "
                 f"largest difference of a u_j {worst:.1e} of the largest"
             )
+    if args.one_by_one:
+        print(
+            f"the fronts built a vector at a time: {one_by_one(space, vectors, precisions):.2f} s "
+            f"CPU (at once: {built['fronts']:.2f} s, with what solves read)"
+        )
     if args.check:
         reference = dense_reference(vectors, precisions, values, space.size)
         alike, worst = agreement(results["fronts"].found, reference, precisions)

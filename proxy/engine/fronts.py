@@ -334,6 +334,8 @@ class BlockFronts:
         Queries farther than ``residual`` from the span get ``None``; the distance of a
         query outside the span is bounded from above (see the module's docstring).
         """
+        if not queries:
+            return [], []
         self._absorb()
         blocks = self._table()
         work = np.zeros((blocks.size, len(queries)))

@@ -183,6 +183,7 @@ def test_copies_are_independent() -> None:
     other.weigh(other.add(*b), 1.0)
     other.weigh(0, 3.0)
     assert (fronts.rank, fronts.size, other.rank, other.size) == (1, 1, 2, 2)
+    assert fronts.solve_many([]) == ([], [])
     (outside,), _ = fronts.solve_many([b])
     (inside,), _ = other.solve_many([b])
     assert outside is None and inside is not None
