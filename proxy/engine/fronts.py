@@ -395,7 +395,7 @@ class BlockFronts:
         Last block first; a front that ``w`` misses and whose later blocks ``z`` has not
         reached gives ``z`` nothing. ``z`` is never formed over the coordinates: a front's
         ``C_T z`` is read as ``C_T``'s columns in the later fronts' directions times their
-        ``y`` (:meth:`_compressed`), a few times fewer numbers than ``C_T``.
+        ``y`` (:meth:`_compressed_below`), a few times fewer numbers than ``C_T``.
         """
         order, ranks = self._order()
         count = next(iter(fitted.values())).shape[1]
