@@ -61,8 +61,15 @@ _SPAN_MAX_RANK = 1500
 # restart places the basis over the coordinates), the fronts' costs follow the blocks a value
 # reaches. Below it the span solver is as fast per value and corrects a batch's later values
 # (BatchUpdates) where the fronts rotate each measured row in (15 ms for a repeat on the demo
-# cube, rank ~620, against 4 ms). Measured in docs/benchmarks.md ("The fronts in the index").
-_FRONTS_RANK = 700
+# cube, rank 612-697 at m = 10,000-100,000, against 4 ms); the wide cube at m = 1,000 (rank
+# 801) is already twice as fast on the fronts. Measured in docs/benchmarks.md ("The fronts in
+# the index").
+_FRONTS_RANK = 750
+# A restart with more distinct vectors than this builds the fronts first, to learn whether its
+# rank passes _FRONTS_RANK (seconds at the wide cube's m = 10,000, where placing the span takes
+# 86 s); with fewer it places the span (0.5 s for the demo cube's 1,972 vectors, as the fronts
+# would take) and builds the fronts only if the rank passes.
+_FRONTS_FIRST = 4096
 _CACHE_SIZE = 128  # a solution may hold a weight for every row,
 _CACHE_TERMS = 2_000_000  # so the cache is also bounded in terms (about 40 bytes each)
 # weights of a batch's BLUEs derived at once, at most (a chunk of values times classes of rows)
@@ -945,13 +952,13 @@ class HistoryIndex:
         self.remember([query for query, _, _ in rows])
         self._append_all(rows)
         if self._span is not None and self._coordinates is not None:
-            if self.distinct > _FRONTS_RANK:  # the rank may pass it: the fronts tell, cheaply
+            if self.distinct > _FRONTS_FIRST:
                 fronts = self._fronts_of_history()
                 if fronts.rank > _FRONTS_RANK:
                     self._span, self._fronts = None, fronts
         if self._span is not None:
             self._span.place_all()
-        self.prepare()
+        self.prepare()  # (past _FRONTS_RANK, to the fronts)
 
     def _append_all(self, rows: Sequence[tuple[LinearQuery, float, float]]) -> None:
         """:meth:`append` of each row, a vector's work done once for the rows that share it.
