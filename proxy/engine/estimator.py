@@ -66,9 +66,9 @@ _SPAN_MAX_RANK = 1500
 # the index").
 _FRONTS_RANK = 750
 # A restart with more distinct vectors than this builds the fronts first, to learn whether its
-# rank passes _FRONTS_RANK (seconds at the wide cube's m = 10,000, where placing the span takes
-# 86 s); with fewer it places the span (0.5 s for the demo cube's 1,972 vectors, as the fronts
-# would take) and builds the fronts only if the rank passes.
+# rank passes _FRONTS_RANK (11 s at the wide cube's m = 10,000, 6,178 vectors, where placing the
+# span took 86 s); with fewer it places the span (the demo cube's 1,972 vectors at m = 10,000:
+# building the fronts first added 0.5 s CPU to a 1.2 s load) and the fronts only if it passes.
 _FRONTS_FIRST = 4096
 _CACHE_SIZE = 128  # a solution may hold a weight for every row,
 _CACHE_TERMS = 2_000_000  # so the cache is also bounded in terms (about 40 bytes each)
