@@ -1,66 +1,62 @@
-"""A BLUE's variance block by block, against the span solver's rank: the design measured.
+"""The solver by fronts of ANOVA blocks against the span solver: CPU, memory, agreement.
 
-Run ``uv run python -m bench.component_elimination`` (``--cube``, ``--m``, ``--check``). It
-draws the history ``bench.engine_sql_bench`` loads (the same pool, seeds and budgets), pools
-each distinct vector's rows (precision ``sum budget^2 / (2 sensitivity^2)``, the Laplace
-noise's) and takes the vectors, scaled by the square roots of their precisions, in the engine's
-ANOVA coordinates (:mod:`proxy.engine.factored`: one block per set of dimensions ``S``). Then
-it eliminates the blocks highest order first, an orthogonal transformation of the rows (a
-multifrontal QR): the rows that weigh a block ``T`` are rotated by the SVD of their ``T`` parts
-into rows that fix ``T`` (the block's rank: "absorbed", kept as its front) and rows without it,
-passed down to the blocks below. The ranks absorbed add up to the history's rank.
-
-A value ``q`` is then estimable, and its BLUE's variance found, by one substitution through the
-fronts from its highest block down: at each front the query's part must lie in the span of the
-front's rows (else it is not estimable), the front's weights ``w`` follow, and the front's
-other columns carry ``q`` on to lower blocks; the variance is ``sum |w|^2``. It reads only the
-fronts on the query's path, not the span's r x r matrices. ``--check`` compares estimability
-and variance with a dense minimum-norm reference (one pseudo-inverse; not on the wide cube at
-m = 10,000). The test values are the vectors of statements new to the history. The engine does
-not use this yet: it measures what a component-wise solver would read.
+Run ``uv run python -m bench.component_elimination`` (``--cube``, ``--m``, ``--no-span``,
+``--check``). It draws the history ``bench.engine_sql_bench`` loads (the same pool, seeds and
+budgets), pools each distinct vector's rows (precision ``sum budget^2 / (2 sensitivity^2)``,
+the Laplace noise's) and loads the vectors, in the engine's ANOVA coordinates, into
+:class:`~proxy.engine.fronts.BlockFronts` and :class:`~proxy.engine.span.SpanSolver` as a
+restart does (every vector added and weighed, then factored at once). Then, per solver, CPU
+per value of the vectors of statements new to the history (each solved alone), of the 20-group
+GROUP BY of ``bench.engine_sql_bench`` solved as one batch, of one more row on a copy (a repeat
+of a history vector, or a new vector) and of a plan's step (a copy, a new vector weighed, the
+batch's other values solved again). Values are compared with the span solver's (estimable
+alike; ``u_j`` within 1e-9 of the largest) and, with ``--check``, with a dense minimum-norm
+reference (one pseudo-inverse: small histories only). Memory: the numbers the fronts keep
+(``R_T``, ``R_T^{-1}``, ``V_T``, ``C_T``) and the span's matrices (``G``, ``L``, ``L^{-1}``,
+``K``, ``K^{-1}`` and the coordinates, ``5 r^2 + r n``), and what the fronts hold in all once a
+value is solved (traced in a build of their own: with the caches a solve fills).
+``--one-by-one`` also builds the fronts a vector at a time (each row rotated in before the
+next), as a history grows. ``OPENBLAS_NUM_THREADS=1`` for CPU figures that mean something.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from collections import defaultdict
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from bench.engine_sql_bench import Statements, _histogram, _history, cubes
+from bench.engine_sql_bench import GROUP_BY_20, Statements, _histogram, _history, cubes
+from proxy.engine.estimator import ESTIMABLE_RESIDUAL
 from proxy.engine.factored import AnovaCoordinates
+from proxy.engine.fronts import BlockFronts
+from proxy.engine.span import SpanSolver
 from sqlmap.translate import Translator
 from sqlmap.vector import LinearQuery
 
-Component = tuple[int, ...]
 FloatArray = npt.NDArray[np.float64]
-Row = dict[Component, FloatArray]
-Front = tuple[FloatArray, FloatArray, dict[Component, FloatArray]]  # s, V, columns below
+Coordinates = tuple[npt.NDArray[np.int64], FloatArray]
+Found = tuple[list[FloatArray | None], list[float]]
+T = TypeVar("T")
 
-_RANK = 1e-9  # singular values below this share of a front's largest are rounding
 
+class Solver(Protocol):
+    """What both solvers offer (the contract HistoryIndex uses)."""
 
-class Blocks:
-    """Sparse ANOVA coordinates cut into the blocks of their sets of dimensions."""
+    size: int
 
-    def __init__(self, space: AnovaCoordinates) -> None:
-        numbered = sorted(space._blocks.items(), key=lambda block: block[1])
-        self.starts = np.array([start for _, start in numbered] + [space.size])
-        self.components: list[Component] = [kept[1:] for kept, _ in numbered]  # (kind, *S)
-        ends = zip(self.components, self.starts[:-1], self.starts[1:])
-        self.sizes = {S: int(end - start) for S, start, end in ends}
-        self.size = space.size
-
-    def row(self, coords: npt.NDArray[np.int64], values: FloatArray, scale: float = 1.0) -> Row:
-        block = np.searchsorted(self.starts, coords, side="right") - 1
-        row: Row = {}
-        for b in np.unique(block):
-            part = np.zeros(self.sizes[self.components[b]])
-            part[coords[block == b] - self.starts[b]] = scale * values[block == b]
-            row[self.components[b]] = part
-        return row
+    @property
+    def rank(self) -> int: ...
+    def add(self, cells: npt.NDArray[np.int64], weights: FloatArray) -> int: ...
+    def weigh(self, j: int, weight2: float) -> None: ...
+    def prepare(self) -> None: ...
+    def solve_many(self, queries: list[Coordinates]) -> Found: ...
+    def copy(self) -> Solver: ...
 
 
 def history_and_tests(
@@ -71,7 +67,7 @@ def history_and_tests(
     translator = Translator([cube])
     statements = Statements(cube, seed)
     pool = [statements.sql() for _ in range(min(2_000, m // 5))]
-    pooled: dict[tuple[Component, bytes], tuple[LinearQuery, float]] = {}
+    pooled: dict[tuple[tuple[int, ...], bytes], tuple[LinearQuery, float]] = {}
     for e in _history(translator, pool, m, _histogram(cube, seed), seed + 1):
         key = (e.query.axes, np.asarray(e.query.core).tobytes())
         query, precision = pooled.get(key, (e.query, 0.0))
@@ -88,147 +84,243 @@ def history_and_tests(
     )
 
 
-def eliminate(rows: list[Row], sizes: dict[Component, int]) -> dict[Component, Front]:
-    """Each block's front: singular values and directions of its rows, their other columns."""
-    order = {S: i for i, S in enumerate(sorted(sizes, key=lambda S: (-len(S), S)))}
-    alive = dict(enumerate(rows))
-    meeting: dict[Component, set[int]] = defaultdict(set)
-    for i, row in alive.items():
-        for S in row:
-            meeting[S].add(i)
-    fresh = len(rows)
-    fronts: dict[Component, Front] = {}
-    for T in sorted(sizes, key=order.__getitem__):
-        front = sorted(meeting.pop(T, ()))
-        if not front:
-            continue
-        u, s, v = np.linalg.svd(np.stack([alive[i][T] for i in front]))
-        rank = int((s > _RANK * s[0]).sum())
-        old = [alive.pop(i) for i in front]
-        for i, row in zip(front, old):
-            for S in row:
-                meeting[S].discard(i)
-        others = sorted({S for row in old for S in row} - {T}, key=order.__getitem__)
-        rotated = {
-            S: u.T @ np.stack([row.get(S, np.zeros(sizes[S])) for row in old]) for S in others
-        }
-        fronts[T] = (s[:rank], v[:rank], {S: c[:rank] for S, c in rotated.items()})
-        for S, c in rotated.items():  # rows with no T part, passed down
-            scale = np.abs(c).max()
-            for j in np.flatnonzero(np.abs(c[rank:]).max(axis=1, initial=0.0) > 1e-12 * scale):
-                alive.setdefault(fresh + int(j), {})[S] = c[rank + j]
-                meeting[S].add(fresh + int(j))
-        fresh += len(front) - rank
-    return fronts
+def _cpu_ms(action: Callable[[], T]) -> tuple[float, T]:
+    start = time.process_time()
+    result = action()
+    return 1e3 * (time.process_time() - start), result
 
 
-def variance(
-    query: Row, fronts: dict[Component, Front], order: dict[Component, int]
-) -> tuple[float | None, int]:
-    """The BLUE's variance of ``query`` (None: not estimable) and the numbers it read."""
-    rest = {S: part.copy() for S, part in query.items()}
-    total, read = 0.0, 0
-    while rest:
-        T = min(rest, key=order.__getitem__)
-        part = rest.pop(T)
-        if T not in fronts:
-            if np.abs(part).max() > 1e-9:
-                return None, read
-            continue
-        s, v, below = fronts[T]
-        a = v @ part
-        if np.linalg.norm(part - v.T @ a) > 1e-7 * max(1.0, float(np.linalg.norm(part))):
-            return None, read
-        w = a / s
-        total += float(w @ w)
-        read += v.size + sum(c.size for c in below.values())
-        for S, c in below.items():
-            rest[S] = rest.get(S, 0.0) - c.T @ w
-    return total, read
+def loaded(solver: Solver, history: list[Coordinates], precisions: FloatArray) -> float:
+    """Add and weigh every vector, then factor (and form what solves read): CPU seconds."""
+
+    def load() -> int:
+        for (c, v), p in zip(history, precisions.tolist()):
+            solver.weigh(solver.add(c, v), p)
+        if isinstance(solver, SpanSolver):
+            solver.place_all()
+        solver.prepare()
+        return solver.rank
+
+    return _cpu_ms(load)[0] / 1e3
 
 
-def against_reference(
-    coordinates: list[tuple[npt.NDArray[np.int64], FloatArray]],
-    precisions: FloatArray,
-    results: list[tuple[float | None, int, float]],
-    size: int,
+@dataclass
+class Measured:
+    """One solver's figures: CPU in ms (arrays: one per value or row) and the values found."""
+
+    single: FloatArray
+    estimable: FloatArray  # the single values within the span
+    first: float  # the first of them (a restart's first value: caches are filled then)
+    found: list[FloatArray | None]
+    batch: float
+    batch_found: list[FloatArray | None]
+    repeat: FloatArray
+    fresh: FloatArray
+    copy: float
+    step: float
+
+
+def measured(
+    solver: Solver, tests: list[Coordinates], batch: list[Coordinates], precisions: FloatArray
+) -> Measured:
+    """CPU per value (single, batch), per row on a copy, per plan step; and the values."""
+    single = [_cpu_ms(lambda q=q: solver.solve_many([q])) for q in tests]
+    batches = [_cpu_ms(lambda: solver.solve_many(batch)) for _ in range(7)]
+    inside = [q for q, (_, ((found,), _)) in zip(tests, single) if found is not None]
+    probe = inside[0] if inside else tests[0]  # solved after each row, as a plan's next value
+    repeats, fresh, copies = [], [], []
+
+    def then_probe(copied: Solver, j: int, weight2: float) -> Found:
+        copied.weigh(j, weight2)
+        return copied.solve_many([probe])
+
+    for j in np.random.default_rng(3).choice(solver.size, 30, replace=False).tolist():
+        copy_ms, copied = _cpu_ms(solver.copy)
+        copies.append(copy_ms)
+        repeats.append(_cpu_ms(lambda c=copied, j=j: then_probe(c, j, float(precisions[j])))[0])
+    for q in tests[:30]:
+        copied = solver.copy()
+        fresh.append(_cpu_ms(lambda c=copied, q=q: then_probe(c, c.add(*q), 1.0))[0])
+
+    def step() -> Found:
+        copied = solver.copy()
+        copied.weigh(copied.add(*batch[0]), 1.0)
+        return copied.solve_many(batch[1:])
+
+    return Measured(
+        single=np.array([ms for ms, _ in single]),
+        estimable=np.array([ms for ms, ((found,), _) in single if found is not None]),
+        first=next((ms for ms, ((found,), _) in single if found is not None), float("nan")),
+        found=[found for _, ((found,), _) in single],
+        batch=float(np.median([ms for ms, _ in batches])),
+        batch_found=batches[0][1][0],
+        repeat=np.array(repeats),
+        fresh=np.array(fresh),
+        copy=float(np.median(copies)),
+        step=float(np.median([_cpu_ms(step)[0] for _ in range(7)])),
+    )
+
+
+def one_by_one(
+    space: AnovaCoordinates, history: list[Coordinates], precisions: FloatArray
+) -> float:
+    """BlockFronts built a vector at a time, each rotated in before the next: CPU seconds."""
+    fronts = BlockFronts(space, residual=ESTIMABLE_RESIDUAL)
+
+    def build() -> int:
+        for (c, v), p in zip(history, precisions.tolist()):
+            fronts.weigh(fronts.add(c, v), p)
+            fronts.rank  # noqa: B018 (rotates the row in)
+        return fronts.rank
+
+    return _cpu_ms(build)[0] / 1e3
+
+
+def traced_mb(
+    space: AnovaCoordinates, history: list[Coordinates], precisions: FloatArray, value: Coordinates
+) -> float:
+    """What BlockFronts holds once built and a value solved (traced allocations), MB."""
+    tracemalloc.start()
+    fronts = BlockFronts(space, residual=ESTIMABLE_RESIDUAL)
+    loaded(fronts, history, precisions)
+    fronts.solve_many([value])
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return held / 2**20
+
+
+def agreement(
+    found: list[FloatArray | None], expected: list[FloatArray | None], precisions: FloatArray
 ) -> tuple[int, float]:
-    """How many values a dense minimum-norm solve finds estimable alike, and the largest
-    relative difference of a variance (coordinates: the history's, then the values')."""
-    history = len(precisions)
-    dense = np.zeros((history, size))
-    for i, ((c, v), p) in enumerate(zip(coordinates, precisions)):
-        dense[i, c] = np.sqrt(p) * v
-    minimum_norm = np.linalg.pinv(dense.T, rcond=1e-10)  # u = minimum_norm @ q
-    agree, worst = 0, 0.0
-    for (c, v), (var, _, _) in zip(coordinates[history:], results):
+    """Values estimable alike, and the largest difference of a ``u_j`` over the largest."""
+    c = np.sqrt(precisions)
+    alike, worst = 0, 0.0
+    for a, b in zip(found, expected):
+        alike += (a is None) == (b is None)
+        if a is not None and b is not None:
+            u = b[: c.size] * c
+            worst = max(worst, float(np.abs(a[: c.size] * c - u).max() / np.abs(u).max()))
+    return alike, worst
+
+
+def dense_reference(
+    history: list[Coordinates], precisions: FloatArray, tests: list[Coordinates], size: int
+) -> list[FloatArray | None]:
+    """Per test value, ``u_j / c_j`` of the dense minimum-norm solution (None: not estimable)."""
+    weighed = np.zeros((len(history), size))
+    for i, ((c, v), p) in enumerate(zip(history, precisions)):
+        weighed[i, c] = np.sqrt(p) * v
+    minimum_norm = np.linalg.pinv(weighed.T, rcond=1e-10)
+    out: list[FloatArray | None] = []
+    for c, v in tests:
         q = np.zeros(size)
         q[c] = v
         u = minimum_norm @ q
-        inside = np.linalg.norm(dense.T @ u - q) <= 1e-7 * max(1.0, float(np.linalg.norm(q)))
-        agree += inside == (var is not None)
-        if inside and var is not None:
-            worst = max(worst, float(abs(var - u @ u) / (u @ u)))
-    return agree, worst
+        inside = np.linalg.norm(weighed.T @ u - q) <= ESTIMABLE_RESIDUAL * np.linalg.norm(q)
+        out.append(u / np.sqrt(precisions) if inside else None)
+    return out
+
+
+def _percentiles(ms: FloatArray) -> str:
+    return f"{np.median(ms):.2f} / {np.percentile(ms, 95):.2f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cube", choices=["demo", "wide"], default="wide")
+    parser.add_argument("--cube", choices=["demo", "wide"], default="demo")
     parser.add_argument("--m", type=int, default=10_000, help="history size")
-    parser.add_argument("--tests", type=int, default=60, help="new statements to estimate")
+    parser.add_argument("--tests", type=int, default=60, help="new statements to solve")
+    parser.add_argument("--no-span", action="store_true", help="the fronts alone")
     parser.add_argument("--check", action="store_true", help="against a dense reference")
+    parser.add_argument(
+        "--one-by-one", action="store_true", help="also build the fronts a vector at a time"
+    )
     args = parser.parse_args()
+    cube = cubes()[args.cube]
     history, precisions, tests = history_and_tests(args.cube, args.m, args.tests)
-    space = AnovaCoordinates(cubes()[args.cube].shape)
-    coordinates = space.of_many(history + tests)
-    blocks = Blocks(space)
-    rows = [blocks.row(c, v, float(np.sqrt(p))) for (c, v), p in zip(coordinates, precisions)]
-    start = time.process_time()
-    fronts = eliminate(rows, blocks.sizes)
-    seconds = time.process_time() - start
-    order = {S: i for i, S in enumerate(sorted(blocks.sizes, key=lambda S: (-len(S), S)))}
-    rank = sum(s.size for s, _, _ in fronts.values())
-    results = []
-    for c, v in coordinates[len(history) :]:
-        start = time.process_time()
-        var, read = variance(blocks.row(c, v), fronts, order)
-        results.append((var, read, 1e3 * (time.process_time() - start)))
-    estimable = [r for r in results if r[0] is not None]
+    group_by = [q.without_offset() for q in Translator([cube]).translate(GROUP_BY_20).queries]
+    space = AnovaCoordinates(cube.shape)
+    coordinates = space.of_many(history + tests + group_by)
+    vectors = coordinates[: len(history)]
+    values = coordinates[len(history) : len(history) + len(tests)]
+    batch = coordinates[len(history) + len(tests) :]
+    solvers: dict[str, Solver] = {"fronts": BlockFronts(space, residual=ESTIMABLE_RESIDUAL)}
+    if not args.no_span:
+        solvers["span"] = SpanSolver(space.size, residual=ESTIMABLE_RESIDUAL)
+    built = {name: loaded(solver, vectors, precisions) for name, solver in solvers.items()}
+    results = {name: measured(s, values, batch, precisions) for name, s in solvers.items()}
+    fronts = solvers["fronts"]
+    assert isinstance(fronts, BlockFronts)
+    layout = fronts.layout()
+    rank = fronts.rank
+    kept = {
+        "fronts": sum(k * (2 * k + n + below) for _, k, n, below in layout),
+        "span": 5 * rank * rank + rank * len(history),
+    }
+    estimable = sum(f is not None for f in results["fronts"].found)
+    probe = next((v for v, f in zip(values, results["fronts"].found) if f is not None), values[0])
+    held = traced_mb(space, vectors, precisions, probe)
     print(
-        f"{args.cube} cube, m = {args.m:,}: {len(history):,} distinct vectors, rank {rank:,}, "
-        f"{blocks.size:,} coordinates in {len(blocks.sizes)} blocks; eliminated in {seconds:.1f} s"
+        f"{args.cube} cube, m = {args.m:,}: {len(history):,} distinct vectors, rank {rank:,} "
+        f"(span solver: {solvers['span'].rank if 'span' in solvers else '-'}), "
+        f"{space.size:,} coordinates; {len(values)} new values, {estimable} estimable; "
+        f"the fronts hold {held:,.0f} MB once a value is solved"
     )
     print()
     print(
-        "| order | blocks | coordinates | rank absorbed | rows of a front, median / max "
-        "| coordinates below a front, median / max |"
+        "| solver | build s CPU | single value p50 / p95 ms | estimable ones | first of them "
+        "| 20-group batch ms "
+        "| copy ms | a row on a copy, then a value: repeat / new, p50 / p95 ms "
+        "| copy + new row + 19 values ms "
+        "| numbers kept (MB) |"
     )
-    print("|---|---|---|---|---|---|")
-    for size in sorted({len(S) for S in fronts}, reverse=True):
-        of_size = [(f, blocks.sizes[T]) for T, f in fronts.items() if len(T) == size]
-        ranks = np.array([f[0].size for f, _ in of_size])
-        below = np.array([sum(c.shape[1] for c in f[2].values()) for f, _ in of_size])
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, r in results.items():
         print(
-            f"| {size} | {len(of_size)} | {sum(n for _, n in of_size):,} | {ranks.sum():,} "
-            f"| {np.median(ranks):.0f} / {ranks.max():,} "
-            f"| {np.median(below):,.0f} / {below.max():,} |"
+            f"| {name} | {built[name]:.2f} | {_percentiles(r.single)} "
+            f"| {_percentiles(r.estimable)} | {r.first:.1f} | {r.batch:.2f} "
+            f"| {r.copy:.3f} | {_percentiles(r.repeat)} / {_percentiles(r.fresh)} "
+            f"| {r.step:.2f} | {kept[name]:,} ({8 * kept[name] / 2**20:,.0f}) |"
         )
     print()
-    if estimable:
-        cpu = [r[2] for r in estimable]
-        numbers = [r[1] for r in estimable]
+    if "span" in results:
+        f, s = results["fronts"], results["span"]
+        for what, ours, theirs in (
+            ("single values", f.found, s.found),
+            ("batch", f.batch_found, s.batch_found),
+        ):
+            alike, worst = agreement(ours, theirs, precisions)
+            count = len(ours)
+            print(
+                f"against the span solver, {what}: estimable alike {alike} of {count}; "
+                f"largest difference of a u_j {worst:.1e} of the largest"
+            )
+    if args.one_by_one:
         print(
-            f"{len(results)} new values, {len(estimable)} estimable: CPU per value p50 / p95 "
-            f"{np.median(cpu):.2f} / {np.percentile(cpu, 95):.2f} ms; numbers read p50 / p95 "
-            f"{np.median(numbers):,.0f} / {np.percentile(numbers, 95):,.0f} (a dense pass over the "
-            f"span's triangle: {rank * (rank + 1) // 2:,})"
+            f"the fronts built a vector at a time: {one_by_one(space, vectors, precisions):.2f} s "
+            f"CPU (at once: {built['fronts']:.2f} s, with what solves read)"
         )
     if args.check:
-        agree, worst = against_reference(coordinates, precisions, results, blocks.size)
+        reference = dense_reference(vectors, precisions, values, space.size)
+        alike, worst = agreement(results["fronts"].found, reference, precisions)
         print(
-            f"dense reference: estimable alike for {agree} of {len(results)}; largest relative "
-            f"difference of a variance {worst:.1e}"
+            f"against the dense reference: estimable alike {alike} of {len(values)}; "
+            f"largest difference of a u_j {worst:.1e} of the largest"
+        )
+    print()
+    print(
+        "| order | fronts | coordinates | rank | rows of a front, median / max "
+        "| columns below a front, median / max |"
+    )
+    print("|---|---|---|---|---|---|")
+    for order in sorted({len(key) - 1 for key, *_ in layout}, reverse=True):
+        of_order = [(k, n, below) for key, k, n, below in layout if len(key) - 1 == order]
+        ranks = np.array([k for k, _, _ in of_order])
+        below = np.array([b for _, _, b in of_order])
+        print(
+            f"| {order} | {len(of_order)} | {sum(n for _, n, _ in of_order):,} | {ranks.sum():,} "
+            f"| {np.median(ranks):.0f} / {ranks.max():,} "
+            f"| {np.median(below):,.0f} / {below.max():,} |"
         )
 
 

@@ -1,36 +1,39 @@
-"""bench.component_elimination's block-by-block substitution against a dense minimum-norm solve."""
+"""bench.component_elimination's measurements on a small history: both solvers agree."""
 
 import numpy as np
 
 from bench.component_elimination import (
-    Blocks,
-    against_reference,
-    eliminate,
+    agreement,
+    dense_reference,
     history_and_tests,
-    variance,
+    loaded,
+    measured,
 )
 from bench.engine_sql_bench import cubes
+from proxy.engine.estimator import ESTIMABLE_RESIDUAL
 from proxy.engine.factored import AnovaCoordinates
+from proxy.engine.fronts import BlockFronts
+from proxy.engine.span import SpanSolver
 
 
-def test_fronts_give_the_dense_variances_and_estimability() -> None:
-    history, precisions, tests = history_and_tests("demo", 600, tests=20)
+def test_the_fronts_measure_the_span_solvers_and_the_dense_values() -> None:
+    history, precisions, tests = history_and_tests("demo", 400, tests=12)
     space = AnovaCoordinates(cubes()["demo"].shape)
     coordinates = space.of_many(history + tests)
-    blocks = Blocks(space)
-    rows = [blocks.row(c, v, float(np.sqrt(p))) for (c, v), p in zip(coordinates, precisions)]
-    fronts = eliminate(rows, blocks.sizes)
-    order = {S: i for i, S in enumerate(sorted(blocks.sizes, key=lambda S: (-len(S), S)))}
-    results = [
-        (*variance(blocks.row(c, v), fronts, order), 0.0) for c, v in coordinates[len(history) :]
-    ]
-    estimable = sum(r[0] is not None for r in results)
-    assert 0 < estimable < len(results)  # both kinds occur, so the comparison means something
-    # the ranks absorbed are the history's rank
-    dense = np.zeros((len(history), blocks.size))
-    for i, (c, v) in enumerate(coordinates[: len(history)]):
-        dense[i, c] = v
-    assert sum(s.size for s, _, _ in fronts.values()) == np.linalg.matrix_rank(dense)
-    agree, worst = against_reference(coordinates, precisions, results, blocks.size)
-    assert agree == len(results)
-    assert worst < 1e-10
+    vectors, values = coordinates[: len(history)], coordinates[len(history) :]
+    fronts = BlockFronts(space, residual=ESTIMABLE_RESIDUAL)
+    span = SpanSolver(space.size, residual=ESTIMABLE_RESIDUAL)
+    assert loaded(fronts, vectors, precisions) >= 0.0 <= loaded(span, vectors, precisions)
+    assert fronts.rank == span.rank
+    ours = measured(fronts, values, values[:5], precisions)
+    theirs = measured(span, values, values[:5], precisions)
+    assert ours.single.size == len(values) and np.all(ours.repeat >= 0.0)
+    for found, expected in (
+        (ours.found, theirs.found),
+        (ours.batch_found, theirs.batch_found),
+        (ours.found, dense_reference(vectors, precisions, values, space.size)),
+    ):
+        alike, worst = agreement(found, expected, precisions)
+        assert alike == len(found)
+        assert worst < 1e-9
+    assert 0 < sum(f is not None for f in ours.found) < len(values)

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from proxy.engine.factored import AnovaCoordinates
+from proxy.engine.fronts import BlockFronts
 from proxy.engine.solver import MinNormSolver
 from proxy.engine.span import BatchUpdates, SpanSolver
 from sqlmap.vector import LinearQuery
@@ -55,6 +56,20 @@ _REPEAT_SINGLES = 4
 # The span solver keeps dense matrices of the history's rank: past this rank (rows of scattered
 # cells, all independent) the index moves to the sparse solver over cells for good.
 _SPAN_MAX_RANK = 1500
+# A factored history past this rank moves to the fronts of ANOVA blocks (proxy.engine.fronts)
+# for good: the span solver's r x r matrices cost r^2 per pass (a value reads ~8 passes, a
+# restart places the basis over the coordinates), the fronts' costs follow the blocks a value
+# reaches. Below it the span solver is as fast per value and corrects a batch's later values
+# (BatchUpdates) where the fronts rotate each measured row in (15 ms for a repeat on the demo
+# cube, rank 612-697 at m = 10,000-100,000, against 4 ms); the wide cube at m = 1,000 (rank
+# 801) is already twice as fast on the fronts. Measured in docs/benchmarks.md ("The fronts in
+# the index").
+_FRONTS_RANK = 750
+# A restart with more distinct vectors than this builds the fronts first, to learn whether its
+# rank passes _FRONTS_RANK (11 s at the wide cube's m = 10,000, 6,178 vectors, where placing the
+# span took 86 s); with fewer it places the span (the demo cube's 1,972 vectors at m = 10,000:
+# building the fronts first added 0.5 s CPU to a 1.2 s load) and the fronts only if it passes.
+_FRONTS_FIRST = 4096
 _CACHE_SIZE = 128  # a solution may hold a weight for every row,
 _CACHE_TERMS = 2_000_000  # so the cache is also bounded in terms (about 40 bytes each)
 # weights of a batch's BLUEs derived at once, at most (a chunk of values times classes of rows)
@@ -591,8 +606,9 @@ class HistoryIndex:
     problem: ``k`` rows ``f_k h`` with precisions ``p_k`` are one column ``c h`` with
     ``c^2 = sum_k (p_k f_k)^2``, whose solution ``u`` splits back as ``u p_k f_k / c``. The
     problem is solved in the span of the distinct vectors (:mod:`proxy.engine.span`), so its
-    size follows the history's rank, not the rows or the cells. A query weighing a cell no row
-    weighs is outside the span without a solve.
+    size follows the history's rank, not the rows or the cells; a factored history of rank
+    past ``_FRONTS_RANK``, by fronts of ANOVA blocks (:mod:`proxy.engine.fronts`). A query
+    weighing a cell no row weighs is outside the span without a solve.
 
     >>> index = HistoryIndex(2)
     >>> for row in ([1.0, 0.0], [0.0, 1.0]):
@@ -632,13 +648,16 @@ class HistoryIndex:
         self._by_support: dict[bytes, tuple[int, ...]] = {}  # H_i's cells -> rows i
         self._groups: dict[bytes, int] = {}  # a vector scaled to first weight 1 -> its group
         self._group_vectors: list[tuple[IntArray, FloatArray]] = []
-        # factored vectors stay in the span solver at any rank: the sparse solver over cells
-        # would need the cells
+        # factored vectors never move to the sparse solver over cells (it would need the
+        # cells): past _FRONTS_RANK they move to the fronts
         self._span: SpanSolver | None = SpanSolver(
             self._space,
             residual=ESTIMABLE_RESIDUAL,
             max_rank=_SPAN_MAX_RANK if shape is None else None,
         )
+        # the fronts, in the span solver's stead once a factored history's rank passes
+        # _FRONTS_RANK (:meth:`_spanning`)
+        self._fronts: BlockFronts | None = None
         # the sparse solver over cells once the span is too large: its rows so far, and per row
         # its column and share p_i f_i / c of that column
         self._cells: MinNormSolver | None = None
@@ -668,9 +687,11 @@ class HistoryIndex:
 
     @property
     def rank(self) -> int | None:
-        """The dimension of the span of the history's vectors (None past the span solver's)."""
+        """The dimension of the span of the history's vectors (None over the sparse solver)."""
         span = self._spanning()
-        return None if span is None else span.rank
+        if span is not None:
+            return span.rank
+        return None if self._fronts is None else self._fronts.rank
 
     @property
     def distinct(self) -> int:
@@ -694,6 +715,7 @@ class HistoryIndex:
         other._groups = dict(self._groups)
         other._group_vectors = list(self._group_vectors)
         other._span = None if self._span is None else self._span.copy()
+        other._fronts = None if self._fronts is None else self._fronts.copy()
         other._cells = None if self._cells is None else self._cells.copy()
         other._cell_rows = self._cell_rows
         other._stamp = self._stamp
@@ -717,6 +739,8 @@ class HistoryIndex:
         precision = alpha / query.sensitivity
         if self._span is not None:
             self._span.weigh(group, (precision * factor) ** 2)
+        if self._fronts is not None:
+            self._fronts.weigh(group, (precision * factor) ** 2)
         self._precision[row] = precision
         self._steps[row] = step
         self._factor[row] = factor
@@ -758,6 +782,8 @@ class HistoryIndex:
             self._group_vectors.append((coords, direction))
             if self._span is not None:
                 self._span.add(coords, direction, scaled_from=(values, factor))
+            if self._fronts is not None:
+                self._fronts.add(coords, direction)
             self._covered[coords] = True
         return query, weights, factor, support, group
 
@@ -770,6 +796,8 @@ class HistoryIndex:
         span = self._spanning()
         if span is not None:
             span.prepare()
+        elif self._fronts is not None:
+            self._fronts.prepare()
         elif self._size:
             self._sync_cells().prepare()
 
@@ -796,7 +824,8 @@ class HistoryIndex:
     ) -> tuple[list[Solution | None], BatchUpdates | None]:
         """:meth:`solve_many`, and with ``keep`` the span's :class:`BatchUpdates`.
 
-        They hold every non-zero query, by position, if the span solved some (else None).
+        They hold every non-zero query, by position, if the span solved some (else None: the
+        fronts and the sparse solver have none).
         """
         found: dict[bytes, Solution | None] = {}
         pending: dict[bytes, LinearQuery] = {}
@@ -832,8 +861,10 @@ class HistoryIndex:
                 per_vector = [every[first[key]] for key in pending]
                 residuals = [distances[first[key]] for key in pending]
                 solutions = self._solutions_of(per_vector, residuals)
-            elif span is not None:
-                per_vector, residuals = span.solve_many([vectors[key] for key in pending])
+            elif span is not None or self._fronts is not None:
+                solver = span if span is not None else self._fronts
+                assert solver is not None
+                per_vector, residuals = solver.solve_many([vectors[key] for key in pending])
                 solutions = self._solutions_of(per_vector, residuals)
             else:
                 us, residuals = self._sync_cells().solve_many([vectors[k] for k in pending])
@@ -928,9 +959,14 @@ class HistoryIndex:
         """
         self.remember([query for query, _, _ in rows])
         self._append_all(rows)
+        if self._span is not None and self._coordinates is not None:
+            if self.distinct > _FRONTS_FIRST:
+                fronts = self._fronts_of_history()
+                if fronts.rank > _FRONTS_RANK:
+                    self._span, self._fronts = None, fronts
         if self._span is not None:
             self._span.place_all()
-        self.prepare()
+        self.prepare()  # (past _FRONTS_RANK, to the fronts)
 
     def _append_all(self, rows: Sequence[tuple[LinearQuery, float, float]]) -> None:
         """:meth:`append` of each row, a vector's work done once for the rows that share it.
@@ -965,11 +1001,12 @@ class HistoryIndex:
             self._weights.append(weights)
             by_support.setdefault(support, []).append(row)
         precisions = alphas / sensitivities
-        if self._span is not None:  # row by row, in order: c_j^2 summed as appends sum it
-            for group, precision, factor in zip(
-                groups.tolist(), precisions.tolist(), factors.tolist()
-            ):
-                self._span.weigh(group, (precision * factor) ** 2)
+        for solver in (self._span, self._fronts):  # row by row: c_j^2 summed as appends sum it
+            if solver is not None:
+                for group, precision, factor in zip(
+                    groups.tolist(), precisions.tolist(), factors.tolist()
+                ):
+                    solver.weigh(group, (precision * factor) ** 2)
         self._precision[start:end] = precisions
         self._steps[start:end] = steps
         self._factor[start:end] = factors
@@ -1060,10 +1097,31 @@ class HistoryIndex:
         return self.estimator(rows.astype(np.int64), t[rows], residual)
 
     def _spanning(self) -> SpanSolver | None:
-        """The span solver, or None once the history's rank has outgrown it (then for good)."""
-        if self._span is not None and not self._span.fits():
+        """The span solver, or None once the history's rank has outgrown it (then for good).
+
+        Then a factored index solves with the fronts, an index over cells with the sparse
+        solver.
+        """
+        span = self._span
+        if span is None:
+            return None
+        if self._coordinates is not None:
+            if span.rank > _FRONTS_RANK:
+                self._span, self._fronts = None, self._fronts_of_history()
+        elif not span.fits():
             self._span = None
         return self._span
+
+    def _fronts_of_history(self) -> BlockFronts:
+        """The fronts of every distinct vector, weighed with its pooled ``c_j^2``."""
+        assert self._coordinates is not None
+        fronts = BlockFronts(self._coordinates, residual=ESTIMABLE_RESIDUAL)
+        m = self._size
+        scaled = self._precision[:m] * self._factor[:m]
+        pooled = np.bincount(self._group[:m], np.square(scaled), minlength=self.distinct)
+        for (coords, direction), weight2 in zip(self._group_vectors, pooled.tolist()):
+            fronts.weigh(fronts.add(coords, direction), weight2)
+        return fronts
 
     def _sync_cells(self) -> MinNormSolver:
         """The sparse solver over cells with every row (pooled per vector when first built)."""
@@ -1141,8 +1199,8 @@ class BatchSolve:
     would place the fresh vectors and solve from scratch per value; the batch's first solve
     already holds what those solves need (:class:`~proxy.engine.span.BatchUpdates`), so each
     is a correction of it, with the copy's rows, precisions and classes: the copy's BLUE to
-    rounding. Where a correction cannot follow (the sparse solver, a cancelling correction,
-    a span grown past its bound) the value is solved on the copy.
+    rounding. Where a correction cannot follow (the fronts, the sparse solver, a cancelling
+    correction, a span grown past its bound) the value is solved on the copy.
     """
 
     def __init__(

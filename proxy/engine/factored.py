@@ -63,6 +63,14 @@ class AnovaCoordinates:
         self._blocks: dict[tuple[int, ...], int] = {}  # (kind, *S) -> its first coordinate
         self.size = 0  # coordinates numbered so far
 
+    def blocks(self) -> list[tuple[tuple[int, ...], int]]:
+        """The blocks numbered so far: ``((kind, *S), first coordinate)``, in their order.
+
+        A block runs from its first coordinate to the next block's (the last one to
+        :attr:`size`); blocks numbered later follow, so these never change.
+        """
+        return sorted(self._blocks.items(), key=lambda block: block[1])
+
     def of(self, query: LinearQuery) -> tuple[IntArray, FloatArray]:
         """The query's non-zero coordinates (increasing) and their values."""
         (coordinates,) = self.of_many([query])

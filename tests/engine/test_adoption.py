@@ -136,6 +136,19 @@ def test_an_adopting_engine_agrees_with_one_that_appends(
     assert adopted >= len(seeds)  # the workloads do adopt
 
 
+@pytest.mark.parametrize(
+    "block", [0, *(pytest.param(b, marks=pytest.mark.slow) for b in range(1, BLOCKS))]
+)
+def test_on_the_fronts_an_adopting_engine_agrees_with_one_that_appends(
+    block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Factored histories on the fronts of ANOVA blocks from their first vector."""
+    monkeypatch.setattr("proxy.engine.estimator._FRONTS_RANK", 0)
+    seeds = range(block, WORKLOADS, BLOCKS)
+    adopted = sum(_run(seed, True, True) for seed in seeds)
+    assert adopted >= len(seeds)
+
+
 def _two_groups(n: int = 4) -> list[QueryRequest]:
     """A GROUP BY of two fresh groups: the first is placed in the plan's index."""
     return [

@@ -406,11 +406,23 @@ def test_paper_examples_agree(
         _same_ledger(new, ref, exact=False)
 
 
-@pytest.mark.parametrize(("factored", "measured"), [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize(
+    ("factored", "measured", "fronts"),
+    [
+        (False, False, False),
+        (True, False, False),
+        (True, True, False),
+        (True, False, True),
+        (True, True, True),
+    ],
+)
 def test_a_restarted_engine_agrees_with_the_one_that_wrote_the_history(
-    factored: bool, measured: bool
+    factored: bool, measured: bool, fronts: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The restarted engine reads the history cell by cell (as the ledger stores it)."""
+    """The restarted engine reads the history cell by cell (as the ledger stores it); with
+    ``fronts``, both engines solve by the fronts (the restart builds them at its load)."""
+    if fronts:
+        monkeypatch.setattr("proxy.engine.estimator._FRONTS_RANK", 0)
     rng = np.random.default_rng(99)
     cube = Cube(rng, measured, factored)
     shape = cube.shape if factored else None
@@ -514,3 +526,17 @@ def test_a_factored_budget_grows_with_what_charges_tell_apart_not_the_cube() -> 
     with pytest.raises(BudgetExhausted) as refused:
         fresh.check(both, request="q")
     assert f"on cell {2 * 3**16}," in (refused.value.detail or "")
+
+
+@pytest.mark.parametrize(
+    "block", [0, *(pytest.param(b, marks=pytest.mark.slow) for b in range(1, BLOCKS))]
+)
+@pytest.mark.parametrize("measured", [False, True])
+def test_with_the_fronts_factored_vectors_agree_with_the_cell_engine(
+    block: int, measured: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index on the fronts of ANOVA blocks from its first vector (proxy.engine.fronts), its
+    batches solved on the plan's copy: the same decisions, replies and ledgers."""
+    monkeypatch.setattr("proxy.engine.estimator._FRONTS_RANK", 0)
+    for seed in range(block, WORKLOADS, BLOCKS):
+        _run((10_000 if measured else 0) + seed, measured=measured, factored=True)

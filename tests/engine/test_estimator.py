@@ -361,3 +361,79 @@ def test_a_loaded_history_holds_what_its_rows_appended_one_by_one_hold() -> None
     with pytest.raises(ValueError, match="positive"):
         empty.load([*rows[:5], (vectors[0], 0.0, 1e-3)])
     assert empty.size == 0 and empty.distinct == 0
+
+
+def _dense_weights(solution: object, m: int) -> np.ndarray | None:
+    if solution is None:
+        return None
+    dense = np.zeros(m)
+    dense[solution.rows] = solution.weights  # type: ignore[attr-defined]
+    return dense
+
+
+def test_past_the_fronts_rank_a_factored_index_solves_by_fronts_as_the_span_did(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A history whose rank passes the threshold midway moves to the fronts (at a solve, or at
+    # a load): ranks, estimability and BLUEs are the span solver's, and copies stay apart.
+    rng = np.random.default_rng(11)
+    shape = (4, 3, 5)
+    n = int(np.prod(shape))
+
+    def vector(axes: tuple[int, ...]) -> LinearQuery:
+        size = [shape[d] if d in axes else 1 for d in range(3)]
+        return LinearQuery.from_tensor(shape, rng.integers(-2, 3, size).astype(float))
+
+    pool = [vector(axes) for axes in [(0,), (1,), (2,), (0, 1), (1, 2)] * 3]
+    pool = [v for v in pool if not v.is_zero]
+    rows = [(pool[i], float(rng.choice([0.1, 0.25])), 1e-3) for i in rng.integers(0, len(pool), 40)]
+    queries = [vector(axes) for axes in [(0,), (1,), (0, 1), (1, 2), (0, 2), (0, 1, 2)]]
+    added = vector((0, 2))
+
+    def solved(index: HistoryIndex) -> list[np.ndarray | None]:
+        return [_dense_weights(s, index.size) for s in index.solve_many(queries)]
+
+    span = HistoryIndex(n, shape=shape)
+    for query, alpha, step in rows[:20]:
+        span.append(query, alpha=alpha, step=step)
+    early, early_rank = solved(span), span.rank
+    for query, alpha, step in rows[20:]:
+        span.append(query, alpha=alpha, step=step)
+    late = solved(span)
+    grown = span.copy()
+    grown.append(added, alpha=0.5, step=1e-3)
+    with_added = solved(grown)
+    assert span._fronts is None and early_rank is not None and span.rank is not None
+    assert span.rank > early_rank
+
+    monkeypatch.setattr("proxy.engine.estimator._FRONTS_RANK", early_rank)
+    index = HistoryIndex(n, shape=shape)
+    for query, alpha, step in rows[:20]:
+        index.append(query, alpha=alpha, step=step)
+    assert index.rank == early_rank and index._fronts is None
+    found = [early, solved(index)]
+    for query, alpha, step in rows[20:]:
+        index.append(query, alpha=alpha, step=step)
+    assert index.rank == span.rank and index.distinct == span.distinct
+    assert index._span is None and index._fronts is not None
+    found += [late, solved(index)]
+    copy = index.copy()
+    copy.append(added, alpha=0.5, step=1e-3)
+    found += [with_added, solved(copy), late, solved(index)]  # the original as it was
+    loaded = HistoryIndex(n, shape=shape)
+    loaded.load(rows)
+    assert loaded._span is None and loaded.rank == span.rank
+    found += [late, solved(loaded)]
+    monkeypatch.setattr("proxy.engine.estimator._FRONTS_FIRST", 0)  # the fronts tell the rank
+    for part, reference, fronts_kept in ((rows, late, True), (rows[:20], early, False)):
+        loaded = HistoryIndex(n, shape=shape)
+        loaded.load(part)
+        assert (loaded._fronts is not None) == fronts_kept == (loaded._span is None)
+        found += [reference, solved(loaded)]
+    assert index.batch(queries)._updates is None  # solved on the plan's copy instead
+    for reference, fronts in zip(found[::2], found[1::2], strict=True):
+        assert [w is None for w in reference] == [w is None for w in fronts]
+        assert any(w is None for w in reference) and any(w is not None for w in reference)
+        for a, b in zip(reference, fronts, strict=True):
+            if a is not None and b is not None:
+                np.testing.assert_allclose(b, a, rtol=0, atol=1e-9 * np.abs(a).max())

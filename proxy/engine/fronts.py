@@ -1,0 +1,578 @@
+"""Minimum-norm combinations of the history's distinct vectors, front by front of ANOVA blocks.
+
+The problem :mod:`proxy.engine.span` solves (the minimum-norm ``u`` with ``sum_j u_j c_j h_j =
+q``), solved without the span's ``r x r`` matrices: through an orthogonal factorization of the
+weighed rows ``A = [c_j h_j]`` in the engine's ANOVA coordinates (:mod:`proxy.engine.factored`:
+an isometry, one block of coordinates per set ``S`` of dimensions), the blocks taken highest
+order first (a multifrontal QR). ``R^T R = A^T A``, with ``R`` held as one *front* per block
+``T``: ``k_T`` rows that fix ``T``, ``R_T V_T`` over its coordinates (``V_T``: orthonormal
+rows; ``R_T``: upper triangular) and ``C_T`` over the coordinates of the later blocks its rows
+weigh. The blocks of a vector over dimensions ``D`` are the subsets of ``D``, so a front's rows
+reach few blocks: a query reads the fronts on its path, not the history.
+
+- *A row* (``sqrt(w) h_j`` for a measurement of vector ``j`` weighing ``w``: ``c_j^2`` grows
+  by ``w``, ``A^T A`` by ``w h_j h_j^T``) enters at its first block ``T``. Its part there is
+  split along ``V_T`` and off it (orthogonalised twice); past ``_RANK`` of the largest row
+  the block has met, the part off it is a new direction of the front (its rank grows), else
+  rounding, dropped. The front and the row are then rotated (LAPACK's triangular-pentagonal
+  QR, ``dtpqrt``/``dtpmqrt``) so that the row has nothing left at ``T``; what remains of it,
+  over later blocks, is passed on to its next block. A block's incoming rows are taken
+  together: weighs wait (pooled per vector) until the next use, so a restart's whole history
+  is one pass over the blocks, a stack of rows and one factorization per block.
+- *A query* ``q``: forward substitution ``R^T w = q`` from its first block: at ``T`` its part
+  (less what earlier fronts took) is fitted along ``V_T`` (``w_T = R_T^{-T} V_T q_T``), the
+  rest cannot be fitted (its squares, summed over the blocks, are the query's squared distance
+  from the span: exact within it; outside it an upper bound, each block fitted after the
+  earlier ones) and ``C_T^T w_T`` is taken off the later blocks. Then back substitution
+  ``R z = w``, last block first (``z_T = V_T^T y_T``, ``y_T = R_T^{-1} (w_T - C_T z)``), over
+  the fronts that ``w`` or ``z`` reach, and ``u_j / c_j = h_j^T z`` (``u = A z``: ``A^T u =
+  R^T R z = q``, ``u`` in ``A``'s range: the minimum-norm solution; any ``z`` with ``R z = w``
+  gives it). Both run in the fronts' directions, not over the coordinates: ``C_T z`` as
+  ``C_T``'s columns along the later fronts' directions times their ``y`` (``z`` is zero in a
+  block without a front), ``h_j^T z`` as ``sum_T (V_T h_j[T])^T y_T``; those products are kept
+  (a front's rank is a few times below its block's coordinates) and extended as fronts change.
+  Every vector's value is needed, so a solve reads them all: about ``r`` times the ranks of the
+  lower fronts a front reaches, plus the vectors times the ranks of their blocks.
+
+Rank decisions: :class:`~proxy.engine.span.SpanSolver` admits a vector farther than
+``_INDEPENDENT`` (3e-5) of its norm from the span of the earlier ones; here a block admits a
+direction whose part off the front exceeds ``_RANK`` (1e-9) of the largest row that met the
+block (the vector's distance shows there scaled by its weight and by the rotations before).
+On lattice-weight histories a dependent vector leaves rounding (about 1e-14 of that scale here,
+1e-9 of its norm in the span solver's Gram route) and a new direction at least 1e-2 of its
+norm times its weight's share of the block's largest: both rules decide alike
+(tests/engine/test_fronts.py checks the ranks against the span solver's).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import scipy.linalg
+import scipy.linalg.lapack
+
+from proxy.engine.factored import AnovaCoordinates
+
+__all__ = ["BlockFronts"]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+Rows = tuple[IntArray, FloatArray]  # rows over some coordinates: (coordinates, rows x them)
+
+# A row's part off a front joins it past this share of the largest row the block has met:
+# rounding leaves about 1e-14 of it, a lattice history's new directions 1e-2 of their norm.
+_RANK = 1e-9
+# Entries of a row passed on below this share of that largest row are rounding, set to zero,
+# so that a row absorbed to rounding is not passed on through every later block.
+_ZERO = 1e-13
+_PANEL = 32  # dtpqrt's block size
+
+
+@dataclass(frozen=True, slots=True)
+class _Front:
+    """The rows of ``R`` that fix one block: ``[R_T V_T | C_T]``; replaced, never changed."""
+
+    directions: FloatArray  # V_T: k x n_T, orthonormal rows
+    factor: FloatArray  # R_T: k x k, upper triangular
+    inverse: FloatArray  # R_T^{-1}: products rather than substitutions, at these orders
+    columns: IntArray  # the later blocks' coordinates its rows weigh, increasing
+    below: FloatArray  # C_T: k x columns
+    reaches: IntArray  # the blocks of those coordinates
+    scale: float  # the largest norm of a row that met the block
+
+
+class _Blocks:
+    """The space's blocks as numbered when made: bounds, and each one's place in the order."""
+
+    def __init__(self, space: AnovaCoordinates) -> None:
+        numbered = space.blocks()
+        self.size = space.size
+        self.starts = np.array([start for _, start in numbered] + [space.size], dtype=np.int64)
+        self.keys = [key for key, _ in numbered]  # (kind, *S)
+        keys = self.keys
+        order = sorted(range(len(keys)), key=lambda b: (-len(keys[b]), keys[b]))
+        self.place = np.empty(len(keys), dtype=np.int64)  # highest order first
+        self.place[order] = np.arange(len(keys))
+
+    def of(self, coordinates: IntArray) -> IntArray:
+        """The block of each coordinate."""
+        return np.searchsorted(self.starts, coordinates, side="right") - 1
+
+    def bounds(self, block: int) -> tuple[int, int]:
+        """The block's first coordinate and the one past its last."""
+        return int(self.starts[block]), int(self.starts[block + 1])
+
+
+class BlockFronts:
+    """Minimum-norm ``u`` with ``sum_j u_j c_j h_j = q``, through fronts of ANOVA blocks.
+
+    The contract of :class:`~proxy.engine.span.SpanSolver`: :meth:`add` a distinct vector (its
+    coordinates in ``space``), :meth:`weigh` it as its rows are measured, :meth:`solve_many`
+    gives per query ``u_j / c_j`` for every vector within ``residual`` of the span (relative
+    distance), and every query's relative distance.
+
+    >>> from sqlmap.vector import LinearQuery
+    >>> space = AnovaCoordinates((2,))
+    >>> fronts = BlockFronts(space, residual=1e-6)
+    >>> for tensor in ([1.0, 1.0], [0.0, 1.0], [1.0, 0.0]):
+    ...     cells = LinearQuery.from_tensor((2,), np.array(tensor))
+    ...     fronts.weigh(fronts.add(*space.of(cells)), 1.0)
+    >>> fronts.rank, fronts.size
+    (2, 3)
+    >>> first_cell = space.of(LinearQuery.from_tensor((2,), np.array([1.0, 0.0])))
+    >>> (g,), (distance,) = fronts.solve_many([first_cell])
+    >>> g.round(9).tolist(), distance < 1e-12
+    ([0.333333333, -0.333333333, 0.666666667], True)
+    """
+
+    def __init__(self, space: AnovaCoordinates, *, residual: float) -> None:
+        self._space = space
+        self._residual = residual
+        self._blocks = _Blocks(space)
+        self._fronts: dict[int, _Front] = {}
+        self._sequence: IntArray | None = None  # the blocks with fronts, in order
+        self._vectors: list[Rows] = []  # the distinct vectors h_j: (coordinates, values)
+        self.size = 0
+        self._pending: dict[int, float] = {}  # weights not yet rotated in, pooled per vector
+        # per block, the vectors that weigh it and their parts there (rows), for the
+        # vectors up to _split; and those parts along the front's directions, H_T V_T^T
+        self._touching: dict[int, tuple[IntArray, FloatArray]] = {}
+        self._split = 0
+        self._projected: dict[int, FloatArray] = {}
+        self._ranks: IntArray | None = None  # each block's front's rows, with the sequence
+        # per front, C_T in the later fronts' directions: (the front, C_T in them, where)
+        self._compressed: dict[int, tuple[_Front, FloatArray, IntArray]] = {}
+
+    def copy(self) -> BlockFronts:
+        """An independent solver with the same vectors and weights, sharing the fronts.
+
+        Fronts are replaced, never changed, when rows are rotated in: the copy's costs a
+        dictionary.
+        """
+        self._absorb()
+        other = BlockFronts.__new__(BlockFronts)
+        other.__dict__.update(self.__dict__)
+        other._fronts = dict(self._fronts)
+        other._vectors = list(self._vectors)
+        other._pending = {}
+        other._touching = dict(self._touching)
+        other._projected = dict(self._projected)
+        other._compressed = dict(self._compressed)
+        return other
+
+    @property
+    def rank(self) -> int:
+        """The dimension of the span of the vectors weighed so far."""
+        self._absorb()
+        return sum(front.factor.shape[0] for front in self._fronts.values())
+
+    def prepare(self) -> None:
+        """Rotate the pending rows in and form what solves read, now rather than at one.
+
+        A restart's first value would otherwise form it for every front.
+        """
+        self._absorb()
+        blocks = self._table()
+        order, ranks = self._order()
+        for block in order.tolist():
+            self._compressed_below(blocks, block, ranks)
+        self._split_vectors(blocks)
+        for block in order.tolist():
+            if block in self._touching:
+                self._projection(block)
+
+    def layout(self) -> list[tuple[tuple[int, ...], int, int, int]]:
+        """Per front, in the order: its block ``(kind, *S)``, rows, coordinates, columns below."""
+        self._absorb()
+        blocks = self._table()
+        return [
+            (
+                blocks.keys[block],
+                self._fronts[block].factor.shape[0],
+                self._fronts[block].directions.shape[1],
+                self._fronts[block].columns.size,
+            )
+            for block in self._order()[0].tolist()
+        ]
+
+    def add(self, coordinates: IntArray, values: FloatArray) -> int:
+        """A new distinct vector (weight 0 until :meth:`weigh`); returns its index ``j``."""
+        self._vectors.append((coordinates, values))
+        self.size += 1
+        return self.size - 1
+
+    def weigh(self, j: int, weight2: float) -> None:
+        """Add ``weight2`` to ``c_j^2`` (a row of vector ``j`` measured with that precision)."""
+        self._pending[j] = self._pending.get(j, 0.0) + weight2
+
+    def _table(self) -> _Blocks:
+        """The blocks, renumbered if the space has met new ones."""
+        if self._blocks.size != self._space.size:
+            self._blocks = _Blocks(self._space)
+            self._sequence = None
+        return self._blocks
+
+    def _absorb(self) -> None:
+        """Rotate the pending rows into the fronts, block by block in order."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, {}
+        blocks = self._table()
+        waiting: dict[int, list[Rows]] = {}
+        for j, weight2 in pending.items():
+            coordinates, values = self._vectors[j]
+            first = self._first(blocks, coordinates)
+            rows = (coordinates, math.sqrt(weight2) * values[None, :])
+            waiting.setdefault(first, []).append(rows)
+        queue = [(int(blocks.place[b]), b) for b in waiting]
+        heapq.heapify(queue)
+        while queue:
+            _, block = heapq.heappop(queue)
+            for later, rows in self._fold(blocks, block, waiting.pop(block)):
+                if later not in waiting:
+                    waiting[later] = []
+                    heapq.heappush(queue, (int(blocks.place[later]), later))
+                waiting[later].append(rows)
+
+    @staticmethod
+    def _first(blocks: _Blocks, coordinates: IntArray) -> int:
+        """The first block, in the order, of some coordinates."""
+        weighed = blocks.of(coordinates)
+        return int(weighed[np.argmin(blocks.place[weighed])])
+
+    def _fold(self, blocks: _Blocks, block: int, incoming: list[Rows]) -> list[tuple[int, Rows]]:
+        """Rotate rows whose first block is ``block`` into its front; the rest, passed on.
+
+        Returns the rows left over the later blocks, grouped by their first block.
+        """
+        columns, rows = _stacked(incoming)
+        start, stop = blocks.bounds(block)
+        lo, hi = np.searchsorted(columns, (start, stop)).tolist()  # the block's, in between
+        here = np.zeros((rows.shape[0], stop - start))
+        here[:, columns[lo:hi] - start] = rows[:, lo:hi]
+        later_columns = np.concatenate([columns[:lo], columns[hi:]])
+        later = np.hstack([rows[:, :lo], rows[:, hi:]])
+        front = self._fronts.get(block)
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+        scale = max(front.scale if front is not None else 0.0, float(norms.max()))
+        directions = front.directions if front is not None else np.zeros((0, stop - start))
+        along = here @ directions.T
+        off = here - along @ directions
+        again = off @ directions.T  # twice: off the front to rounding of the part off it
+        off -= again @ directions
+        along += again
+        new = _directions(off, _RANK * scale)
+        k, n = directions.shape[0], directions.shape[0] + new.shape[0]
+        if n == 0:  # nothing fixes the block: the rows' parts there are rounding
+            return _passed_on(blocks, later_columns, later, scale)
+        top = np.zeros((n, n), order="F")
+        bottom = np.hstack([along, off @ new.T]) if new.size else along
+        if front is None:
+            merged, top_below, reaches = later_columns, np.zeros((n, later_columns.size)), None
+        else:
+            top[:k, :k] = front.factor
+            merged, top_below, reaches = _bordered(front, later_columns, n)
+        rows_below = np.zeros((rows.shape[0], merged.size))
+        rows_below[:, np.searchsorted(merged, later_columns)] = later
+        top, reflectors, panels, info = scipy.linalg.lapack.dtpqrt(
+            0, min(_PANEL, n), top, bottom, overwrite_a=1
+        )
+        if info != 0:
+            raise np.linalg.LinAlgError(f"dtpqrt failed (LAPACK info {info})")
+        if merged.size:
+            top_below, rows_below, info = scipy.linalg.lapack.dtpmqrt(
+                0,
+                reflectors,
+                panels,
+                top_below,
+                rows_below,
+                trans="T",
+                overwrite_a=1,
+                overwrite_b=1,
+            )
+            if info != 0:
+                raise np.linalg.LinAlgError(f"dtpmqrt failed (LAPACK info {info})")
+        factor = np.asfortranarray(np.triu(top))
+        inverse, info = scipy.linalg.lapack.dtrtri(factor, lower=0)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"a front's factor is singular (LAPACK info {info})")
+        self._fronts[block] = _Front(
+            directions=np.vstack([directions, new]) if new.size else directions,
+            factor=factor,
+            inverse=inverse,
+            columns=merged,
+            below=top_below,
+            reaches=np.unique(blocks.of(merged)) if reaches is None else reaches,
+            scale=scale,
+        )
+        if front is None or new.size:
+            self._sequence = None
+            for earlier, other in self._fronts.items():  # C_T in the directions: one more
+                if np.any(other.reaches == block):
+                    self._compressed.pop(earlier, None)
+        return _passed_on(blocks, merged, rows_below, scale)
+
+    def _order(self) -> tuple[IntArray, IntArray]:
+        """The blocks with fronts, in the order (highest order first); each block's rank."""
+        blocks = self._table()
+        if self._sequence is None or self._ranks is None:
+            held = np.fromiter(self._fronts, dtype=np.int64, count=len(self._fronts))
+            self._sequence = held[np.argsort(blocks.place[held])]
+            self._ranks = np.zeros(blocks.place.size, dtype=np.int64)
+            for block, front in self._fronts.items():
+                self._ranks[block] = front.factor.shape[0]
+        return self._sequence, self._ranks
+
+    def solve_many(self, queries: Sequence[Rows]) -> tuple[list[FloatArray | None], list[float]]:
+        """Per query, ``u_j / c_j`` for every vector ``j`` and ``||q - proj q|| / ||q||``.
+
+        Queries farther than ``residual`` from the span get ``None``; the distance of a
+        query outside the span is bounded from above (see the module's docstring).
+        """
+        if not queries:
+            return [], []
+        self._absorb()
+        blocks = self._table()
+        work = np.zeros((blocks.size, len(queries)))
+        for i, (coordinates, values) in enumerate(queries):
+            work[coordinates, i] = values
+        norms = np.sqrt(np.einsum("ij,ij->j", work, work))
+        fitted, unfitted = self._forward(blocks, work, queries)
+        residuals = np.sqrt(unfitted) / norms
+        inside = residuals <= self._residual
+        found: list[FloatArray | None] = [None] * len(queries)
+        if np.any(inside) and fitted:
+            along = self._back(blocks, {b: w[:, inside] for b, w in fitted.items()})
+            values = self._values(blocks, along, int(inside.sum()))
+            for column, i in enumerate(np.flatnonzero(inside).tolist()):
+                found[i] = values[:, column]
+        return found, residuals.tolist()
+
+    def _forward(
+        self, blocks: _Blocks, work: FloatArray, queries: Sequence[Rows]
+    ) -> tuple[dict[int, FloatArray], FloatArray]:
+        """``w`` with ``R^T w = q`` per front reached, and the squares left unfitted.
+
+        ``work``: the queries over the coordinates, as columns; taken (it ends as the part of
+        the queries no front fits).
+        """
+        fitted: dict[int, FloatArray] = {}
+        unfitted = np.zeros(work.shape[1])
+        met = np.unique(blocks.of(np.concatenate([c for c, _ in queries])))
+        seen = np.zeros(blocks.place.size, dtype=bool)
+        seen[met] = True
+        queue = list(zip(blocks.place[met].tolist(), met.tolist()))
+        heapq.heapify(queue)
+        while queue:
+            _, block = heapq.heappop(queue)
+            start, stop = blocks.bounds(block)
+            part = work[start:stop]
+            front = self._fronts.get(block)
+            if front is None:
+                unfitted += np.einsum("ij,ij->j", part, part)
+                continue
+            along = front.directions @ part
+            off = part - front.directions.T @ along
+            unfitted += np.einsum("ij,ij->j", off, off)
+            w = front.inverse.T @ along
+            fitted[block] = w
+            if front.columns.size:
+                work[front.columns] -= front.below.T @ w
+                fresh = front.reaches[~seen[front.reaches]]
+                seen[fresh] = True
+                for later in fresh.tolist():
+                    heapq.heappush(queue, (int(blocks.place[later]), later))
+        return fitted, unfitted
+
+    def _back(self, blocks: _Blocks, fitted: dict[int, FloatArray]) -> dict[int, FloatArray]:
+        """``y_T`` per front, with ``z_T = V_T^T y_T`` solving ``R z = w`` (``w``: per front).
+
+        Last block first; a front that ``w`` misses and whose later blocks ``z`` has not
+        reached gives ``z`` nothing. ``z`` is never formed over the coordinates: a front's
+        ``C_T z`` is read as ``C_T``'s columns in the later fronts' directions times their
+        ``y`` (:meth:`_compressed_below`), a few times fewer numbers than ``C_T``.
+        """
+        order, ranks = self._order()
+        count = next(iter(fitted.values())).shape[1]
+        y = np.zeros((blocks.size, count))  # y_T in the first rows of block T's coordinates
+        reached = np.zeros(blocks.place.size, dtype=bool)
+        along: dict[int, FloatArray] = {}
+        for block in order[::-1].tolist():
+            front = self._fronts[block]
+            w = fitted.get(block)
+            if w is None:
+                if not reached[front.reaches].any():
+                    continue
+                w = np.zeros((front.factor.shape[0], count))
+            compressed, positions = self._compressed_below(blocks, block, ranks)
+            if positions.size:
+                w = w - compressed @ y[positions]
+            start = blocks.bounds(block)[0]
+            part = along[block] = front.inverse @ w
+            y[start : start + part.shape[0]] = part
+            reached[block] = True
+        return along
+
+    def _compressed_below(
+        self, blocks: _Blocks, block: int, ranks: IntArray
+    ) -> tuple[FloatArray, IntArray]:
+        """``C_T [V_S^T]_S`` over the later fronts ``S`` it reaches, and where their ``y_S`` lie.
+
+        ``C_T z = sum_S C_T[S] V_S^T y_S`` exactly (``z`` is zero in blocks without a front).
+        Kept until the front changes, or one of those gains a direction (:meth:`_fold`
+        drops it then).
+        """
+        front = self._fronts[block]
+        known = self._compressed.get(block)
+        if known is not None and known[0] is front:
+            return known[1], known[2]
+        reached = ranks[front.reaches]
+        pieces, positions = [], []
+        starts = blocks.starts[front.reaches]
+        # a block's coordinates are consecutive: so are its columns among the front's
+        cuts = np.searchsorted(front.columns, np.stack([starts, blocks.starts[front.reaches + 1]]))
+        for later, start, first, last, rank in zip(
+            front.reaches.tolist(),
+            starts.tolist(),
+            cuts[0].tolist(),
+            cuts[1].tolist(),
+            reached.tolist(),
+        ):
+            if not rank:
+                continue
+            directions = self._fronts[later].directions[:, front.columns[first:last] - start]
+            pieces.append(front.below[:, first:last] @ directions.T)
+            positions.append(np.arange(start, start + rank))
+        k = front.factor.shape[0]
+        compressed = np.hstack(pieces) if pieces else np.zeros((k, 0))
+        where = np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
+        self._compressed[block] = (front, compressed, where)
+        return compressed, where
+
+    def _values(self, blocks: _Blocks, along: dict[int, FloatArray], count: int) -> FloatArray:
+        """``h_j^T z`` for every vector ``j`` (rows): ``sum_T (V_T h_j[T])^T y_T``."""
+        self._split_vectors(blocks)
+        out = np.zeros((self.size, count))
+        for block, y in along.items():
+            touching = self._touching.get(block)
+            if touching is not None:
+                out[touching[0]] += self._projection(block) @ y
+        return out
+
+    def _projection(self, block: int) -> FloatArray:
+        """``V_T h_j[T]`` for the vectors that weigh block ``T`` (rows), extended as needed.
+
+        A front's directions are only ever added to, and vectors too: the rows and columns
+        found before are kept.
+        """
+        parts = self._touching[block][1]
+        directions = self._fronts[block].directions
+        known = self._projected.get(block, np.zeros((0, 0)))
+        m, k = known.shape
+        if (m, k) == (parts.shape[0], directions.shape[0]):
+            return known
+        out = np.empty((parts.shape[0], directions.shape[0]))
+        out[:m, :k] = known
+        out[:m, k:] = parts[:m] @ directions[k:].T
+        out[m:] = parts[m:] @ directions.T
+        self._projected[block] = out
+        return out
+
+    def _split_vectors(self, blocks: _Blocks) -> None:
+        """Add the vectors since the last split to the blocks they weigh."""
+        if self._split == self.size:
+            return
+        new = self._vectors[self._split :]
+        lengths = [c.size for c, _ in new]
+        coordinates = np.concatenate([c for c, _ in new])
+        values = np.concatenate([v for _, v in new])
+        vector = np.repeat(np.arange(self._split, self.size), lengths)
+        owner = blocks.of(coordinates)
+        order = np.argsort(owner, kind="stable")  # by block, then vector
+        owner, coordinates, values, vector = (
+            owner[order],
+            coordinates[order],
+            values[order],
+            vector[order],
+        )
+        cuts = np.flatnonzero(np.diff(owner)) + 1
+        for start_at, stop_at in zip([0, *cuts.tolist()], [*cuts.tolist(), owner.size]):
+            block = int(owner[start_at])
+            start, stop = blocks.bounds(block)
+            ids, row = np.unique(vector[start_at:stop_at], return_inverse=True)
+            parts = np.zeros((ids.size, stop - start))
+            parts[row, coordinates[start_at:stop_at] - start] = values[start_at:stop_at]
+            known = self._touching.get(block)
+            if known is not None:
+                ids, parts = np.concatenate([known[0], ids]), np.vstack([known[1], parts])
+            self._touching[block] = (ids, parts)
+        self._split = self.size
+
+
+def _directions(off: FloatArray, threshold: float) -> FloatArray:
+    """Orthonormal directions of the rows ``off`` past ``threshold`` (singular values)."""
+    if off.shape[0] == 1:  # a single row's singular value is its norm
+        norm = float(np.linalg.norm(off))
+        return off / norm if norm > threshold else off[:0]
+    if not np.any(off):
+        return off[:0]
+    _, singular, right = np.linalg.svd(off, full_matrices=False)
+    return right[singular > threshold]
+
+
+def _bordered(
+    front: _Front, columns: IntArray, n: int
+) -> tuple[IntArray, FloatArray, IntArray | None]:
+    """The front's columns below joined by ``columns``; its ``C_T`` over them with ``n`` rows.
+
+    Also the blocks they reach when those are the front's (None: to be found).
+    """
+    k = front.factor.shape[0]
+    at = np.searchsorted(front.columns, columns)
+    if np.all(at < front.columns.size) and np.array_equal(
+        front.columns[at % max(1, front.columns.size)], columns
+    ):
+        below = np.zeros((n, front.columns.size))
+        below[:k] = front.below
+        return front.columns, below, front.reaches
+    merged = np.union1d(front.columns, columns)
+    below = np.zeros((n, merged.size))
+    below[:k, np.searchsorted(merged, front.columns)] = front.below
+    return merged, below, None
+
+
+def _stacked(incoming: list[Rows]) -> Rows:
+    """Rows over different coordinates, stacked over the union of them."""
+    if len(incoming) == 1:
+        return incoming[0]
+    columns = np.unique(np.concatenate([c for c, _ in incoming]))
+    rows = np.zeros((sum(r.shape[0] for _, r in incoming), columns.size))
+    first = 0
+    for c, r in incoming:
+        rows[first : first + r.shape[0], np.searchsorted(columns, c)] = r
+        first += r.shape[0]
+    return columns, rows
+
+
+def _passed_on(
+    blocks: _Blocks, columns: IntArray, rows: FloatArray, scale: float
+) -> list[tuple[int, Rows]]:
+    """Rows left over later blocks, rounding dropped, grouped by their first block."""
+    if not columns.size:
+        return []
+    rows = np.where(np.abs(rows) > _ZERO * scale, rows, 0.0)
+    owners = blocks.of(columns)
+    places = blocks.place[owners]
+    none = np.iinfo(np.int64).max
+    first = np.where(rows != 0.0, places, none).min(axis=1)
+    out = []
+    for place in np.unique(first[first < none]).tolist():
+        group = rows[first == place]
+        kept = np.any(group != 0.0, axis=0)
+        out.append((int(owners[np.argmax(places == place)]), (columns[kept], group[:, kept])))
+    return out

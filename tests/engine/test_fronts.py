@@ -1,0 +1,229 @@
+"""BlockFronts against the span solver and a dense minimum-norm reference."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from bench.component_elimination import history_and_tests
+from bench.engine_sql_bench import cubes
+from proxy.engine import fronts as fronts_module
+from proxy.engine.factored import AnovaCoordinates
+from proxy.engine.fronts import BlockFronts
+from proxy.engine.span import SpanSolver
+from sqlmap.vector import LinearQuery
+
+RESIDUAL = 1e-6
+Coordinates = tuple[np.ndarray, np.ndarray]
+
+
+def _random_vector(rng: np.random.Generator, shape: tuple[int, ...]) -> LinearQuery:
+    """A count over ranges of 1-3 dimensions, a GROUP BY's group, or a small-integer sum."""
+    axes = sorted(rng.choice(len(shape), int(rng.integers(1, min(3, len(shape)) + 1)), False))
+    factors = []
+    for d, n in enumerate(shape):
+        if d not in axes:
+            factors.append(np.ones(n))
+            continue
+        kind = rng.random()
+        if kind < 0.4:  # a range
+            low = int(rng.integers(n))
+            high = int(rng.integers(low, n)) + 1
+            f = np.zeros(n)
+            f[low:high] = 1.0
+        elif kind < 0.8:  # a group
+            f = np.zeros(n)
+            f[int(rng.integers(n))] = 1.0
+        else:  # lattice weights
+            f = rng.integers(-2, 3, n).astype(float)
+        factors.append(f)
+    tensor = factors[0]
+    for f in factors[1:]:
+        tensor = np.multiply.outer(tensor, f)
+    if not np.any(tensor):
+        tensor.flat[0] = 1.0
+    return LinearQuery.from_tensor(shape, tensor)
+
+
+class _Both:
+    """The same vectors and weights in BlockFronts, a SpanSolver and a dense matrix."""
+
+    def __init__(self, space: AnovaCoordinates, n_cells: int) -> None:
+        self.space = space
+        self.n_cells = n_cells
+        self.fronts = BlockFronts(space, residual=RESIDUAL)
+        self.span = SpanSolver(n_cells, residual=RESIDUAL)
+        self.vectors: list[Coordinates] = []
+        self.weights2: list[float] = []
+
+    def copy(self) -> _Both:
+        other = _Both.__new__(_Both)
+        other.__dict__.update(self.__dict__)
+        other.fronts, other.span = self.fronts.copy(), self.span.copy()
+        other.vectors, other.weights2 = list(self.vectors), list(self.weights2)
+        return other
+
+    def add(self, coordinates: Coordinates) -> int:
+        j = self.fronts.add(*coordinates)
+        assert self.span.add(*coordinates) == j == len(self.vectors)
+        self.vectors.append(coordinates)
+        self.weights2.append(0.0)
+        return j
+
+    def weigh(self, j: int, weight2: float) -> None:
+        self.fronts.weigh(j, weight2)
+        self.span.weigh(j, weight2)
+        self.weights2[j] += weight2
+
+    def dense(self) -> np.ndarray:
+        out = np.zeros((len(self.vectors), self.n_cells))
+        for i, (c, v) in enumerate(self.vectors):
+            out[i, c] = v
+        return out
+
+    def check(self, queries: list[Coordinates]) -> int:
+        """Solve ``queries`` three ways and compare; returns how many are inside the span."""
+        found, residuals = self.fronts.solve_many(queries)
+        span_found, span_residuals = self.span.solve_many(queries)
+        assert self.fronts.rank == self.span.rank
+        vectors = self.dense()
+        c = np.sqrt(np.array(self.weights2))
+        weighed = c[:, None] * vectors
+        inverse = np.linalg.pinv(weighed.T, rcond=1e-10)
+        inside = 0
+        for (qc, qv), values, residual, span_values, span_residual in zip(
+            queries, found, residuals, span_found, span_residuals
+        ):
+            q = np.zeros(self.n_cells)
+            q[qc] = qv
+            u = inverse @ q
+            truth = np.linalg.norm(weighed.T @ u - q) / np.linalg.norm(q)
+            assert (values is None) == (span_values is None) == (truth > RESIDUAL)
+            assert residual >= truth - 1e-9  # an upper bound, outside the span
+            if values is None:
+                assert residual > RESIDUAL
+                continue
+            inside += 1
+            assert residual <= RESIDUAL and span_residual <= RESIDUAL
+            assert values.shape == (len(self.vectors),)
+            scale = np.abs(u).max()
+            assert np.allclose(values * c, u, rtol=0.0, atol=1e-9 * scale)
+            assert np.allclose(span_values * c, u, rtol=0.0, atol=1e-9 * scale)
+        return inside
+
+
+def _random_history_step(rng: np.random.Generator, both: _Both, shape: tuple[int, ...]) -> None:
+    """Add a vector (new, repeated or scaled from an earlier one), weighed at once, or weigh."""
+    action = rng.random()
+    if action < 0.45 or not both.vectors:
+        if both.vectors and rng.random() < 0.25:  # a multiple of an earlier vector
+            c, v = both.vectors[int(rng.integers(len(both.vectors)))]
+            coordinates = (c, float(rng.choice([-1.0, 2.0, 0.5])) * v)
+        else:
+            coordinates = both.space.of(_random_vector(rng, shape))
+        j = both.add(coordinates)
+    else:
+        j = int(rng.integers(len(both.vectors)))
+    both.weigh(j, float(rng.choice([0.04, 1.0, 25.0])))
+
+
+def _queries(rng: np.random.Generator, both: _Both, shape: tuple[int, ...]) -> list[Coordinates]:
+    """A GROUP BY-like batch: new vectors, history vectors and combinations of them."""
+    out = []
+    for _ in range(int(rng.integers(1, 6))):
+        pick = rng.random()
+        if pick < 0.3:
+            c, v = both.vectors[int(rng.integers(len(both.vectors)))]
+            out.append((c, v.copy()))
+        elif pick < 0.55:  # a combination of history vectors
+            q = np.zeros(both.n_cells)
+            for i in rng.choice(len(both.vectors), min(3, len(both.vectors)), False):
+                c, v = both.vectors[int(i)]
+                q[c] += float(rng.integers(1, 4)) * v
+            (c,) = np.nonzero(np.abs(q) > 1e-12)
+            if c.size:
+                out.append((c.astype(np.int64), q[c]))
+        else:
+            out.append(both.space.of(_random_vector(rng, shape)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_fronts_solve_as_the_span_solver_and_a_dense_reference(seed: int) -> None:
+    """Adds, weighs, copies and solves interleaved on small random cubes."""
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(n) for n in rng.integers(2, 5, int(rng.integers(2, 5))))
+    space = AnovaCoordinates(shape)
+    both = _Both(space, math.prod(n + 1 for n in shape))  # room for every block
+    inside = solves = 0
+    for step in range(60):
+        _random_history_step(rng, both, shape)
+        if step % 4 == 3:
+            queries = _queries(rng, both, shape)
+            inside += both.check(queries)
+            solves += len(queries)
+        if step % 20 == 19:  # a copy grows apart from its original
+            copy = both.copy()
+            for _ in range(5):
+                _random_history_step(rng, copy, shape)
+            copy.check(_queries(rng, copy, shape))
+            both.check(_queries(rng, both, shape))
+    assert 0 < inside < solves  # both kinds occur
+
+
+def test_copies_are_independent() -> None:
+    space = AnovaCoordinates((3, 2))
+    fronts = BlockFronts(space, residual=RESIDUAL)
+    a = space.of(LinearQuery.from_tensor((3, 2), np.array([[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]])))
+    b = space.of(LinearQuery.from_tensor((3, 2), np.array([[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])))
+    fronts.weigh(fronts.add(*a), 1.0)
+    other = fronts.copy()
+    other.weigh(other.add(*b), 1.0)
+    other.weigh(0, 3.0)
+    assert (fronts.rank, fronts.size, other.rank, other.size) == (1, 1, 2, 2)
+    assert fronts.solve_many([]) == ([], [])
+    (outside,), _ = fronts.solve_many([b])
+    (inside,), _ = other.solve_many([b])
+    assert outside is None and inside is not None
+    (alone,), _ = fronts.solve_many([a])  # the original's weight is still 1
+    assert alone is not None and alone.tolist() == pytest.approx([1.0])
+
+
+def test_a_wrong_carry_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison fails if the rows' remainders are not passed on."""
+    monkeypatch.setattr(fronts_module, "_passed_on", lambda *args: [])
+    with pytest.raises(AssertionError):
+        for seed in range(4):
+            test_fronts_solve_as_the_span_solver_and_a_dense_reference(seed)
+
+
+def test_the_demo_cubes_history_solves_as_the_span_solver() -> None:
+    """The history bench.engine_sql_bench loads (m = 600), pooled per distinct vector."""
+    history, precisions, tests = history_and_tests("demo", 600, tests=20)
+    space = AnovaCoordinates(cubes()["demo"].shape)
+    coordinates = space.of_many(history + tests)
+    both = _Both(space, space.size)
+    for coordinate, precision in zip(coordinates[: len(history)], precisions):
+        both.weigh(both.add(coordinate), float(precision))
+    inside = both.check(coordinates[len(history) :])
+    assert 0 < inside < len(tests)
+    # one more row at a time: a repeat, then a new statement's vector (the plan's copy)
+    copy = both.copy()
+    copy.weigh(3, 0.5)
+    copy.weigh(copy.add(coordinates[len(history)]), 0.25)
+    copy.check(coordinates[len(history) :])
+    assert both.check(coordinates[len(history) :]) == inside
+
+
+def test_ranks_agree_with_the_span_solvers_one_vector_at_a_time() -> None:
+    """Each vector's own decision, against _INDEPENDENT's, as vectors arrive one by one."""
+    rng = np.random.default_rng(99)
+    shape = (4, 3, 3, 2)
+    space = AnovaCoordinates(shape)
+    both = _Both(space, math.prod(n + 1 for n in shape))
+    for _ in range(150):
+        _random_history_step(rng, both, shape)
+        assert both.fronts.rank == both.span.rank
+    assert 10 < both.span.rank < len(both.vectors)
