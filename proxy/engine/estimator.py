@@ -59,12 +59,13 @@ _SPAN_MAX_RANK = 1500
 # A factored history past this rank moves to the fronts of ANOVA blocks (proxy.engine.fronts)
 # for good: the span solver's r x r matrices cost r^2 per pass (a value reads ~8 passes, a
 # restart places the basis over the coordinates), the fronts' costs follow the blocks a value
-# reaches. Below it the span solver is as fast per value and corrects a batch's later values
-# (BatchUpdates) where the fronts rotate each measured row in (15 ms for a repeat on the demo
-# cube, rank 612-697 at m = 10,000-100,000, against 4 ms); the wide cube at m = 1,000 (rank
-# 801) is already twice as fast on the fronts. Measured in docs/benchmarks.md ("The fronts in
-# the index").
-_FRONTS_RANK = 750
+# reaches. Below it the span solver's matrices still fit the caches (a pass at rank 2,831: 1.7
+# ms, at 4,645: 14.7) and it corrects a batch's later values (BatchUpdates) where the fronts
+# rotate each measured row into a copy (15 ms for a repeat on the demo cube, against 4 ms):
+# the demo's end-to-end history at m = 100,000 (rank 1,211) answered its GROUP BYs 4.7x slower
+# on the fronts (p50 246 against 53 ms CPU). Measured in docs/benchmarks.md ("The fronts in
+# the index", "Four branches merged (session 12)").
+_FRONTS_RANK = 2048
 # A restart with more distinct vectors than this builds the fronts first, to learn whether its
 # rank passes _FRONTS_RANK (11 s at the wide cube's m = 10,000, 6,178 vectors, where placing the
 # span took 86 s); with fewer it places the span (the demo cube's 1,972 vectors at m = 10,000:
