@@ -20,7 +20,7 @@ with continuous ``L_k`` (each lattice Laplace is within one step ``g_k`` of its 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
@@ -57,6 +57,9 @@ _BUDGET_DIGITS = 12
 # A combination is bought to miss with probability at most delta (1 - 1e-9): asked again, its
 # estimate is recomputed from the rows to ~1e-15, and that must still pass the same test.
 _COMBINED_MARGIN = 1e-9
+# The root search for a combined budget: steps at most, and the relative step that settles it.
+_ROOT_STEPS = 200
+_ROOT_RTOL = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,25 +245,71 @@ def _combined(
         found = known[budget] = (tail.tail(scales, accuracy.eps - shift) + TAIL_SLACK, weight)
         return found
 
-    # the ends of the bracket are tried at exp(log(b)), where the root finding looks again
-    # (not always b to the last bit): it finds them among those already known
-    log_ceiling = math.log(float(ceiling))
-    if miss(math.exp(log_ceiling))[0] > target:
+    if miss(float(ceiling))[0] > target:
         return None  # the coupling allowance outweighs the history's help
-    low = float(ceiling) / 2
-    for _ in range(60):  # as the budget -> 0 the combination -> the history estimate, which missed
-        if miss(math.exp(math.log(low)))[0] > target:
-            break
-        low /= 2
-    else:
-        return None  # not reached (the slack keeps the two bounds consistent); fresh is safe
-    log_budget = optimize.brentq(
-        lambda b: miss(math.exp(b))[0] - target, math.log(low), log_ceiling, xtol=1e-10
+    root = _least_budget(
+        lambda budget: math.log(miss(budget)[0]),
+        math.log(target),
+        float(ceiling),
+        1.0 / history_var,
+        sensitivity,
     )
-    budget = round_up(math.exp(log_budget))
+    if root is None:
+        return None  # not reached (the slack keeps the two bounds consistent); fresh is safe
+    budget = round_up(root)
     while budget < ceiling and miss(float(budget))[0] > target:
         budget = round_up(float(budget) * (1 + 1e-9))
     if budget >= ceiling:
         return None
     bound, weight = miss(float(budget))
     return Decision("combined", budget, step, history, weight, accuracy.eps, 1.0 - bound, basis)
+
+
+def _least_budget(
+    log_miss: Callable[[float], float],
+    log_target: float,
+    ceiling: float,
+    history_precision: float,
+    sensitivity: float,
+) -> float | None:
+    """The budget below ``ceiling`` (which meets) where ``log_miss`` falls to ``log_target``.
+
+    A budget ``b`` gives the combination the precision ``v = sqrt(1/V + (b/S)^2)`` (``V``:
+    the history's sum of squared scales; inverse-variance weights), and the log of a
+    Laplace-like tail is nearly linear in ``v`` (``log P(|L| > x) = -x v`` for one term). So
+    the secant method in ``v`` converges in a few evaluations, started from the ceiling with
+    ``log P`` taken proportional to ``v``. Each step stays inside the bracket (else bisects)
+    and, while no budget that misses is known, goes at most halfway down. The root is taken
+    once a step would move it by less than ``_ROOT_RTOL`` of itself (the secant's steps
+    shrink superlinearly, so it is then far closer than that), or the bracket is that narrow.
+    None if every budget down to ``2^-60`` of the ceiling meets (not reached: the history
+    alone missed).
+    """
+
+    def precision(budget: float) -> float:
+        return math.sqrt(history_precision + (budget / sensitivity) ** 2)
+
+    low, high = 0.0, ceiling  # a budget that misses (0: none yet) and one that meets
+    last = (ceiling, precision(ceiling), log_miss(ceiling) - log_target)  # budget, v, excess
+    before: tuple[float, float, float] | None = None
+    v = last[1] * log_target / (last[2] + log_target)
+    for _ in range(_ROOT_STEPS):
+        budget = sensitivity * math.sqrt(max(v * v - history_precision, 0.0))
+        if not low < budget < high or (low == 0.0 and budget < high / 2):
+            budget = (low + high) / 2 if low > 0.0 else high / 2
+            v = precision(budget)
+        if before is not None and abs(budget - last[0]) <= _ROOT_RTOL * budget:
+            return budget
+        excess = log_miss(budget) - log_target
+        if excess > 0.0:
+            low = budget
+        elif budget < ceiling * 2.0**-60:
+            return None
+        else:
+            high = budget
+        if high - low <= _ROOT_RTOL * high:
+            return high  # bracketed closely enough (a noisy tail may stall the secant)
+        before, last = last, (budget, v, excess)
+        slope = (last[2] - before[2]) / (last[1] - before[1]) if last[1] != before[1] else 0.0
+        v = last[1] - last[2] / slope if slope < 0.0 else math.nan  # NaN: bisect
+    return None

@@ -139,3 +139,28 @@ def test_a_combined_decision_sorts_the_history_once_and_decides_as_the_arrays_do
     # and the sorted terms served it: the fresh term is the largest at the budget bought
     weight, fresh = sorted_once.fresh_weight, 1.0 / float(sorted_once.budget)
     assert error_terms(history).joined(1.0 - weight, weight * fresh) is not None
+
+
+@pytest.mark.parametrize("eps", [10.0, 12.0, 15.0, 18.0])
+@pytest.mark.parametrize("confidence", [0.8, 0.95, 0.99])
+def test_a_combined_budget_is_the_least_that_meets_the_request(
+    eps: float, confidence: float
+) -> None:
+    query = LinearQuery.from_dense([0, 0, 0, 0, 1, 1, 0, 0, 0])
+    history = _running_index().solve(query)
+    assert history is not None
+    accuracy = AccuracyRequest(eps, confidence)
+    decision = decide(query, accuracy, history)
+    assert decision.source == "combined"
+    history_var = float(np.square(history.scales).sum())
+
+    def miss(budget: float) -> float:  # the bound the decision is bought against, as it is
+        fresh = query.sensitivity / budget
+        weight = history_var / (history_var + fresh**2)
+        scales = np.append((1.0 - weight) * history.scales, weight * fresh)
+        shift = (1.0 - weight) * history.shift + weight * float(decision.step)
+        return EXACT.tail(scales, eps - shift) + 1e-12
+
+    target = accuracy.delta * (1 - 1e-9)
+    assert miss(float(decision.budget)) <= target
+    assert miss(float(decision.budget) * (1 - 1e-9)) > target
