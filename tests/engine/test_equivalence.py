@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -236,7 +237,7 @@ def _step(
     if isinstance(plan_ref, str) or isinstance(plan_new, str):
         if plan_new != plan_ref and _misjudged_by_reference(new, ref, requests, history):
             return None
-        assert plan_new == plan_ref  # both refuse, and say the same
+        assert _same_refusal(plan_new, plan_ref, ref)  # both refuse, and say the same
         return True
     sources = ([d.source for d in p.decisions] for p in (plan_new, plan_ref))
     if next(sources) != next(sources) and _misjudged_by_reference(new, ref, requests, history):
@@ -250,6 +251,24 @@ def _step(
         _same_reply(a, b)
     history.extend(plan_new.measurements)
     return all(a.budget == b.budget for a, b in zip(plan_new.decisions, plan_ref.decisions))
+
+
+def _same_refusal(new: Plan | str, ref: Plan | str, engine: CellEngine) -> bool:
+    """Both refused, alike: the same message, or one naming another cell of equal spend.
+
+    Budgets may differ at rounding (``BUDGET_REL``), so where several cells would overspend
+    alike, one engine's first of equals can be a hair below the other's.
+    """
+    if not (isinstance(new, str) and isinstance(ref, str)):
+        return False
+    if new == ref:
+        return True
+    named = [re.search(r" on cell (\d+),", text) for text in (new, ref)]
+    if named[0] is None or named[1] is None:
+        return False
+    cells = [int(found.group(1)) for found in named]
+    spent = [engine.budget.spent_on(cell) for cell in cells]
+    return spent[0] == spent[1] and new.replace(named[0].group(0), named[1].group(0)) == ref
 
 
 def _fits(engine: PrivacyEngine, entry: HistoryEntry) -> bool:
