@@ -689,10 +689,8 @@ class HistoryIndex:
     @property
     def rank(self) -> int | None:
         """The dimension of the span of the history's vectors (None over the sparse solver)."""
-        span = self._spanning()
-        if span is not None:
-            return span.rank
-        return None if self._fronts is None else self._fronts.rank
+        solver = self._solver()
+        return None if solver is None else solver.rank
 
     @property
     def distinct(self) -> int:
@@ -794,11 +792,9 @@ class HistoryIndex:
 
     def prepare(self) -> None:
         """Factor now rather than at the next solve (after loading a history)."""
-        span = self._spanning()
-        if span is not None:
-            span.prepare()
-        elif self._fronts is not None:
-            self._fronts.prepare()
+        solver = self._solver()
+        if solver is not None:
+            solver.prepare()
         elif self._size:
             self._sync_cells().prepare()
 
@@ -862,9 +858,7 @@ class HistoryIndex:
                 per_vector = [every[first[key]] for key in pending]
                 residuals = [distances[first[key]] for key in pending]
                 solutions = self._solutions_of(per_vector, residuals)
-            elif span is not None or self._fronts is not None:
-                solver = span if span is not None else self._fronts
-                assert solver is not None
+            elif (solver := self._solver()) is not None:
                 per_vector, residuals = solver.solve_many([vectors[key] for key in pending])
                 solutions = self._solutions_of(per_vector, residuals)
             else:
@@ -1112,6 +1106,11 @@ class HistoryIndex:
         elif not span.fits():
             self._span = None
         return self._span
+
+    def _solver(self) -> SpanSolver | BlockFronts | None:
+        """The span solver, else the fronts; None once the sparse solver over cells took over."""
+        span = self._spanning()
+        return span if span is not None else self._fronts
 
     def _fronts_of_history(self) -> BlockFronts:
         """The fronts of every distinct vector, weighed with its pooled ``c_j^2``."""
