@@ -819,10 +819,10 @@ class HistoryIndex:
     def _solve_many(
         self, queries: Sequence[LinearQuery], *, keep: bool
     ) -> tuple[list[Solution | None], BatchUpdates | None]:
-        """:meth:`solve_many`, and with ``keep`` the span's :class:`BatchUpdates`.
+        """:meth:`solve_many`, and with ``keep`` the :class:`BatchUpdates` of the batch's solve.
 
-        They hold every non-zero query, by position, if the span solved some (else None: the
-        fronts and the sparse solver have none).
+        They hold every non-zero query, by position, if the span or the fronts solved some
+        (else None: the sparse solver has none).
         """
         found: dict[bytes, Solution | None] = {}
         pending: dict[bytes, LinearQuery] = {}
@@ -850,15 +850,15 @@ class HistoryIndex:
                 pending[key] = query
         updates = None
         if pending:
-            span = self._spanning()
-            if span is not None and keep:
+            solver = self._solver()
+            if solver is not None and keep:
                 batch = [vectors[query.key] for query in nonzero]
-                every, distances, updates = span.solve_batch(batch)
+                every, distances, updates = solver.solve_batch(batch)
                 first = {query.key: i for i, query in reversed(list(enumerate(nonzero)))}
                 per_vector = [every[first[key]] for key in pending]
                 residuals = [distances[first[key]] for key in pending]
                 solutions = self._solutions_of(per_vector, residuals)
-            elif (solver := self._solver()) is not None:
+            elif solver is not None:
                 per_vector, residuals = solver.solve_many([vectors[key] for key in pending])
                 solutions = self._solutions_of(per_vector, residuals)
             else:
@@ -1196,11 +1196,13 @@ class BatchSolve:
 
     Value ``i`` is estimated from the history plus the values measured before it in the batch,
     which a plan appends to a copy of the index (:meth:`measured`). Solving each on that copy
-    would place the fresh vectors and solve from scratch per value; the batch's first solve
-    already holds what those solves need (:class:`~proxy.engine.span.BatchUpdates`), so each
+    would place the fresh vectors (or rotate the measured rows into the fronts) and solve
+    from scratch per value; the batch's first solve already holds what those solves need
+    (:class:`~proxy.engine.span.BatchUpdates`, from the span solver or the fronts), so each
     is a correction of it, with the copy's rows, precisions and classes: the copy's BLUE to
-    rounding. Where a correction cannot follow (the fronts, the sparse solver, a cancelling
-    correction, a span grown past its bound) the value is solved on the copy.
+    rounding. Where a correction cannot follow (the sparse solver, a cancelling correction,
+    a span grown past its bound, a fresh vector neither clearly in the span nor off it) the
+    value is solved on the copy.
     """
 
     def __init__(
@@ -1226,12 +1228,12 @@ class BatchSolve:
         self._index = index
         new_vector = index.distinct > self._distinct
         self._distinct = index.distinct
-        if not self._solved:  # every value was cached: solve the batch's span now, once
+        if not self._solved:  # every value was cached: solve the batch now, once
             self._solved = True
-            span = self._original._spanning()
-            if span is not None and self._nonzero:
+            solver = self._original._solver()
+            if solver is not None and self._nonzero:
                 vectors = self._original._vectors([self._held[k] for k in self._nonzero])
-                _, _, self._updates = span.solve_batch(vectors)
+                _, _, self._updates = solver.solve_batch(vectors)
         updates = self._updates
         if updates is None or i not in self._column:
             return

@@ -57,6 +57,7 @@ import scipy.linalg
 import scipy.linalg.lapack
 
 from proxy.engine.factored import AnovaCoordinates
+from proxy.engine.span import BatchUpdates
 
 __all__ = ["BlockFronts"]
 
@@ -512,6 +513,63 @@ class BlockFronts:
                 ids, parts = np.concatenate([known[0], ids]), np.vstack([known[1], parts])
             self._touching[block] = (ids, parts)
         self._split = self.size
+
+    def solve_batch(
+        self, queries: Sequence[Rows]
+    ) -> tuple[list[FloatArray | None], list[float], BatchUpdates]:
+        """:meth:`solve_many`, keeping what corrects the batch's later solves.
+
+        In the coordinates ``w`` of the forward substitution (``R^T w = q``) the span's ``K``
+        is the identity: ``A^T A = R^T R``, so ``t = y = w`` and ``h_j^T z = w_j^T w``, and a
+        measured value's row adds a rank-one term there (:class:`BatchUpdates`, each later
+        solve corrected in ``O(vectors)``). What no front fits, ``q - R^T w`` (the parts off
+        the fronts, block by block), stands for the remainder from the span: not orthogonal
+        to it, but the forward substitution is linear, vanishes on the span and leaves those
+        parts as they are, so a vector is in the span grown by fresh vectors iff its part off
+        the fronts is in the span of theirs, and its coordinates there are the same: the
+        values are the copy's (the minimum-norm solution is unique), to rounding. The
+        relative size of that part decides whether a fresh vector joins the span (a new
+        direction in some front of the copy) past ``residual``, or is in it within
+        ``_RANK``; in between the copy decides. Every query is solved, the far ones too (a
+        fresh measurement may bring them into the span).
+        """
+        self._absorb()
+        blocks = self._table()
+        count = len(queries)
+        work = np.zeros((blocks.size, count))
+        for i, (coordinates, values) in enumerate(queries):
+            work[coordinates, i] = values
+        norms = np.sqrt(np.einsum("ij,ij->j", work, work))
+        fitted, unfitted = self._forward(blocks, work, queries)
+        residuals = np.sqrt(unfitted) / norms
+        order, ranks = self._order()
+        ends = np.cumsum(ranks[order])
+        target = np.zeros((int(ends[-1]) if ends.size else 0, count))
+        for block, end in zip(order.tolist(), ends.tolist()):
+            w = fitted.get(block)
+            if w is None:
+                continue
+            target[end - w.shape[0] : end] = w
+            directions = self._fronts[block].directions
+            start, stop = blocks.bounds(block)
+            work[start:stop] -= directions.T @ (directions @ work[start:stop])  # its part off
+        values = np.zeros((self.size, count))
+        if fitted:
+            values = self._values(blocks, self._back(blocks, fitted), count)
+        inside = residuals <= self._residual
+        found: list[FloatArray | None] = [  # (copies: the corrections change values)
+            values[:, i].copy() if inside[i] else None for i in range(count)
+        ]
+        updates = BatchUpdates(
+            target,
+            target.copy(),
+            values,
+            np.negative(work, out=work),
+            norms,
+            residual=self._residual,
+            joins=(self._residual, _RANK),
+        )
+        return found, residuals.tolist(), updates
 
 
 def _directions(off: FloatArray, threshold: float) -> FloatArray:

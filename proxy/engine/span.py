@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, overload
 
 import numpy as np
@@ -57,6 +57,8 @@ __all__ = ["SpanSolver", "BatchUpdates"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+# a batch's queries not solved yet, and what solves them from their coordinates t: (y, values)
+Outside = tuple[npt.NDArray[np.bool_], Callable[[FloatArray], tuple[FloatArray, FloatArray]]]
 
 # Relative distance from the span above which a vector joins the basis. On Adult-like histories
 # dependent vectors land below 1e-9 and new directions above 1e-2; a vector admitted on rounding
@@ -718,7 +720,22 @@ class SpanSolver:
             y, per_vector = None, None
         updates = None
         if keep:
-            updates = BatchUpdates(self, target, inside, y, per_vector, fitted, norms)
+            k = len(queries)
+            kept_y, values = np.zeros((r, k)), np.zeros((self.size, k))
+            if y is not None and per_vector is not None:
+                kept_y[:, inside], values[:, inside] = y, per_vector
+            outside = None if r == 0 or np.all(inside) else (~inside, self._solve_in_span)
+            updates = BatchUpdates(
+                target,
+                kept_y,
+                values,
+                fitted,
+                norms,
+                residual=self._residual,
+                outside=outside,
+                max_rank=self._max_rank,
+                basis_nnz=self._basis_nnz,
+            )
         return found, residuals.tolist(), updates
 
     def _solve_in_span(self, target: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -929,18 +946,26 @@ class BatchUpdates:
 
     def __init__(
         self,
-        solver: SpanSolver,
         target: FloatArray,
-        inside: npt.NDArray[np.bool_],
-        y: FloatArray | None,
-        per_vector: FloatArray | None,
+        y: FloatArray,
+        values: FloatArray,
         fitted: FloatArray,
         norms: FloatArray,
+        *,
+        residual: float,
+        outside: Outside | None = None,
+        joins: tuple[float, float] = (_INDEPENDENT, _INDEPENDENT),
+        max_rank: int | None = None,
+        basis_nnz: int = 0,
     ) -> None:
-        """The batch's solve: ``t`` of every query, ``y`` and values of those inside.
+        """The batch's solve: per query (columns) ``t``, ``y`` and the values ``z_j^T y``.
 
-        ``fitted``: ``H_B beta_b - q_b`` over the cells, as columns (taken, not copied). The
-        queries outside the span are solved at the first measurement, if any.
+        ``fitted``: ``proj q_b - q_b`` over the cells, as columns (taken, not copied).
+        ``outside``: the queries not solved yet (their ``y`` and values zero here) and what
+        solves them from their ``t``: done at the first measurement, if any. ``joins``: a
+        fresh vector farther than the first of its norm from the span joins it, one within the
+        second is in it; in between, the corrections stop (the copy decides). ``max_rank``,
+        ``basis_nnz``: the span's bound, and the non-zeros of its basis vectors.
         """
         r, k = target.shape
         self._rank = r
@@ -948,22 +973,19 @@ class BatchUpdates:
         self._t = np.zeros((r + k, k))
         self._t[:r] = target
         self._y = np.zeros((r + k, k))
-        self._values = np.zeros((solver.size, k))  # z_j^T y_b: history vector j, query b
-        if y is not None and per_vector is not None:
-            self._y[:r, inside] = y
-            self._values[:, inside] = per_vector
+        self._y[:r] = y
+        self._values = values  # z_j^T y_b: history vector j, query b
         # solved when a query is first measured (the solver is as it was until the plan ends)
-        self._unsolved: tuple[SpanSolver, FloatArray, npt.NDArray[np.bool_]] | None = (
-            (solver, target, ~inside) if not np.all(inside) else None
-        )
+        self._unsolved = outside
         # proj q_b - q_b on the span so far: the remainders, with their sign changed
         self._remainders = fitted
         self._norms = norms
         self._largest = np.abs(self._y[:r]).max(axis=0, initial=0.0)
         self._directions = np.zeros_like(fitted)  # the new directions over the cells, in order
-        self._residual = solver._residual
-        self._max_rank = solver._max_rank
-        self._basis_nnz = solver._basis_nnz
+        self._residual = residual
+        self._independent, self._dependent = joins
+        self._max_rank = max_rank
+        self._basis_nnz = basis_nnz
         self._new: list[tuple[int, float]] = []  # new distinct vectors: (query, factor)
         self._held: dict[int, FloatArray] = {}  # measured queries' coordinates when measured
 
@@ -971,13 +993,11 @@ class BatchUpdates:
         """Solve the queries outside the span too (a fresh vector may bring them in)."""
         if self._unsolved is None:
             return
-        (solver, target, outside), self._unsolved = self._unsolved, None
-        r = self._rank
-        if r:
-            y, per_vector = solver._solve_in_span(target[:, outside])
-            self._y[:r, outside] = y
-            self._values[:, outside] = per_vector
-            self._largest[outside] = np.abs(y).max(axis=0, initial=0.0)
+        (outside, solve), self._unsolved = self._unsolved, None
+        y, values = solve(self._t[: self._rank, outside])
+        self._y[: self._rank, outside] = y
+        self._values[:, outside] = values
+        self._largest[outside] = np.abs(y).max(axis=0, initial=0.0)
 
     def measure(self, a: int, precision: float, factor: float, new_vector: bool, nnz: int) -> bool:
         """Query ``a`` measured with ``precision`` as ``factor`` times a vector (new or not).
@@ -1003,7 +1023,9 @@ class BatchUpdates:
         values_a = self._values[:, a]
         w = precision * precision
         later = slice(a + 1, None)  # the queries decided after this one (the others are done)
-        if new_vector and d > _INDEPENDENT * self._norms[a]:
+        if new_vector and d > self._dependent * self._norms[a]:
+            if d <= self._independent * self._norms[a]:
+                return False  # neither clearly in the span nor clearly off it
             rank = dims + 1
             if self._max_rank is not None and (
                 rank - 1 == self._max_rank

@@ -87,6 +87,14 @@ def _run(seed: int, factored: bool) -> int:
     n = 60 if factored else int(rng.integers(8, 30))
     index, rows = _history(rng, n, factored)
     dense = [_batch_query(q, factored) for q in _batch(rng, n, rows)]
+    corrected, _ = _measured_in_order(rng, index, rows, dense)
+    return corrected
+
+
+def _measured_in_order(
+    rng: np.random.Generator, index: HistoryIndex, rows: list, dense: list[LinearQuery]
+) -> tuple[int, int]:
+    """Values corrected, and new directions the corrections took at the end (see _run)."""
     batch = index.batch(dense)
     copy = index.copy()
     corrected = 0
@@ -109,7 +117,8 @@ def _run(seed: int, factored: bool) -> int:
             alpha = float(rng.choice([0.01, 0.2, 1.0, 50.0]))
             batch.measured(i, copy, copy.append(query, alpha=alpha, step=1e-3))
             rows.append((query.to_dense(), alpha / query.sensitivity))
-    return corrected
+    updates = batch._updates
+    return corrected, 0 if updates is None else updates._dims - updates._rank
 
 
 def _batch_query(q: np.ndarray, factored: bool) -> LinearQuery:
@@ -213,3 +222,102 @@ def test_a_direction_too_costly_to_correct_over_the_cells_is_solved_on_the_copy(
     batch.measured(0, copy, copy.append(groups[0], alpha=1.0, step=1e-3))
     assert batch._updates is None  # 40 cells x 19 later queries > 2.5 x 1^2 and > 16
     _same(batch.solve(1), copy.copy().solve(groups[1]), copy.size)
+
+
+def test_corrected_solves_on_the_fronts_are_the_copys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fronts forced (``_FRONTS_RANK`` = 0): the corrections in their coordinates ``w``
+    (proxy.engine.fronts, ``BlockFronts.solve_batch``) against the copy rotating each measured
+    row in, inside the span and outside it."""
+    monkeypatch.setattr("proxy.engine.estimator._FRONTS_RANK", 0)
+    corrected = sum(_run(seed, True) for seed in range(60))
+    assert corrected > 100
+
+
+def _cube_vector(rng: np.random.Generator, shape: tuple[int, ...], axes: list[int]) -> np.ndarray:
+    """Over ``axes``: a group (one level), a range or small integers; ones over the others."""
+    tensor = np.ones(())
+    for d, n in enumerate(shape):
+        f = np.ones(n)
+        if d in axes:
+            kind = rng.random()
+            f = np.zeros(n)
+            if kind < 0.4:
+                f[int(rng.integers(n))] = 1.0
+            elif kind < 0.8:
+                low = int(rng.integers(n))
+                f[low : int(rng.integers(low, n)) + 1] = 1.0
+            else:
+                f = rng.integers(-2, 3, n).astype(float)
+        tensor = np.multiply.outer(tensor, f)
+    if not np.any(tensor):
+        tensor.flat[0] = 1.0
+    return tensor.ravel()
+
+
+def test_a_cubes_group_by_on_the_fronts_is_corrected_as_the_copy_solves_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Marginals over a 4-dimension cube (several ANOVA blocks, fronts of partial rank), then a
+    GROUP BY over two dimensions with sums and repeats: its groups inside the span, and fresh
+    ones that join it as new directions of the fronts, each against the copy."""
+    monkeypatch.setattr("proxy.engine.estimator._FRONTS_RANK", 0)
+    shape = (3, 4, 2, 3)
+    n = int(np.prod(shape))
+    corrected = directions = 0
+    for seed in range(16):
+        rng = np.random.default_rng(100 + seed)
+        index = HistoryIndex(n, shape=shape)
+        rows = []
+        for _ in range(int(rng.integers(10, 40))):
+            axes = sorted(rng.choice(4, int(rng.integers(1, 4)), replace=False).tolist())
+            h = _cube_vector(rng, shape, axes)
+            query = _batch_query_over(shape, h)
+            alpha = float(rng.choice([0.05, 0.5, 3.0]))
+            index.append(query, alpha=alpha, step=1e-3)
+            rows.append((h, alpha / query.sensitivity))
+        first, second = sorted(rng.choice(4, 2, replace=False).tolist())
+        groups = []
+        for a in range(shape[first]):
+            for b in range(shape[second]):
+                tensor = np.zeros(shape)
+                at = [slice(None)] * 4
+                at[first], at[second] = a, b
+                tensor[tuple(at)] = 1.0
+                groups.append(tensor.ravel())
+        groups += [groups[0] + groups[1], rows[0][0], groups[2]]
+        dense = [_batch_query_over(shape, q) for q in groups]
+        assert index.rank and index._fronts is not None
+        done, joined = _measured_in_order(rng, index, rows, dense)
+        corrected += done
+        directions += joined
+    assert corrected > 100 and directions > 20
+
+
+def _batch_query_over(shape: tuple[int, ...], q: np.ndarray) -> LinearQuery:
+    return LinearQuery.from_tensor(shape, q.reshape(1, *shape))
+
+
+def test_a_fresh_vector_near_the_fronts_span_is_solved_on_the_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the fronts a fresh vector within ``_RANK`` of the span is in it, one past the
+    estimable residual joins it (a new direction, as the copy's front takes it), and one in
+    between stops the corrections: the copy decides it."""
+    monkeypatch.setattr("proxy.engine.estimator._FRONTS_RANK", 0)
+    shape = (4,)
+    for distance, joins in ((1e-12, False), (7e-6, True), (1e-8, None)):
+        index = HistoryIndex(4, shape=shape)
+        index.append(_batch_query_over(shape, np.array([1.0, 1, 0, 0])), alpha=0.5, step=1e-3)
+        index.append(_batch_query_over(shape, np.array([0.0, 0, 0, 1])), alpha=0.5, step=1e-3)
+        near = _batch_query_over(shape, np.array([1.0, 1.0, distance, 0.0]))
+        asked = [_batch_query_over(shape, np.array(q)) for q in ([1.0, 1, 1, 1], [0.0, 0, 1, 0])]
+        batch = index.batch([near, *asked])
+        assert index._fronts is not None and batch._updates is not None
+        copy = index.copy()
+        batch.measured(0, copy, copy.append(near, alpha=5.0, step=1e-3))
+        updates = batch._updates
+        assert (updates is None) == (joins is None)
+        if updates is not None:
+            assert (updates._dims > updates._rank) == joins
+        for i, query in enumerate(asked, 1):
+            _same(batch.solve(i), copy.copy().solve(query), copy.size)
