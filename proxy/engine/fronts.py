@@ -530,8 +530,8 @@ class BlockFronts:
         values are the copy's (the minimum-norm solution is unique), to rounding. The
         relative size of that part decides whether a fresh vector joins the span (a new
         direction in some front of the copy) past ``residual``, or is in it within
-        ``_RANK``; in between the copy decides. Every query is solved, the far ones too (a
-        fresh measurement may bring them into the span).
+        ``_RANK``; in between the copy decides. The far queries are solved too, once a value
+        is measured (a fresh measurement may bring them into the span).
         """
         self._absorb()
         blocks = self._table()
@@ -542,21 +542,37 @@ class BlockFronts:
         norms = np.sqrt(np.einsum("ij,ij->j", work, work))
         fitted, unfitted = self._forward(blocks, work, queries)
         residuals = np.sqrt(unfitted) / norms
+        # the blocks the substitution met (the queries', the fitted fronts' below): the rest
+        # of the coordinates hold nothing of any query, nor of a combination of them
+        met = blocks.of(np.concatenate([c for c, _ in queries]))
+        held = np.unique(np.concatenate([met, *(self._fronts[b].reaches for b in fitted)]))
+        bounds = np.stack([blocks.starts[held], blocks.starts[held + 1]]).T.tolist()
+        rows = np.concatenate([np.arange(start, stop) for start, stop in bounds])
+        remainders = work[rows]
+        at = dict(zip(held.tolist(), np.cumsum([0] + [b - a for a, b in bounds]).tolist()))
         order, ranks = self._order()
         ends = np.cumsum(ranks[order])
         target = np.zeros((int(ends[-1]) if ends.size else 0, count))
-        for block, end in zip(order.tolist(), ends.tolist()):
+        order, ends = order.tolist(), ends.tolist()
+        for block, end in zip(order, ends):
             w = fitted.get(block)
             if w is None:
                 continue
             target[end - w.shape[0] : end] = w
             directions = self._fronts[block].directions
-            start, stop = blocks.bounds(block)
-            work[start:stop] -= directions.T @ (directions @ work[start:stop])  # its part off
+            part = remainders[at[block] : at[block] + directions.shape[1]]
+            part -= directions.T @ (directions @ part)  # its part off the front
+        positions = [(block, end - ranks[block], end) for block, end in zip(order, ends)]
+
+        def solved(w: FloatArray) -> tuple[FloatArray, FloatArray]:
+            """``y = w`` and the values of queries of coordinates ``w`` (columns)."""
+            along = self._back(blocks, {b: w[s:e] for b, s, e in positions if b in fitted})
+            return w, self._values(blocks, along, w.shape[1])
+
         values = np.zeros((self.size, count))
-        if fitted:
-            values = self._values(blocks, self._back(blocks, fitted), count)
         inside = residuals <= self._residual
+        if fitted and np.any(inside):
+            values[:, inside] = solved(target[:, inside])[1]
         found: list[FloatArray | None] = [  # (copies: the corrections change values)
             values[:, i].copy() if inside[i] else None for i in range(count)
         ]
@@ -564,9 +580,10 @@ class BlockFronts:
             target,
             target.copy(),
             values,
-            np.negative(work, out=work),
+            np.negative(remainders, out=remainders),
             norms,
             residual=self._residual,
+            outside=None if not fitted or np.all(inside) else (~inside, solved),
             joins=(self._residual, _RANK),
         )
         return found, residuals.tolist(), updates

@@ -986,8 +986,10 @@ class BatchUpdates:
         self._independent, self._dependent = joins
         self._max_rank = max_rank
         self._basis_nnz = basis_nnz
-        self._new: list[tuple[int, float]] = []  # new distinct vectors: (query, factor)
-        self._held: dict[int, FloatArray] = {}  # measured queries' coordinates when measured
+        # the new distinct vectors' coordinates when measured (columns; later directions give
+        # them none), and their factors
+        self._new = np.zeros((r + k, k))
+        self._factors: list[float] = []
 
     def _solve_outside(self) -> None:
         """Solve the queries outside the span too (a fresh vector may bring them in)."""
@@ -1059,8 +1061,8 @@ class BatchUpdates:
             self._largest[later], np.abs(terms).max(axis=0, initial=0.0)
         )
         if new_vector:  # its coordinates: later directions give it none, as the copy places it
-            self._held[a] = self._t[: self._dims, a].copy()
-            self._new.append((a, factor))
+            self._new[: self._dims, len(self._factors)] = self._t[: self._dims, a]
+            self._factors.append(factor)
         return True
 
     def _accurate(self, b: int) -> bool:
@@ -1080,7 +1082,8 @@ class BatchUpdates:
         if residual <= self._residual and not self._accurate(b):
             return None
         y = self._y[: self._dims, b]
-        new = [float(self._held[a] @ y[: self._held[a].size]) / f for a, f in self._new]
+        count = len(self._factors)
+        new = self._new[: self._dims, :count].T @ y / np.array(self._factors)
         return np.concatenate([self._values[:, b], new]), residual
 
 
