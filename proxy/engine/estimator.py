@@ -60,11 +60,11 @@ _SPAN_MAX_RANK = 1500
 # for good: the span solver's r x r matrices cost r^2 per pass (a value reads ~8 passes, a
 # restart places the basis over the coordinates), the fronts' costs follow the blocks a value
 # reaches. Below it the span solver's matrices still fit the caches (a pass at rank 2,831: 1.7
-# ms, at 4,645: 14.7) and it corrects a batch's later values (BatchUpdates) where the fronts
-# rotate each measured row into a copy (15 ms for a repeat on the demo cube, against 4 ms):
-# the demo's end-to-end history at m = 100,000 (rank 1,211) answered its GROUP BYs 4.7x slower
-# on the fronts (p50 246 against 53 ms CPU). Measured in docs/benchmarks.md ("The fronts in
-# the index", "Four branches merged (session 12)").
+# ms, at 4,645: 14.7): the demo's end-to-end history at m = 100,000 (rank 1,211) answered its
+# GROUP BYs 4.7x slower on the fronts (p50 246 against 53 ms CPU; the fronts then rotated a
+# batch's measured rows into a copy one by one, since corrected as the span's are: both give
+# BatchUpdates). Measured in docs/benchmarks.md ("The fronts in the index", "Four branches
+# merged (session 12)").
 _FRONTS_RANK = 2048
 # A restart with more distinct vectors than this builds the fronts first, to learn whether its
 # rank passes _FRONTS_RANK (11 s at the wide cube's m = 10,000, 6,178 vectors, where placing the
@@ -1253,6 +1253,15 @@ class BatchSolve:
         index = self._index
         if index is self._original:
             return self.solutions[i]
+        solution = self._solve(i)
+        if i == len(self._queries) - 1:
+            # the corrections left the copy's rows pending: taken in now, by the statement
+            # that measured them (the engine keeps the copy), not by whichever comes next
+            index.prepare()
+        return solution
+
+    def _solve(self, i: int) -> Solution | None:
+        index = self._index
         query = self._held[i]
         updates = self._updates
         if query.is_zero or updates is None:
