@@ -93,6 +93,9 @@ class _Blocks:
         numbered = space.blocks()
         self.size = space.size
         self.starts = np.array([start for _, start in numbered] + [space.size], dtype=np.int64)
+        # each coordinate's block: a gather, where a search per coordinate cost a restart's
+        # 8.9 million coordinates 0.5 s
+        self.owner = np.repeat(np.arange(len(numbered), dtype=np.int64), np.diff(self.starts))
         self.keys = [key for key, _ in numbered]  # (kind, *S)
         keys = self.keys
         order = sorted(range(len(keys)), key=lambda b: (-len(keys[b]), keys[b]))
@@ -101,7 +104,7 @@ class _Blocks:
 
     def of(self, coordinates: IntArray) -> IntArray:
         """The block of each coordinate."""
-        return np.searchsorted(self.starts, coordinates, side="right") - 1
+        return self.owner[coordinates]
 
     def bounds(self, block: int) -> tuple[int, int]:
         """The block's first coordinate and the one past its last."""
@@ -250,35 +253,43 @@ class BlockFronts:
 
         Returns the rows left over the later blocks, grouped by their first block.
         """
-        columns, rows = _stacked(incoming)
+        columns, rows = _stacked(incoming, blocks.size)
         start, stop = blocks.bounds(block)
         lo, hi = np.searchsorted(columns, (start, stop)).tolist()  # the block's, in between
         here = np.zeros((rows.shape[0], stop - start))
         here[:, columns[lo:hi] - start] = rows[:, lo:hi]
         later_columns = np.concatenate([columns[:lo], columns[hi:]])
-        later = np.hstack([rows[:, :lo], rows[:, hi:]])
         front = self._fronts.get(block)
         norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
         scale = max(front.scale if front is not None else 0.0, float(norms.max()))
-        directions = front.directions if front is not None else np.zeros((0, stop - start))
-        along = here @ directions.T
-        off = here - along @ directions
-        again = off @ directions.T  # twice: off the front to rounding of the part off it
-        off -= again @ directions
-        along += again
+        if front is None:
+            along, off = np.zeros((rows.shape[0], 0)), here
+            directions = here[:0]
+        else:
+            directions = front.directions
+            along = here @ directions.T
+            off = here - along @ directions
+            again = off @ directions.T  # twice: off the front to rounding of the part off it
+            off -= again @ directions
+            along += again
         new = _directions(off, _RANK * scale)
         k, n = directions.shape[0], directions.shape[0] + new.shape[0]
         if n == 0:  # nothing fixes the block: the rows' parts there are rounding
+            later = np.hstack([rows[:, :lo], rows[:, hi:]])
             return _passed_on(blocks, later_columns, later, scale)
         top = np.zeros((n, n), order="F")
-        bottom = np.hstack([along, off @ new.T]) if new.size else along
+        # column-major, as LAPACK takes them (else its wrappers copy them in and out)
+        bottom = np.asfortranarray(np.hstack([along, off @ new.T]) if new.size else along)
         if front is None:
-            merged, top_below, reaches = later_columns, np.zeros((n, later_columns.size)), None
+            merged, reaches = later_columns, None
+            top_below = np.zeros((n, later_columns.size), order="F")
         else:
             top[:k, :k] = front.factor
             merged, top_below, reaches = _bordered(front, later_columns, n)
-        rows_below = np.zeros((rows.shape[0], merged.size))
-        rows_below[:, np.searchsorted(merged, later_columns)] = later
+        rows_below = np.zeros((rows.shape[0], merged.size), order="F")
+        into = np.searchsorted(merged, later_columns)
+        rows_below[:, into[:lo]] = rows[:, :lo]
+        rows_below[:, into[lo:]] = rows[:, hi:]
         top, reflectors, panels, info = scipy.linalg.lapack.dtpqrt(
             0, min(_PANEL, n), top, bottom, overwrite_a=1
         )
@@ -484,29 +495,38 @@ class BlockFronts:
         return out
 
     def _split_vectors(self, blocks: _Blocks) -> None:
-        """Add the vectors since the last split to the blocks they weigh."""
+        """Add the vectors since the last split to the blocks they weigh.
+
+        A vector's coordinates increase and a block's are consecutive: its part in a block is
+        one run of them. The runs are ordered by block (then vector) and their entries
+        gathered in that order, rather than every entry sorted (a restart's 8.9 million).
+        """
         if self._split == self.size:
             return
         new = self._vectors[self._split :]
-        lengths = [c.size for c, _ in new]
+        lengths = np.array([c.size for c, _ in new], dtype=np.int64)
         coordinates = np.concatenate([c for c, _ in new])
         values = np.concatenate([v for _, v in new])
-        vector = np.repeat(np.arange(self._split, self.size), lengths)
         owner = blocks.of(coordinates)
-        order = np.argsort(owner, kind="stable")  # by block, then vector
-        owner, coordinates, values, vector = (
-            owner[order],
-            coordinates[order],
-            values[order],
-            vector[order],
-        )
-        cuts = np.flatnonzero(np.diff(owner)) + 1
-        for start_at, stop_at in zip([0, *cuts.tolist()], [*cuts.tolist(), owner.size]):
-            block = int(owner[start_at])
+        vector_firsts = np.cumsum(lengths) - lengths
+        firsts = np.union1d(np.flatnonzero(np.diff(owner)) + 1, vector_firsts)  # of the runs
+        run_vectors = self._split + np.searchsorted(vector_firsts, firsts, side="right") - 1
+        runs = np.diff(np.append(firsts, owner.size))
+        order = np.argsort(owner[firsts], kind="stable")  # by block, then vector
+        firsts, runs, run_vectors = firsts[order], runs[order], run_vectors[order]
+        ends = np.cumsum(runs)
+        gathered = np.arange(owner.size) + np.repeat(firsts - (ends - runs), runs)
+        coordinates, values = coordinates[gathered], values[gathered]
+        run_blocks = owner[firsts]
+        cuts = np.flatnonzero(np.diff(run_blocks)) + 1
+        for first_run, last_run in zip([0, *cuts.tolist()], [*cuts.tolist(), run_blocks.size]):
+            block = int(run_blocks[first_run])
             start, stop = blocks.bounds(block)
-            ids, row = np.unique(vector[start_at:stop_at], return_inverse=True)
+            ids = run_vectors[first_run:last_run]
+            begin, end = int(ends[first_run] - runs[first_run]), int(ends[last_run - 1])
+            row = np.repeat(np.arange(ids.size), runs[first_run:last_run])
             parts = np.zeros((ids.size, stop - start))
-            parts[row, coordinates[start_at:stop_at] - start] = values[start_at:stop_at]
+            parts[row, coordinates[begin:end] - start] = values[begin:end]
             known = self._touching.get(block)
             if known is not None:
                 ids, parts = np.concatenate([known[0], ids]), np.vstack([known[1], parts])
@@ -537,24 +557,33 @@ def _bordered(
     if np.all(at < front.columns.size) and np.array_equal(
         front.columns[at % max(1, front.columns.size)], columns
     ):
-        below = np.zeros((n, front.columns.size))
+        below = np.zeros((n, front.columns.size), order="F")
         below[:k] = front.below
         return front.columns, below, front.reaches
     merged = np.union1d(front.columns, columns)
-    below = np.zeros((n, merged.size))
+    below = np.zeros((n, merged.size), order="F")
     below[:k, np.searchsorted(merged, front.columns)] = front.below
     return merged, below, None
 
 
-def _stacked(incoming: list[Rows]) -> Rows:
-    """Rows over different coordinates, stacked over the union of them."""
+def _stacked(incoming: list[Rows], size: int) -> Rows:
+    """Rows over different coordinates (below ``size``), stacked over the union of them.
+
+    The union is marked over the coordinates rather than sorted: a restart's block can take
+    hundreds of vectors of a thousand coordinates each.
+    """
     if len(incoming) == 1:
         return incoming[0]
-    columns = np.unique(np.concatenate([c for c, _ in incoming]))
+    weighed = np.zeros(size, dtype=bool)
+    for c, _ in incoming:
+        weighed[c] = True
+    columns = np.flatnonzero(weighed)
+    position = np.zeros(size, dtype=np.int64)
+    position[columns] = np.arange(columns.size)
     rows = np.zeros((sum(r.shape[0] for _, r in incoming), columns.size))
     first = 0
     for c, r in incoming:
-        rows[first : first + r.shape[0], np.searchsorted(columns, c)] = r
+        rows[first : first + r.shape[0], position[c]] = r
         first += r.shape[0]
     return columns, rows
 
@@ -566,13 +595,23 @@ def _passed_on(
     if not columns.size:
         return []
     rows = np.where(np.abs(rows) > _ZERO * scale, rows, 0.0)
+    # a block's columns are consecutive: which blocks each row weighs, then the first in order
     owners = blocks.of(columns)
-    places = blocks.place[owners]
-    none = np.iinfo(np.int64).max
-    first = np.where(rows != 0.0, places, none).min(axis=1)
+    starts = np.flatnonzero(np.diff(owners, prepend=-1))
+    weighs = np.logical_or.reduceat(rows != 0.0, starts, axis=1)
+    by_place = np.argsort(blocks.place[owners[starts]])
+    weighs = weighs[:, by_place]
+    first = np.argmax(weighs, axis=1)  # a row of zeros (absorbed) goes nowhere
+    going = np.flatnonzero(weighs[np.arange(rows.shape[0]), first])
+    if not going.size:
+        return []
+    order = going[np.argsort(first[going], kind="stable")]  # rows kept in order per block
+    first = first[order]
+    cuts = np.flatnonzero(np.diff(first)) + 1
     out = []
-    for place in np.unique(first[first < none]).tolist():
-        group = rows[first == place]
+    for begin, end in zip([0, *cuts.tolist()], [*cuts.tolist(), order.size]):
+        group = rows[order[begin:end]]
         kept = np.any(group != 0.0, axis=0)
-        out.append((int(owners[np.argmax(places == place)]), (columns[kept], group[:, kept])))
+        block = int(owners[starts[by_place[first[begin]]]])
+        out.append((block, (columns[kept], group[:, kept])))
     return out
