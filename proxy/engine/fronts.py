@@ -263,29 +263,21 @@ class BlockFronts:
         norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
         scale = max(front.scale if front is not None else 0.0, float(norms.max()))
         if front is None:
-            along, off = np.zeros((rows.shape[0], 0)), here
-            directions = here[:0]
-        else:
-            directions = front.directions
-            along = here @ directions.T
-            off = here - along @ directions
-            again = off @ directions.T  # twice: off the front to rounding of the part off it
-            off -= again @ directions
-            along += again
-        new = _directions(off, _RANK * scale)
-        k, n = directions.shape[0], directions.shape[0] + new.shape[0]
-        if n == 0:  # nothing fixes the block: the rows' parts there are rounding
             later = np.hstack([rows[:, :lo], rows[:, hi:]])
-            return _passed_on(blocks, later_columns, later, scale)
+            return self._opened(blocks, block, here, later_columns, later, scale)
+        directions = front.directions
+        along = here @ directions.T
+        off = here - along @ directions
+        again = off @ directions.T  # twice: off the front to rounding of the part off it
+        off -= again @ directions
+        along += again
+        _, _, new = _singular(off, _RANK * scale)
+        k, n = directions.shape[0], directions.shape[0] + new.shape[0]
         top = np.zeros((n, n), order="F")
+        top[:k, :k] = front.factor
         # column-major, as LAPACK takes them (else its wrappers copy them in and out)
         bottom = np.asfortranarray(np.hstack([along, off @ new.T]) if new.size else along)
-        if front is None:
-            merged, reaches = later_columns, None
-            top_below = np.zeros((n, later_columns.size), order="F")
-        else:
-            top[:k, :k] = front.factor
-            merged, top_below, reaches = _bordered(front, later_columns, n)
+        merged, top_below, reaches = _bordered(front, later_columns, n)
         rows_below = np.zeros((rows.shape[0], merged.size), order="F")
         into = np.searchsorted(merged, later_columns)
         rows_below[:, into[:lo]] = rows[:, :lo]
@@ -321,12 +313,50 @@ class BlockFronts:
             reaches=np.unique(blocks.of(merged)) if reaches is None else reaches,
             scale=scale,
         )
-        if front is None or new.size:
-            self._sequence = None
-            for earlier, other in self._fronts.items():  # C_T in the directions: one more
-                if np.any(other.reaches == block):
-                    self._compressed.pop(earlier, None)
+        if new.size:
+            self._grown(block)
         return _passed_on(blocks, merged, rows_below, scale)
+
+    def _opened(
+        self,
+        blocks: _Blocks,
+        block: int,
+        here: FloatArray,
+        later_columns: IntArray,
+        later: FloatArray,
+        scale: float,
+    ) -> list[tuple[int, Rows]]:
+        """A block's first rows (``here`` at it, ``later`` after it) make its front.
+
+        Their SVD ``here = U S W^T``, past ``_RANK``, is the front: ``R = S``, ``V = W^T``,
+        ``C = U^T later``; the rows leave ``(I - U U^T) later``, nothing when they are
+        independent at the block (``U`` square). ``R^T R`` and ``R^T C`` are what rotating
+        them in gives, without the rotation: at a restart every block opens so.
+        """
+        left, singular, directions = _singular(here, _RANK * scale)
+        if not singular.size:  # nothing fixes the block: the rows' parts there are rounding
+            return _passed_on(blocks, later_columns, later, scale)
+        below = left.T @ later
+        self._fronts[block] = _Front(
+            directions=directions,
+            factor=np.asfortranarray(np.diag(singular)),
+            inverse=np.asfortranarray(np.diag(1.0 / singular)),
+            columns=later_columns,
+            below=below,
+            reaches=np.unique(blocks.of(later_columns)),
+            scale=scale,
+        )
+        self._grown(block)
+        if singular.size == here.shape[0]:
+            return []
+        return _passed_on(blocks, later_columns, later - left @ below, scale)
+
+    def _grown(self, block: int) -> None:
+        """The block's front is new or has new directions: what was formed from them, dropped."""
+        self._sequence = None
+        for earlier, other in self._fronts.items():  # C_T in the directions: one more
+            if np.any(other.reaches == block):
+                self._compressed.pop(earlier, None)
 
     def _order(self) -> tuple[IntArray, IntArray]:
         """The blocks with fronts, in the order (highest order first); each block's rank."""
@@ -498,35 +528,26 @@ class BlockFronts:
         """Add the vectors since the last split to the blocks they weigh.
 
         A vector's coordinates increase and a block's are consecutive: its part in a block is
-        one run of them. The runs are ordered by block (then vector) and their entries
-        gathered in that order, rather than every entry sorted (a restart's 8.9 million).
+        one run of them, most often the whole block. Taken vector by vector, in the caches,
+        rather than every coordinate at once (a restart's 8.9 million, 71 MB an array).
         """
         if self._split == self.size:
             return
-        new = self._vectors[self._split :]
-        lengths = np.array([c.size for c, _ in new], dtype=np.int64)
-        coordinates = np.concatenate([c for c, _ in new])
-        values = np.concatenate([v for _, v in new])
-        owner = blocks.of(coordinates)
-        vector_firsts = np.cumsum(lengths) - lengths
-        firsts = np.union1d(np.flatnonzero(np.diff(owner)) + 1, vector_firsts)  # of the runs
-        run_vectors = self._split + np.searchsorted(vector_firsts, firsts, side="right") - 1
-        runs = np.diff(np.append(firsts, owner.size))
-        order = np.argsort(owner[firsts], kind="stable")  # by block, then vector
-        firsts, runs, run_vectors = firsts[order], runs[order], run_vectors[order]
-        ends = np.cumsum(runs)
-        gathered = np.arange(owner.size) + np.repeat(firsts - (ends - runs), runs)
-        coordinates, values = coordinates[gathered], values[gathered]
-        run_blocks = owner[firsts]
-        cuts = np.flatnonzero(np.diff(run_blocks)) + 1
-        for first_run, last_run in zip([0, *cuts.tolist()], [*cuts.tolist(), run_blocks.size]):
-            block = int(run_blocks[first_run])
+        runs: dict[int, list[tuple[int, IntArray, FloatArray]]] = {}
+        for j, (coordinates, values) in enumerate(self._vectors[self._split :], self._split):
+            owner = blocks.owner[coordinates]
+            edges = [0, *(np.flatnonzero(owner[1:] != owner[:-1]) + 1).tolist(), owner.size]
+            for begin, end, block in zip(edges, edges[1:], owner[edges[:-1]].tolist()):
+                runs.setdefault(block, []).append((j, coordinates[begin:end], values[begin:end]))
+        for block, held in runs.items():
             start, stop = blocks.bounds(block)
-            ids = run_vectors[first_run:last_run]
-            begin, end = int(ends[first_run] - runs[first_run]), int(ends[last_run - 1])
-            row = np.repeat(np.arange(ids.size), runs[first_run:last_run])
+            ids = np.array([j for j, _, _ in held], dtype=np.int64)
             parts = np.zeros((ids.size, stop - start))
-            parts[row, coordinates[begin:end] - start] = values[begin:end]
+            for row, (_, coordinates, values) in enumerate(held):
+                if values.size == stop - start:
+                    parts[row] = values
+                else:
+                    parts[row, coordinates - start] = values
             known = self._touching.get(block)
             if known is not None:
                 ids, parts = np.concatenate([known[0], ids]), np.vstack([known[1], parts])
@@ -534,15 +555,18 @@ class BlockFronts:
         self._split = self.size
 
 
-def _directions(off: FloatArray, threshold: float) -> FloatArray:
-    """Orthonormal directions of the rows ``off`` past ``threshold`` (singular values)."""
+def _singular(off: FloatArray, threshold: float) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The rows ``off``'s SVD past ``threshold``: left vectors, singular values, directions."""
     if off.shape[0] == 1:  # a single row's singular value is its norm
         norm = float(np.linalg.norm(off))
-        return off / norm if norm > threshold else off[:0]
+        if norm > threshold:
+            return np.ones((1, 1)), np.array([norm]), off / norm
+        return np.zeros((1, 0)), np.zeros(0), off[:0]
     if not np.any(off):
-        return off[:0]
-    _, singular, right = np.linalg.svd(off, full_matrices=False)
-    return right[singular > threshold]
+        return np.zeros((off.shape[0], 0)), np.zeros(0), off[:0]
+    left, singular, right = np.linalg.svd(off, full_matrices=False)
+    kept = singular > threshold
+    return left[:, kept], singular[kept], right[kept]
 
 
 def _bordered(
