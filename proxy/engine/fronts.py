@@ -634,8 +634,9 @@ def _passed_on(
     cuts = np.flatnonzero(np.diff(first)) + 1
     out = []
     for begin, end in zip([0, *cuts.tolist()], [*cuts.tolist(), order.size]):
-        group = rows[order[begin:end]]
+        # most often every row goes on to one block, over every column: then not copied
+        group = rows if end - begin == rows.shape[0] else rows[order[begin:end]]
         kept = np.any(group != 0.0, axis=0)
         block = int(owners[starts[by_place[first[begin]]]])
-        out.append((block, (columns[kept], group[:, kept])))
+        out.append((block, (columns, group) if kept.all() else (columns[kept], group[:, kept])))
     return out
