@@ -126,7 +126,7 @@ class AnovaCoordinates:
             # shares the batch's, read-only
             coords.flags.writeable = False
             values.flags.writeable = False
-            whole = masks.all(axis=1)
+            whole: list[bool] = np.all(masks, axis=1).tolist()
             for row, i in enumerate(members):
                 if whole[row]:
                     out[i] = (coords, values[row])
