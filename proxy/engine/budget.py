@@ -63,6 +63,8 @@ _INT64_ROOM = 2**62
 _MAXIMA_SETS = 32
 _MAXIMA_SHARE = 8
 _MAXIMA_LOG = 256
+# A term whose box holds at least this share of the grid is added to the whole grid in place.
+_WHOLE_GRID = 4
 
 
 def float_up(value: Fraction) -> float:
@@ -186,6 +188,27 @@ def _merged(
             tensor = np.asarray(merged[axes] + tensor, np.result_type(merged[axes], tensor))
         merged[axes] = tensor
     return merged
+
+
+def _nested(on_grid: list[Numerators], wide: bool) -> list[Numerators]:
+    """Terms on the grid, each over dimensions within another's added to that one.
+
+    A restart commits a term per set of dimensions its history named (164 on the wide
+    cube's m = 10,000), most of them within a few larger ones: the grid is then added to
+    once per larger set. ``wide``: the sums may not fit int64 (taken in Python integers).
+    """
+    named = [frozenset(d for d, size in enumerate(t.shape) if size > 1) for t in on_grid]
+    kept: list[int] = []
+    sums: dict[int, Numerators] = {}
+    for i in sorted(range(len(on_grid)), key=lambda i: -len(named[i])):
+        term = on_grid[i].astype(object) if wide else on_grid[i]
+        within = next((j for j in kept if named[i] <= named[j]), None)
+        if within is None:
+            kept.append(i)
+            sums[i] = term
+        else:
+            sums[within] = sums[within] + term
+    return [sums[i] for i in kept]
 
 
 def _narrowed(values: Numerators) -> Numerators:
@@ -606,15 +629,23 @@ class CellBudget:
             self._denominator = denominator
         on_grid = self._merged_on_grid(terms)
         largest = sum(int(t.max()) for t in on_grid)
-        if self._grid.dtype == np.int64 and (
-            self._max + largest >= _INT64_ROOM // 4 or any(t.dtype == object for t in on_grid)
-        ):
+        wide = self._max + largest >= _INT64_ROOM // 4 or any(t.dtype == object for t in on_grid)
+        if self._grid.dtype == np.int64 and wide:
             self._grid = self._grid.astype(object)
+        grid = self._grid
+        whole = False
         # spend only grows: the most is the old most or a charged cell's new spend
-        for term in on_grid:
+        for term in _nested(on_grid, wide):
             box = _Box.of(term)
-            self._max = max(self._max, int(box.add(self._grid, term).max()))
+            if box.size(grid.shape) * _WHOLE_GRID >= grid.size:
+                # most of the grid (a restart's terms): added in place, not read and written
+                np.add(grid, term.astype(grid.dtype), out=grid)
+                whole = True
+            else:
+                self._max = max(self._max, int(box.add(grid, term).max()))
             self._maxima.charged(box, term, denominator)
+        if whole:
+            self._max = max(self._max, int(grid.max()))
 
 
 class _Maxima:
@@ -755,7 +786,13 @@ def _rescaled(values: Numerators, denominator: int, to: int) -> Numerators:
     """Numerators over ``denominator`` as numerators over ``to`` (a multiple of it)."""
     if to == denominator:
         return values
-    return _narrowed(values.astype(object) * (to // denominator))
+    factor = to // denominator
+    if values.dtype == np.int64 and factor < _INT64_ROOM // 4:
+        # in int64 when the products fit as :func:`_narrowed` would keep them (a restart's
+        # grid: millions of cells, converted to Python integers and back for nothing)
+        if int(np.abs(values).max(initial=0)) * factor < _INT64_ROOM // 4:
+            return values * factor
+    return _narrowed(values.astype(object) * factor)
 
 
 @dataclass(frozen=True, slots=True)

@@ -762,11 +762,14 @@ class HistoryIndex:
                     self, name, np.concatenate([array, np.zeros(size - array.size, array.dtype)])
                 )
 
-    def _grouped(self, query: LinearQuery) -> tuple[LinearQuery, FloatArray, float, bytes, int]:
+    def _grouped(
+        self, query: LinearQuery, known: dict[bytes, tuple[IntArray, FloatArray]] | None = None
+    ) -> tuple[LinearQuery, FloatArray, float, bytes, int]:
         """A new row's vector as this index holds it, with what its row records.
 
         Its non-zero weights, its factor (the first of them), its support and its group (a new
-        distinct vector, queued in the span, if not yet seen).
+        distinct vector, queued in the span, if not yet seen). ``known``: coordinates of
+        vectors decomposed ahead, by key.
         """
         query = self._held(query)
         weights = self._nonzero(query)
@@ -776,7 +779,8 @@ class HistoryIndex:
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = len(self._group_vectors)
-            coords, values = self._vector(query)
+            found = None if known is None else known.get(query.key)
+            coords, values = self._vector(query) if found is None else found
             direction = values / factor
             self._group_vectors.append((coords, direction))
             if self._span is not None:
@@ -939,11 +943,20 @@ class HistoryIndex:
                     self._span.resize(self._space)
         return [found[key] for key in keys]  # type: ignore[misc]
 
-    def remember(self, queries: Sequence[LinearQuery]) -> None:
-        """Decompose many vectors at once, ahead of their :meth:`append` (a restart's)."""
-        if self._coordinates is not None:
-            distinct = {query.key: query for query in queries}
-            self._vectors([self._held(query) for query in distinct.values()])
+    def _decomposed(
+        self, queries: Sequence[LinearQuery]
+    ) -> dict[bytes, tuple[IntArray, FloatArray]]:
+        """The coordinates of many vectors at once, by key, ahead of their rows (a restart's).
+
+        Held here rather than read back from the memo: a restart's vectors can outgrow it
+        (the wide cube's 6,178 at m = 10,000 hold 8.9 million coordinates, the memo 2), and it would
+        then be cleared at every miss, each vector decomposed again on its own.
+        """
+        if self._coordinates is None:
+            return {}
+        distinct = {query.key: query for query in queries}
+        held = [self._held(query) for query in distinct.values()]
+        return dict(zip((query.key for query in held), self._vectors(held)))
 
     def load(self, rows: Sequence[tuple[LinearQuery, float, float]]) -> None:
         """Append a restart's history (``(query, alpha, step)`` per row) and factor it now.
@@ -952,8 +965,7 @@ class HistoryIndex:
         decomposed together and the span placed by :meth:`SpanSolver.place_all`, so that the
         first solve after a restart costs what later ones do.
         """
-        self.remember([query for query, _, _ in rows])
-        self._append_all(rows)
+        self._append_all(rows, self._decomposed([query for query, _, _ in rows]))
         if self._span is not None and self._coordinates is not None:
             if self.distinct > _FRONTS_FIRST:
                 fronts = self._fronts_of_history()
@@ -963,7 +975,11 @@ class HistoryIndex:
             self._span.place_all()
         self.prepare()  # (past _FRONTS_RANK, to the fronts)
 
-    def _append_all(self, rows: Sequence[tuple[LinearQuery, float, float]]) -> None:
+    def _append_all(
+        self,
+        rows: Sequence[tuple[LinearQuery, float, float]],
+        known: dict[bytes, tuple[IntArray, FloatArray]],
+    ) -> None:
         """:meth:`append` of each row, a vector's work done once for the rows that share it.
 
         A ledger's load gives the rows of one stored vector one :class:`LinearQuery`, so rows
@@ -988,7 +1004,7 @@ class HistoryIndex:
         for row, (query, _, _) in enumerate(rows, start):
             vector = vectors.get(id(query))
             if vector is None:
-                held, weights, factor, support, group = self._grouped(query)
+                held, weights, factor, support, group = self._grouped(query, known)
                 vector = vectors[id(query)] = (weights, factor, support, group, held.sensitivity)
             weights, factor, support, group, sensitivity = vector
             factors[row - start], sensitivities[row - start] = factor, sensitivity

@@ -121,9 +121,18 @@ class AnovaCoordinates:
             order = None if ordered else np.argsort(coords, kind="stable")
             if order is not None:
                 coords, values, masks = coords[order], values[:, order], masks[:, order]
+            coords = coords.astype(np.int64)
+            # a row that keeps every coordinate (most of a restart's 6,178 on the wide cube)
+            # shares the batch's, read-only
+            coords.flags.writeable = False
+            values.flags.writeable = False
+            whole: list[bool] = np.all(masks, axis=1).tolist()
             for row, i in enumerate(members):
+                if whole[row]:
+                    out[i] = (coords, values[row])
+                    continue
                 (nonzero,) = np.nonzero(masks[row])
-                out[i] = (coords[nonzero].astype(np.int64), values[row, nonzero])
+                out[i] = (coords[nonzero], values[row, nonzero])
         return out
 
     def _factored(self, query: LinearQuery) -> LinearQuery:

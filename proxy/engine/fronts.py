@@ -18,7 +18,8 @@ reach few blocks: a query reads the fronts on its path, not the history.
   QR, ``dtpqrt``/``dtpmqrt``) so that the row has nothing left at ``T``; what remains of it,
   over later blocks, is passed on to its next block. A block's incoming rows are taken
   together: weighs wait (pooled per vector) until the next use, so a restart's whole history
-  is one pass over the blocks, a stack of rows and one factorization per block.
+  is one pass over the blocks, a stack of rows and one factorization per block. A block's
+  first rows (at a restart, every block's) make its front by their SVD, without a rotation.
 - *A query* ``q``: forward substitution ``R^T w = q`` from its first block: at ``T`` its part
   (less what earlier fronts took) is fitted along ``V_T`` (``w_T = R_T^{-T} V_T q_T``), the
   rest cannot be fitted (its squares, summed over the blocks, are the query's squared distance
@@ -94,6 +95,9 @@ class _Blocks:
         numbered = space.blocks()
         self.size = space.size
         self.starts = np.array([start for _, start in numbered] + [space.size], dtype=np.int64)
+        # each coordinate's block: a gather, where a search per coordinate cost a restart's
+        # 8.9 million coordinates 0.5 s
+        self.owner = np.repeat(np.arange(len(numbered), dtype=np.int64), np.diff(self.starts))
         self.keys = [key for key, _ in numbered]  # (kind, *S)
         keys = self.keys
         order = sorted(range(len(keys)), key=lambda b: (-len(keys[b]), keys[b]))
@@ -102,7 +106,7 @@ class _Blocks:
 
     def of(self, coordinates: IntArray) -> IntArray:
         """The block of each coordinate."""
-        return np.searchsorted(self.starts, coordinates, side="right") - 1
+        return self.owner[coordinates]
 
     def bounds(self, block: int) -> tuple[int, int]:
         """The block's first coordinate and the one past its last."""
@@ -251,35 +255,35 @@ class BlockFronts:
 
         Returns the rows left over the later blocks, grouped by their first block.
         """
-        columns, rows = _stacked(incoming)
+        columns, rows = _stacked(incoming, blocks.size)
         start, stop = blocks.bounds(block)
         lo, hi = np.searchsorted(columns, (start, stop)).tolist()  # the block's, in between
         here = np.zeros((rows.shape[0], stop - start))
         here[:, columns[lo:hi] - start] = rows[:, lo:hi]
         later_columns = np.concatenate([columns[:lo], columns[hi:]])
-        later = np.hstack([rows[:, :lo], rows[:, hi:]])
         front = self._fronts.get(block)
         norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
         scale = max(front.scale if front is not None else 0.0, float(norms.max()))
-        directions = front.directions if front is not None else np.zeros((0, stop - start))
+        if front is None:
+            later = np.hstack([rows[:, :lo], rows[:, hi:]])
+            return self._opened(blocks, block, here, later_columns, later, scale)
+        directions = front.directions
         along = here @ directions.T
         off = here - along @ directions
         again = off @ directions.T  # twice: off the front to rounding of the part off it
         off -= again @ directions
         along += again
-        new = _directions(off, _RANK * scale)
+        _, _, new = _singular(off, _RANK * scale)
         k, n = directions.shape[0], directions.shape[0] + new.shape[0]
-        if n == 0:  # nothing fixes the block: the rows' parts there are rounding
-            return _passed_on(blocks, later_columns, later, scale)
         top = np.zeros((n, n), order="F")
-        bottom = np.hstack([along, off @ new.T]) if new.size else along
-        if front is None:
-            merged, top_below, reaches = later_columns, np.zeros((n, later_columns.size)), None
-        else:
-            top[:k, :k] = front.factor
-            merged, top_below, reaches = _bordered(front, later_columns, n)
-        rows_below = np.zeros((rows.shape[0], merged.size))
-        rows_below[:, np.searchsorted(merged, later_columns)] = later
+        top[:k, :k] = front.factor
+        # column-major, as LAPACK takes them (else its wrappers copy them in and out)
+        bottom = np.asfortranarray(np.hstack([along, off @ new.T]) if new.size else along)
+        merged, top_below, reaches = _bordered(front, later_columns, n)
+        rows_below = np.zeros((rows.shape[0], merged.size), order="F")
+        into = np.searchsorted(merged, later_columns)
+        rows_below[:, into[:lo]] = rows[:, :lo]
+        rows_below[:, into[lo:]] = rows[:, hi:]
         top, reflectors, panels, info = scipy.linalg.lapack.dtpqrt(
             0, min(_PANEL, n), top, bottom, overwrite_a=1
         )
@@ -311,12 +315,50 @@ class BlockFronts:
             reaches=np.unique(blocks.of(merged)) if reaches is None else reaches,
             scale=scale,
         )
-        if front is None or new.size:
-            self._sequence = None
-            for earlier, other in self._fronts.items():  # C_T in the directions: one more
-                if np.any(other.reaches == block):
-                    self._compressed.pop(earlier, None)
+        if new.size:
+            self._grown(block)
         return _passed_on(blocks, merged, rows_below, scale)
+
+    def _opened(
+        self,
+        blocks: _Blocks,
+        block: int,
+        here: FloatArray,
+        later_columns: IntArray,
+        later: FloatArray,
+        scale: float,
+    ) -> list[tuple[int, Rows]]:
+        """A block's first rows (``here`` at it, ``later`` after it) make its front.
+
+        Their SVD ``here = U S W^T``, past ``_RANK``, is the front: ``R = S``, ``V = W^T``,
+        ``C = U^T later``; the rows leave ``(I - U U^T) later``, nothing when they are
+        independent at the block (``U`` square). ``R^T R`` and ``R^T C`` are what rotating
+        them in gives, without the rotation: at a restart every block opens so.
+        """
+        left, singular, directions = _singular(here, _RANK * scale)
+        if not singular.size:  # nothing fixes the block: the rows' parts there are rounding
+            return _passed_on(blocks, later_columns, later, scale)
+        below = left.T @ later
+        self._fronts[block] = _Front(
+            directions=directions,
+            factor=np.asfortranarray(np.diag(singular)),
+            inverse=np.asfortranarray(np.diag(1.0 / singular)),
+            columns=later_columns,
+            below=below,
+            reaches=np.unique(blocks.of(later_columns)),
+            scale=scale,
+        )
+        self._grown(block)
+        if singular.size == here.shape[0]:
+            return []
+        return _passed_on(blocks, later_columns, later - left @ below, scale)
+
+    def _grown(self, block: int) -> None:
+        """The block's front is new or has new directions: what was formed from them, dropped."""
+        self._sequence = None
+        for earlier, other in self._fronts.items():  # C_T in the directions: one more
+            if np.any(other.reaches == block):
+                self._compressed.pop(earlier, None)
 
     def _order(self) -> tuple[IntArray, IntArray]:
         """The blocks with fronts, in the order (highest order first); each block's rank."""
@@ -589,15 +631,18 @@ class BlockFronts:
         return found, residuals.tolist(), updates
 
 
-def _directions(off: FloatArray, threshold: float) -> FloatArray:
-    """Orthonormal directions of the rows ``off`` past ``threshold`` (singular values)."""
+def _singular(off: FloatArray, threshold: float) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The rows ``off``'s SVD past ``threshold``: left vectors, singular values, directions."""
     if off.shape[0] == 1:  # a single row's singular value is its norm
         norm = float(np.linalg.norm(off))
-        return off / norm if norm > threshold else off[:0]
+        if norm > threshold:
+            return np.ones((1, 1)), np.array([norm]), off / norm
+        return np.zeros((1, 0)), np.zeros(0), off[:0]
     if not np.any(off):
-        return off[:0]
-    _, singular, right = np.linalg.svd(off, full_matrices=False)
-    return right[singular > threshold]
+        return np.zeros((off.shape[0], 0)), np.zeros(0), off[:0]
+    left, singular, right = np.linalg.svd(off, full_matrices=False)
+    kept = singular > threshold
+    return left[:, kept], singular[kept], right[kept]
 
 
 def _bordered(
@@ -612,24 +657,33 @@ def _bordered(
     if np.all(at < front.columns.size) and np.array_equal(
         front.columns[at % max(1, front.columns.size)], columns
     ):
-        below = np.zeros((n, front.columns.size))
+        below = np.zeros((n, front.columns.size), order="F")
         below[:k] = front.below
         return front.columns, below, front.reaches
     merged = np.union1d(front.columns, columns)
-    below = np.zeros((n, merged.size))
+    below = np.zeros((n, merged.size), order="F")
     below[:k, np.searchsorted(merged, front.columns)] = front.below
     return merged, below, None
 
 
-def _stacked(incoming: list[Rows]) -> Rows:
-    """Rows over different coordinates, stacked over the union of them."""
+def _stacked(incoming: list[Rows], size: int) -> Rows:
+    """Rows over different coordinates (below ``size``), stacked over the union of them.
+
+    The union is marked over the coordinates rather than sorted: a restart's block can take
+    hundreds of vectors of a thousand coordinates each.
+    """
     if len(incoming) == 1:
         return incoming[0]
-    columns = np.unique(np.concatenate([c for c, _ in incoming]))
+    weighed = np.zeros(size, dtype=bool)
+    for c, _ in incoming:
+        weighed[c] = True
+    columns = np.flatnonzero(weighed)
+    position = np.zeros(size, dtype=np.int64)
+    position[columns] = np.arange(columns.size)
     rows = np.zeros((sum(r.shape[0] for _, r in incoming), columns.size))
     first = 0
     for c, r in incoming:
-        rows[first : first + r.shape[0], np.searchsorted(columns, c)] = r
+        rows[first : first + r.shape[0], position[c]] = r
         first += r.shape[0]
     return columns, rows
 
@@ -641,13 +695,24 @@ def _passed_on(
     if not columns.size:
         return []
     rows = np.where(np.abs(rows) > _ZERO * scale, rows, 0.0)
+    # a block's columns are consecutive: which blocks each row weighs, then the first in order
     owners = blocks.of(columns)
-    places = blocks.place[owners]
-    none = np.iinfo(np.int64).max
-    first = np.where(rows != 0.0, places, none).min(axis=1)
+    starts = np.flatnonzero(np.diff(owners, prepend=-1))
+    weighs = np.logical_or.reduceat(rows != 0.0, starts, axis=1)
+    by_place = np.argsort(blocks.place[owners[starts]])
+    weighs = weighs[:, by_place]
+    first = np.argmax(weighs, axis=1)  # a row of zeros (absorbed) goes nowhere
+    going = np.flatnonzero(weighs[np.arange(rows.shape[0]), first])
+    if not going.size:
+        return []
+    order = going[np.argsort(first[going], kind="stable")]  # rows kept in order per block
+    first = first[order]
+    cuts = np.flatnonzero(np.diff(first)) + 1
     out = []
-    for place in np.unique(first[first < none]).tolist():
-        group = rows[first == place]
+    for begin, end in zip([0, *cuts.tolist()], [*cuts.tolist(), order.size]):
+        # most often every row goes on to one block, over every column: then not copied
+        group = rows if end - begin == rows.shape[0] else rows[order[begin:end]]
         kept = np.any(group != 0.0, axis=0)
-        out.append((int(owners[np.argmax(places == place)]), (columns[kept], group[:, kept])))
+        block = int(owners[starts[by_place[first[begin]]]])
+        out.append((block, (columns, group) if kept.all() else (columns[kept], group[:, kept])))
     return out
