@@ -18,8 +18,7 @@ reach few blocks: a query reads the fronts on its path, not the history.
   QR, ``dtpqrt``/``dtpmqrt``) so that the row has nothing left at ``T``; what remains of it,
   over later blocks, is passed on to its next block. A block's incoming rows are taken
   together: weighs wait (pooled per vector) until the next use, so a restart's whole history
-  is one pass over the blocks, a stack of rows and one factorization per block. A block's
-  first rows (at a restart, every block's) make its front by their SVD, without a rotation.
+  is one pass over the blocks, a stack of rows and one factorization per block.
 - *A query* ``q``: forward substitution ``R^T w = q`` from its first block: at ``T`` its part
   (less what earlier fronts took) is fitted along ``V_T`` (``w_T = R_T^{-T} V_T q_T``), the
   rest cannot be fitted (its squares, summed over the blocks, are the query's squared distance
