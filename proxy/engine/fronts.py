@@ -264,21 +264,29 @@ class BlockFronts:
         norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
         scale = max(front.scale if front is not None else 0.0, float(norms.max()))
         if front is None:
-            later = np.hstack([rows[:, :lo], rows[:, hi:]])
-            return self._opened(blocks, block, here, later_columns, later, scale)
-        directions = front.directions
-        along = here @ directions.T
-        off = here - along @ directions
-        again = off @ directions.T  # twice: off the front to rounding of the part off it
-        off -= again @ directions
-        along += again
-        _, _, new = _singular(off, _RANK * scale)
+            along, off = np.zeros((rows.shape[0], 0)), here
+            directions = here[:0]
+        else:
+            directions = front.directions
+            along = here @ directions.T
+            off = here - along @ directions
+            again = off @ directions.T  # twice: off the front to rounding of the part off it
+            off -= again @ directions
+            along += again
+        new = _directions(off, _RANK * scale)
         k, n = directions.shape[0], directions.shape[0] + new.shape[0]
+        if n == 0:  # nothing fixes the block: the rows' parts there are rounding
+            later = np.hstack([rows[:, :lo], rows[:, hi:]])
+            return _passed_on(blocks, later_columns, later, scale)
         top = np.zeros((n, n), order="F")
-        top[:k, :k] = front.factor
         # column-major, as LAPACK takes them (else its wrappers copy them in and out)
         bottom = np.asfortranarray(np.hstack([along, off @ new.T]) if new.size else along)
-        merged, top_below, reaches = _bordered(front, later_columns, n)
+        if front is None:
+            merged, reaches = later_columns, None
+            top_below = np.zeros((n, later_columns.size), order="F")
+        else:
+            top[:k, :k] = front.factor
+            merged, top_below, reaches = _bordered(front, later_columns, n)
         rows_below = np.zeros((rows.shape[0], merged.size), order="F")
         into = np.searchsorted(merged, later_columns)
         rows_below[:, into[:lo]] = rows[:, :lo]
@@ -314,50 +322,12 @@ class BlockFronts:
             reaches=np.unique(blocks.of(merged)) if reaches is None else reaches,
             scale=scale,
         )
-        if new.size:
-            self._grown(block)
+        if front is None or new.size:
+            self._sequence = None
+            for earlier, other in self._fronts.items():  # C_T in the directions: one more
+                if np.any(other.reaches == block):
+                    self._compressed.pop(earlier, None)
         return _passed_on(blocks, merged, rows_below, scale)
-
-    def _opened(
-        self,
-        blocks: _Blocks,
-        block: int,
-        here: FloatArray,
-        later_columns: IntArray,
-        later: FloatArray,
-        scale: float,
-    ) -> list[tuple[int, Rows]]:
-        """A block's first rows (``here`` at it, ``later`` after it) make its front.
-
-        Their SVD ``here = U S W^T``, past ``_RANK``, is the front: ``R = S``, ``V = W^T``,
-        ``C = U^T later``; the rows leave ``(I - U U^T) later``, nothing when they are
-        independent at the block (``U`` square). ``R^T R`` and ``R^T C`` are what rotating
-        them in gives, without the rotation: at a restart every block opens so.
-        """
-        left, singular, directions = _singular(here, _RANK * scale)
-        if not singular.size:  # nothing fixes the block: the rows' parts there are rounding
-            return _passed_on(blocks, later_columns, later, scale)
-        below = left.T @ later
-        self._fronts[block] = _Front(
-            directions=directions,
-            factor=np.asfortranarray(np.diag(singular)),
-            inverse=np.asfortranarray(np.diag(1.0 / singular)),
-            columns=later_columns,
-            below=below,
-            reaches=np.unique(blocks.of(later_columns)),
-            scale=scale,
-        )
-        self._grown(block)
-        if singular.size == here.shape[0]:
-            return []
-        return _passed_on(blocks, later_columns, later - left @ below, scale)
-
-    def _grown(self, block: int) -> None:
-        """The block's front is new or has new directions: what was formed from them, dropped."""
-        self._sequence = None
-        for earlier, other in self._fronts.items():  # C_T in the directions: one more
-            if np.any(other.reaches == block):
-                self._compressed.pop(earlier, None)
 
     def _order(self) -> tuple[IntArray, IntArray]:
         """The blocks with fronts, in the order (highest order first); each block's rank."""
@@ -630,18 +600,15 @@ class BlockFronts:
         return found, residuals.tolist(), updates
 
 
-def _singular(off: FloatArray, threshold: float) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """The rows ``off``'s SVD past ``threshold``: left vectors, singular values, directions."""
+def _directions(off: FloatArray, threshold: float) -> FloatArray:
+    """Orthonormal directions of the rows ``off`` past ``threshold`` (singular values)."""
     if off.shape[0] == 1:  # a single row's singular value is its norm
         norm = float(np.linalg.norm(off))
-        if norm > threshold:
-            return np.ones((1, 1)), np.array([norm]), off / norm
-        return np.zeros((1, 0)), np.zeros(0), off[:0]
+        return off / norm if norm > threshold else off[:0]
     if not np.any(off):
-        return np.zeros((off.shape[0], 0)), np.zeros(0), off[:0]
-    left, singular, right = np.linalg.svd(off, full_matrices=False)
-    kept = singular > threshold
-    return left[:, kept], singular[kept], right[kept]
+        return off[:0]
+    _, singular, right = np.linalg.svd(off, full_matrices=False)
+    return right[singular > threshold]
 
 
 def _bordered(
