@@ -227,3 +227,27 @@ def test_ranks_agree_with_the_span_solvers_one_vector_at_a_time() -> None:
         _random_history_step(rng, both, shape)
         assert both.fronts.rank == both.span.rank
     assert 10 < both.span.rank < len(both.vectors)
+
+
+def test_a_restarts_fronts_solve_as_those_built_row_by_row() -> None:
+    """Every row at once (a restart: each block takes its rows together) against one at a time."""
+    history, precisions, tests = history_and_tests("demo", 600, tests=20)
+    space = AnovaCoordinates(cubes()["demo"].shape)
+    coordinates = space.of_many(history + tests)
+    at_once = BlockFronts(space, residual=RESIDUAL)
+    one_by_one = BlockFronts(space, residual=RESIDUAL)
+    for coordinate, precision in zip(coordinates[: len(history)], precisions):
+        at_once.weigh(at_once.add(*coordinate), float(precision))
+        one_by_one.weigh(one_by_one.add(*coordinate), float(precision))
+        _ = one_by_one.rank  # rotated in now
+    assert at_once.rank == one_by_one.rank
+    queries = coordinates[len(history) :]
+    found, residuals = at_once.solve_many(queries)
+    expected, expected_residuals = one_by_one.solve_many(queries)
+    assert 0 < sum(values is not None for values in found) < len(queries)
+    for values, wanted in zip(found, expected):
+        assert (values is None) == (wanted is None)
+        if values is not None:
+            scale = np.abs(wanted).max()
+            assert np.allclose(values, wanted, rtol=0.0, atol=1e-9 * scale)
+    assert np.allclose(residuals, expected_residuals, rtol=1e-6, atol=1e-12)
