@@ -133,7 +133,7 @@ class _Touching:
     factors: FloatArray  # its part over its class's row
     rows: _Room  # per class, the first member's part over its entry of largest magnitude
     count: int  # classes
-    keys: dict[bytes, int]  # a class by its row rounded (to find a new vector's)
+    keys: dict[int, int]  # a class by a hash of its row rounded (to find a new vector's)
 
 
 class _Blocks:
@@ -616,8 +616,8 @@ def _classed(known: _Touching | None, vectors: IntArray, parts: FloatArray) -> _
     """``known`` with ``vectors`` added: each one's part (a row of ``parts``) in a class.
 
     A part is its entry of largest magnitude times its row over that entry; rows that round
-    alike to 9 decimals and agree to 1e-13 (rounding: proportional parts are one row times
-    different factors) are one class.
+    alike to 9 decimals (found by a hash of that) and agree to 1e-13 (rounding: proportional
+    parts are one row times different factors) are one class.
     """
     pivots = np.argmax(np.abs(parts), axis=1)
     factors = parts[np.arange(parts.shape[0]), pivots]
@@ -628,7 +628,7 @@ def _classed(known: _Touching | None, vectors: IntArray, parts: FloatArray) -> _
     count = known.count if known is not None else 0
     classes = np.empty(parts.shape[0], dtype=np.int64)
     firsts: list[int] = []  # the rows that start new classes
-    for i, key in enumerate(row.tobytes() for row in rounded):
+    for i, key in enumerate(hash(row.tobytes()) for row in rounded):
         found = keys.get(key)
         if found is None:
             found = keys[key] = count + len(firsts)
