@@ -193,7 +193,7 @@ class BlockFronts:
         # and the classes' rows along the front's directions, with their shape
         self._touching: dict[int, _Touching] = {}
         self._split = 0
-        self._projected: dict[int, tuple[_Room, tuple[int, int]]] = {}
+        self._projected: dict[int, tuple[_Room, tuple[int, int], FloatArray]] = {}
         self._ranks: IntArray | None = None  # each block's front's rows, with the sequence
         # per front, C_T in the later fronts' directions: (the front, C_T in them, where,
         # and those fronts' blocks as bits)
@@ -465,9 +465,15 @@ class BlockFronts:
         y = np.zeros((count, blocks.size))
         reached = 0  # the fronts given a y so far, as bits
         along: dict[int, FloatArray] = {}
+        fronts, known = self._fronts, self._compressed
         for block in order[::-1].tolist():
             w = fitted.get(block)
-            compressed, positions, reads = self._compressed_below(blocks, block, ranks)
+            front = fronts[block]
+            below_of = known.get(block)
+            if below_of is not None and below_of[0] is front:  # (_compressed_below's, kept)
+                _, compressed, positions, reads = below_of
+            else:
+                compressed, positions, reads = self._compressed_below(blocks, block, ranks)
             if not reached & reads:
                 if w is None:
                     continue
@@ -475,7 +481,7 @@ class BlockFronts:
                 below = compressed @ y[:, positions].T
                 w = -below if w is None else w - below
             start = int(blocks.starts[block])
-            part = along[block] = self._fronts[block].inverse @ w
+            part = along[block] = front.inverse @ w
             y[:, start : start + part.shape[0]] = part.T
             reached |= 1 << block
         return along
@@ -562,21 +568,22 @@ class BlockFronts:
         its own products, not a copy of the others).
         """
         touching = self._touching[block]
+        shape = (touching.count, self._fronts[block].directions.shape[0])
+        known = self._projected.get(block)
+        if known is not None and known[1] == shape:
+            return known[2]
         rows = touching.rows.view(touching.count, touching.rows.data.shape[1])
         directions = self._fronts[block].directions
-        shape = (touching.count, directions.shape[0])
-        known = self._projected.get(block)
         if known is None:
             room = _Room(rows @ directions.T)
         else:
-            room, (m, k) = known
-            if (m, k) == shape:
-                return room.view(*shape)
+            room, (m, k), _ = known
             room = room.grown((m, k), shape)
             room.data[:m, k : shape[1]] = rows[:m] @ directions[k:].T
             room.data[m : shape[0], : shape[1]] = rows[m:] @ directions.T
-        self._projected[block] = (room, shape)
-        return room.view(*shape)
+        view = room.view(*shape)
+        self._projected[block] = (room, shape, view)
+        return view
 
     def _split_vectors(self, blocks: _Blocks) -> None:
         """Add the vectors since the last split to the blocks they weigh."""
