@@ -32,7 +32,8 @@ reach few blocks: a query reads the fronts on its path, not the history.
   block without a front), ``h_j^T z`` as ``sum_T (V_T h_j[T])^T y_T``; those products are kept
   (a front's rank is a few times below its block's coordinates) and extended as fronts change.
   Every vector's value is needed, so a solve reads them all: about ``r`` times the ranks of the
-  lower fronts a front reaches, plus the vectors times the ranks of their blocks.
+  lower fronts a front reaches, plus the classes of proportional parts per block (vectors
+  measuring the same cells of the block's dimensions) times the ranks of their blocks.
 
 Rank decisions: :class:`~proxy.engine.span.SpanSolver` admits a vector farther than
 ``_INDEPENDENT`` (3e-5) of its norm from the span of the earlier ones; here a block admits a
