@@ -32,7 +32,8 @@ reach few blocks: a query reads the fronts on its path, not the history.
   block without a front), ``h_j^T z`` as ``sum_T (V_T h_j[T])^T y_T``; those products are kept
   (a front's rank is a few times below its block's coordinates) and extended as fronts change.
   Every vector's value is needed, so a solve reads them all: about ``r`` times the ranks of the
-  lower fronts a front reaches, plus the vectors times the ranks of their blocks.
+  lower fronts a front reaches, plus the classes of proportional parts per block (vectors
+  measuring the same cells of the block's dimensions) times the ranks of their blocks.
 
 Rank decisions: :class:`~proxy.engine.span.SpanSolver` admits a vector farther than
 ``_INDEPENDENT`` (3e-5) of its norm from the span of the earlier ones; here a block admits a
@@ -55,6 +56,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.linalg
 import scipy.linalg.lapack
+from scipy import sparse
 
 from proxy.engine.factored import AnovaCoordinates
 from proxy.engine.span import BatchUpdates
@@ -85,6 +87,55 @@ class _Front:
     below: FloatArray  # C_T: k x columns
     reaches: IntArray  # the blocks of those coordinates
     scale: float  # the largest norm of a row that met the block
+
+
+class _Room:
+    """A buffer an array grows into, shared by the holders of its leading part.
+
+    A holder keeps its own shape and writes past it in place only while the buffer is filled
+    to that shape (no other holder wrote past it) and has room; else into a copy with a
+    quarter more room: an append costs its own size, not the array's.
+    """
+
+    __slots__ = ("data", "filled")
+
+    def __init__(self, data: FloatArray) -> None:
+        self.data = data
+        self.filled: tuple[int, ...] = data.shape
+
+    def view(self, rows: int, columns: int) -> FloatArray:
+        """The holder's part: its first ``rows`` x ``columns``."""
+        return self.data[:rows, :columns]
+
+    def grown(self, shape: tuple[int, int], new: tuple[int, int]) -> _Room:
+        """A room with the holder's ``shape`` part of this one, for it to fill up to ``new``."""
+        if self.filled == shape and new[0] <= self.data.shape[0] and new[1] <= self.data.shape[1]:
+            self.filled = new
+            return self
+        room = _Room(
+            np.empty(tuple(n if n == s else max(n, s + s // 4 + 8) for n, s in zip(new, shape)))
+        )
+        room.data[: shape[0], : shape[1]] = self.view(*shape)
+        room.filled = new
+        return room
+
+
+@dataclass(frozen=True, slots=True)
+class _Touching:
+    """The vectors that weigh a block, their parts there taken as a factor times a class's row.
+
+    Vectors measuring the same cells of the block's dimensions (a GROUP BY's groups over other
+    dimensions, ranges over others) have proportional parts: on the wide cube's history of
+    10,000 answers the 73,000 parts are 9,300 classes', and a solve reads 0.7 M products
+    with the fronts' directions rather than 1.9 M.
+    """
+
+    vectors: IntArray  # in the order they were split
+    classes: IntArray  # each vector's class
+    factors: FloatArray  # its part over its class's row
+    rows: _Room  # per class, the first member's part over its entry of largest magnitude
+    count: int  # classes
+    keys: dict[int, int]  # a class by a hash of its row rounded (to find a new vector's)
 
 
 class _Blocks:
@@ -143,14 +194,17 @@ class BlockFronts:
         self._vectors: list[Rows] = []  # the distinct vectors h_j: (coordinates, values)
         self.size = 0
         self._pending: dict[int, float] = {}  # weights not yet rotated in, pooled per vector
-        # per block, the vectors that weigh it and their parts there (rows), for the
-        # vectors up to _split; and those parts along the front's directions, H_T V_T^T
-        self._touching: dict[int, tuple[IntArray, FloatArray]] = {}
+        # per block, the vectors up to _split that weigh it (their parts there by class);
+        # and the classes' rows along the front's directions, with their shape
+        self._touching: dict[int, _Touching] = {}
         self._split = 0
-        self._projected: dict[int, FloatArray] = {}
+        self._projected: dict[int, tuple[_Room, tuple[int, int], FloatArray]] = {}
         self._ranks: IntArray | None = None  # each block's front's rows, with the sequence
-        # per front, C_T in the later fronts' directions: (the front, C_T in them, where)
-        self._compressed: dict[int, tuple[_Front, FloatArray, IntArray]] = {}
+        # per front, C_T in the later fronts' directions: (the front, C_T in them, where,
+        # and those fronts' blocks as bits)
+        self._compressed: dict[int, tuple[_Front, FloatArray, IntArray, int]] = {}
+        # the vectors' classes per block, as a matrix from the classes' values to the vectors'
+        self._by_class: tuple[sparse.csr_array, dict[int, int]] | None = None
 
     def copy(self) -> BlockFronts:
         """An independent solver with the same vectors and weights, sharing the fronts.
@@ -344,7 +398,9 @@ class BlockFronts:
         """Per query, ``u_j / c_j`` for every vector ``j`` and ``||q - proj q|| / ||q||``.
 
         Queries farther than ``residual`` from the span get ``None``; the distance of a
-        query outside the span is bounded from above (see the module's docstring).
+        query outside the span is bounded from above (see the module's docstring), and once
+        every query of the batch is past ``residual`` the rest of the bound is not summed
+        (the distance given is then only past ``residual``).
         """
         if not queries:
             return [], []
@@ -353,8 +409,8 @@ class BlockFronts:
         work = np.zeros((blocks.size, len(queries)))
         for i, (coordinates, values) in enumerate(queries):
             work[coordinates, i] = values
-        norms = np.sqrt(np.einsum("ij,ij->j", work, work))
-        fitted, unfitted = self._forward(blocks, work, queries)
+        norms = np.sqrt(np.array([values @ values for _, values in queries]))
+        fitted, unfitted = self._forward(blocks, work, queries, norms)
         residuals = np.sqrt(unfitted) / norms
         inside = residuals <= self._residual
         found: list[FloatArray | None] = [None] * len(queries)
@@ -366,18 +422,21 @@ class BlockFronts:
         return found, residuals.tolist()
 
     def _forward(
-        self, blocks: _Blocks, work: FloatArray, queries: Sequence[Rows]
+        self, blocks: _Blocks, work: FloatArray, queries: Sequence[Rows], norms: FloatArray
     ) -> tuple[dict[int, FloatArray], FloatArray]:
         """``w`` with ``R^T w = q`` per front reached, and the squares left unfitted.
 
         ``work``: the queries over the coordinates, as columns; taken (it ends as the part of
-        the queries no front fits).
+        the queries no front fits). The squares only grow: at the queries' own blocks (where
+        a new vector's part is not fitted), once every query is past ``residual`` of its
+        ``norms`` the later blocks are not visited.
         """
         fitted: dict[int, FloatArray] = {}
         unfitted = np.zeros(work.shape[1])
         met = np.unique(blocks.of(np.concatenate([c for c, _ in queries])))
         seen = np.zeros(blocks.place.size, dtype=bool)
         seen[met] = True
+        own = set(met.tolist())
         queue = list(zip(blocks.place[met].tolist(), met.tolist()))
         heapq.heapify(queue)
         while queue:
@@ -387,10 +446,14 @@ class BlockFronts:
             front = self._fronts.get(block)
             if front is None:
                 unfitted += np.einsum("ij,ij->j", part, part)
+            else:
+                along = front.directions @ part
+                off = part - front.directions.T @ along
+                unfitted += np.einsum("ij,ij->j", off, off)
+            if block in own and np.all(np.sqrt(unfitted) / norms > self._residual):
+                break  # (the test solve_many makes: the same numbers, so the same answer)
+            if front is None:
                 continue
-            along = front.directions @ part
-            off = part - front.directions.T @ along
-            unfitted += np.einsum("ij,ij->j", off, off)
             w = front.inverse.T @ along
             fitted[block] = w
             if front.columns.size:
@@ -411,29 +474,37 @@ class BlockFronts:
         """
         order, ranks = self._order()
         count = next(iter(fitted.values())).shape[1]
-        y = np.zeros((blocks.size, count))  # y_T in the first rows of block T's coordinates
-        reached = np.zeros(blocks.place.size, dtype=bool)
+        # y_T in the first columns of block T's coordinates (a query's y a contiguous row)
+        y = np.zeros((count, blocks.size))
+        reached = 0  # the fronts given a y so far, as bits
         along: dict[int, FloatArray] = {}
+        fronts, known = self._fronts, self._compressed
         for block in order[::-1].tolist():
-            front = self._fronts[block]
             w = fitted.get(block)
-            if w is None:
-                if not reached[front.reaches].any():
+            front = fronts[block]
+            below_of = known.get(block)
+            if below_of is not None and below_of[0] is front:  # (_compressed_below's, kept)
+                _, compressed, positions, reads = below_of
+            else:
+                compressed, positions, reads = self._compressed_below(blocks, block, ranks)
+            if not reached & reads:
+                if w is None:
                     continue
-                w = np.zeros((front.factor.shape[0], count))
-            compressed, positions = self._compressed_below(blocks, block, ranks)
-            if positions.size:
-                w = w - compressed @ y[positions]
-            start = blocks.bounds(block)[0]
+            else:
+                below = compressed @ y[:, positions].T
+                w = -below if w is None else w - below
+            start = int(blocks.starts[block])
             part = along[block] = front.inverse @ w
-            y[start : start + part.shape[0]] = part
-            reached[block] = True
+            y[:, start : start + part.shape[0]] = part.T
+            reached |= 1 << block
         return along
 
     def _compressed_below(
         self, blocks: _Blocks, block: int, ranks: IntArray
-    ) -> tuple[FloatArray, IntArray]:
-        """``C_T [V_S^T]_S`` over the later fronts ``S`` it reaches, and where their ``y_S`` lie.
+    ) -> tuple[FloatArray, IntArray, int]:
+        """``C_T [V_S^T]_S`` over the later fronts ``S`` it reaches, where their ``y_S`` lie.
+
+        And those fronts' blocks as bits (``1 << S``).
 
         ``C_T z = sum_S C_T[S] V_S^T y_S`` exactly (``z`` is zero in blocks without a front).
         Kept until the front changes, or one of those gains a direction (:meth:`_fold`
@@ -442,7 +513,7 @@ class BlockFronts:
         front = self._fronts[block]
         known = self._compressed.get(block)
         if known is not None and known[0] is front:
-            return known[1], known[2]
+            return known[1], known[2], known[3]
         reached = ranks[front.reaches]
         pieces, positions = [], []
         starts = blocks.starts[front.reaches]
@@ -463,37 +534,69 @@ class BlockFronts:
         k = front.factor.shape[0]
         compressed = np.hstack(pieces) if pieces else np.zeros((k, 0))
         where = np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
-        self._compressed[block] = (front, compressed, where)
-        return compressed, where
+        reads = sum(1 << b for b, rank in zip(front.reaches.tolist(), reached.tolist()) if rank)
+        self._compressed[block] = (front, compressed, where, reads)
+        return compressed, where, reads
 
     def _values(self, blocks: _Blocks, along: dict[int, FloatArray], count: int) -> FloatArray:
         """``h_j^T z`` for every vector ``j`` (rows): ``sum_T (V_T h_j[T])^T y_T``."""
         self._split_vectors(blocks)
-        out = np.zeros((self.size, count))
+        spread, offsets = self._classes_matrix()
+        classes = np.zeros((spread.shape[1], count))  # h_c^T z per class (zero: no front)
         for block, y in along.items():
-            touching = self._touching.get(block)
-            if touching is not None:
-                out[touching[0]] += self._projection(block) @ y
-        return out
+            if block in offsets:
+                projection = self._projection(block)
+                at = offsets[block]
+                np.matmul(projection, y, out=classes[at : at + projection.shape[0]])
+        values: FloatArray = spread @ classes
+        return values
+
+    def _classes_matrix(self) -> tuple[sparse.csr_array, dict[int, int]]:
+        """Each vector's factor over each class of its parts, and where a block's classes start.
+
+        The vectors' values are this matrix times the classes' (one product rather than a
+        gather per block).
+        """
+        if self._by_class is None:
+            offsets, rows, columns, factors = {}, [], [], []
+            total = 0
+            for block, touching in self._touching.items():
+                offsets[block] = total
+                rows.append(touching.vectors)
+                columns.append(touching.classes + total)
+                factors.append(touching.factors)
+                total += touching.count
+            spread = sparse.csr_array(
+                (np.concatenate(factors), (np.concatenate(rows), np.concatenate(columns))),
+                shape=(self.size, total),
+            )
+            self._by_class = (spread, offsets)
+        return self._by_class
 
     def _projection(self, block: int) -> FloatArray:
-        """``V_T h_j[T]`` for the vectors that weigh block ``T`` (rows), extended as needed.
+        """The rows of block ``T``'s classes along its front's directions, extended as needed.
 
-        A front's directions are only ever added to, and vectors too: the rows and columns
-        found before are kept.
+        A front's directions are only ever added to, and classes too: the rows and columns
+        found before are kept (in a :class:`_Room`, so that a new class or direction costs
+        its own products, not a copy of the others).
         """
-        parts = self._touching[block][1]
+        touching = self._touching[block]
+        shape = (touching.count, self._fronts[block].directions.shape[0])
+        known = self._projected.get(block)
+        if known is not None and known[1] == shape:
+            return known[2]
+        rows = touching.rows.view(touching.count, touching.rows.data.shape[1])
         directions = self._fronts[block].directions
-        known = self._projected.get(block, np.zeros((0, 0)))
-        m, k = known.shape
-        if (m, k) == (parts.shape[0], directions.shape[0]):
-            return known
-        out = np.empty((parts.shape[0], directions.shape[0]))
-        out[:m, :k] = known
-        out[:m, k:] = parts[:m] @ directions[k:].T
-        out[m:] = parts[m:] @ directions.T
-        self._projected[block] = out
-        return out
+        if known is None:
+            room = _Room(rows @ directions.T)
+        else:
+            room, (m, k), _ = known
+            room = room.grown((m, k), shape)
+            room.data[:m, k : shape[1]] = rows[:m] @ directions[k:].T
+            room.data[m : shape[0], : shape[1]] = rows[m:] @ directions.T
+        view = room.view(*shape)
+        self._projected[block] = (room, shape, view)
+        return view
 
     def _split_vectors(self, blocks: _Blocks) -> None:
         """Add the vectors since the last split to the blocks they weigh."""
@@ -505,25 +608,68 @@ class BlockFronts:
         values = np.concatenate([v for _, v in new])
         vector = np.repeat(np.arange(self._split, self.size), lengths)
         owner = blocks.of(coordinates)
-        order = np.argsort(owner, kind="stable")  # by block, then vector
-        owner, coordinates, values, vector = (
-            owner[order],
-            coordinates[order],
-            values[order],
-            vector[order],
-        )
-        cuts = np.flatnonzero(np.diff(owner)) + 1
-        for start_at, stop_at in zip([0, *cuts.tolist()], [*cuts.tolist(), owner.size]):
-            block = int(owner[start_at])
+        # a vector's coordinates increase, so do their blocks: its part in a block is a run
+        cut = np.ones(owner.size, dtype=bool)
+        cut[1:] = (owner[1:] != owner[:-1]) | (vector[1:] != vector[:-1])
+        firsts = np.flatnonzero(cut)
+        sizes = np.diff(np.append(firsts, owner.size))
+        order = np.argsort(owner[firsts], kind="stable")  # the runs by block, then vector
+        firsts, sizes = firsts[order], sizes[order]
+        run_blocks = owner[firsts]
+        cuts = np.flatnonzero(np.diff(run_blocks)) + 1
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), firsts.size]):
+            block = int(run_blocks[lo])
             start, stop = blocks.bounds(block)
-            ids, row = np.unique(vector[start_at:stop_at], return_inverse=True)
-            parts = np.zeros((ids.size, stop - start))
-            parts[row, coordinates[start_at:stop_at] - start] = values[start_at:stop_at]
+            run_sizes = sizes[lo:hi]
+            row = np.repeat(np.arange(hi - lo), run_sizes)
+            offsets = np.cumsum(run_sizes) - run_sizes
+            at = np.arange(row.size) - np.repeat(offsets - firsts[lo:hi], run_sizes)
+            parts = np.zeros((hi - lo, stop - start))
+            parts[row, coordinates[at] - start] = values[at]
             known = self._touching.get(block)
-            if known is not None:
-                ids, parts = np.concatenate([known[0], ids]), np.vstack([known[1], parts])
-            self._touching[block] = (ids, parts)
+            self._touching[block] = _classed(known, vector[firsts[lo:hi]], parts)
         self._split = self.size
+        self._by_class = None
+
+
+def _classed(known: _Touching | None, vectors: IntArray, parts: FloatArray) -> _Touching:
+    """``known`` with ``vectors`` added: each one's part (a row of ``parts``) in a class.
+
+    A part is its entry of largest magnitude times its row over that entry; rows that round
+    alike to 9 decimals (found by a hash of that) and agree to 1e-13 (rounding: proportional
+    parts are one row times different factors) are one class.
+    """
+    pivots = np.argmax(np.abs(parts), axis=1)
+    factors = parts[np.arange(parts.shape[0]), pivots]
+    normal = parts / factors[:, None]
+    rounded = np.ascontiguousarray(np.round(normal, 9) + 0.0)  # (-0.0 as 0.0)
+    width = parts.shape[1]
+    keys = dict(known.keys) if known is not None else {}
+    count = known.count if known is not None else 0
+    classes = np.empty(parts.shape[0], dtype=np.int64)
+    firsts: list[int] = []  # the rows that start new classes
+    for i, key in enumerate(hash(row.tobytes()) for row in rounded):
+        found = keys.get(key)
+        if found is None:
+            found = keys[key] = count + len(firsts)
+            firsts.append(i)
+        classes[i] = found
+    room = known.rows if known is not None else _Room(np.empty((0, width)))
+    room = room.grown((count, width), (count + len(firsts), width))
+    room.data[count : count + len(firsts)] = normal[firsts]
+    total = count + len(firsts)
+    # a row that rounds as its class's but is farther from it: a class of its own
+    far = np.flatnonzero(np.abs(normal - room.data[classes]).max(axis=1) > 1e-13)
+    if far.size:
+        room = room.grown((total, width), (total + far.size, width))
+        room.data[total : total + far.size] = normal[far]
+        classes[far] = np.arange(total, total + far.size)
+        total += far.size
+    if known is not None:
+        vectors = np.concatenate([known.vectors, vectors])
+        classes = np.concatenate([known.classes, classes])
+        factors = np.concatenate([known.factors, factors])
+    return _Touching(vectors, classes, factors, room, total, keys)
 
     def solve_batch(
         self, queries: Sequence[Rows]
