@@ -422,14 +422,19 @@ class BlockFronts:
         return found, residuals.tolist()
 
     def _forward(
-        self, blocks: _Blocks, work: FloatArray, queries: Sequence[Rows], norms: FloatArray
+        self,
+        blocks: _Blocks,
+        work: FloatArray,
+        queries: Sequence[Rows],
+        norms: FloatArray | None,
     ) -> tuple[dict[int, FloatArray], FloatArray]:
         """``w`` with ``R^T w = q`` per front reached, and the squares left unfitted.
 
         ``work``: the queries over the coordinates, as columns; taken (it ends as the part of
         the queries no front fits). The squares only grow: at the queries' own blocks (where
         a new vector's part is not fitted), once every query is past ``residual`` of its
-        ``norms`` the later blocks are not visited.
+        ``norms`` the later blocks are not visited (``None``: every block reached is, for a
+        batch whose far queries are solved again as values are measured).
         """
         fitted: dict[int, FloatArray] = {}
         unfitted = np.zeros(work.shape[1])
@@ -450,7 +455,11 @@ class BlockFronts:
                 along = front.directions @ part
                 off = part - front.directions.T @ along
                 unfitted += np.einsum("ij,ij->j", off, off)
-            if block in own and np.all(np.sqrt(unfitted) / norms > self._residual):
+            if (
+                norms is not None
+                and block in own
+                and np.all(np.sqrt(unfitted) / norms > self._residual)
+            ):
                 break  # (the test solve_many makes: the same numbers, so the same answer)
             if front is None:
                 continue
@@ -631,46 +640,6 @@ class BlockFronts:
         self._split = self.size
         self._by_class = None
 
-
-def _classed(known: _Touching | None, vectors: IntArray, parts: FloatArray) -> _Touching:
-    """``known`` with ``vectors`` added: each one's part (a row of ``parts``) in a class.
-
-    A part is its entry of largest magnitude times its row over that entry; rows that round
-    alike to 9 decimals (found by a hash of that) and agree to 1e-13 (rounding: proportional
-    parts are one row times different factors) are one class.
-    """
-    pivots = np.argmax(np.abs(parts), axis=1)
-    factors = parts[np.arange(parts.shape[0]), pivots]
-    normal = parts / factors[:, None]
-    rounded = np.ascontiguousarray(np.round(normal, 9) + 0.0)  # (-0.0 as 0.0)
-    width = parts.shape[1]
-    keys = dict(known.keys) if known is not None else {}
-    count = known.count if known is not None else 0
-    classes = np.empty(parts.shape[0], dtype=np.int64)
-    firsts: list[int] = []  # the rows that start new classes
-    for i, key in enumerate(hash(row.tobytes()) for row in rounded):
-        found = keys.get(key)
-        if found is None:
-            found = keys[key] = count + len(firsts)
-            firsts.append(i)
-        classes[i] = found
-    room = known.rows if known is not None else _Room(np.empty((0, width)))
-    room = room.grown((count, width), (count + len(firsts), width))
-    room.data[count : count + len(firsts)] = normal[firsts]
-    total = count + len(firsts)
-    # a row that rounds as its class's but is farther from it: a class of its own
-    far = np.flatnonzero(np.abs(normal - room.data[classes]).max(axis=1) > 1e-13)
-    if far.size:
-        room = room.grown((total, width), (total + far.size, width))
-        room.data[total : total + far.size] = normal[far]
-        classes[far] = np.arange(total, total + far.size)
-        total += far.size
-    if known is not None:
-        vectors = np.concatenate([known.vectors, vectors])
-        classes = np.concatenate([known.classes, classes])
-        factors = np.concatenate([known.factors, factors])
-    return _Touching(vectors, classes, factors, room, total, keys)
-
     def solve_batch(
         self, queries: Sequence[Rows]
     ) -> tuple[list[FloatArray | None], list[float], BatchUpdates]:
@@ -697,7 +666,7 @@ def _classed(known: _Touching | None, vectors: IntArray, parts: FloatArray) -> _
         for i, (coordinates, values) in enumerate(queries):
             work[coordinates, i] = values
         norms = np.sqrt(np.einsum("ij,ij->j", work, work))
-        fitted, unfitted = self._forward(blocks, work, queries)
+        fitted, unfitted = self._forward(blocks, work, queries, None)
         residuals = np.sqrt(unfitted) / norms
         # the blocks the substitution met (the queries', the fitted fronts' below): the rest
         # of the coordinates hold nothing of any query, nor of a combination of them
@@ -744,6 +713,46 @@ def _classed(known: _Touching | None, vectors: IntArray, parts: FloatArray) -> _
             joins=(self._residual, _RANK),
         )
         return found, residuals.tolist(), updates
+
+
+def _classed(known: _Touching | None, vectors: IntArray, parts: FloatArray) -> _Touching:
+    """``known`` with ``vectors`` added: each one's part (a row of ``parts``) in a class.
+
+    A part is its entry of largest magnitude times its row over that entry; rows that round
+    alike to 9 decimals (found by a hash of that) and agree to 1e-13 (rounding: proportional
+    parts are one row times different factors) are one class.
+    """
+    pivots = np.argmax(np.abs(parts), axis=1)
+    factors = parts[np.arange(parts.shape[0]), pivots]
+    normal = parts / factors[:, None]
+    rounded = np.ascontiguousarray(np.round(normal, 9) + 0.0)  # (-0.0 as 0.0)
+    width = parts.shape[1]
+    keys = dict(known.keys) if known is not None else {}
+    count = known.count if known is not None else 0
+    classes = np.empty(parts.shape[0], dtype=np.int64)
+    firsts: list[int] = []  # the rows that start new classes
+    for i, key in enumerate(hash(row.tobytes()) for row in rounded):
+        found = keys.get(key)
+        if found is None:
+            found = keys[key] = count + len(firsts)
+            firsts.append(i)
+        classes[i] = found
+    room = known.rows if known is not None else _Room(np.empty((0, width)))
+    room = room.grown((count, width), (count + len(firsts), width))
+    room.data[count : count + len(firsts)] = normal[firsts]
+    total = count + len(firsts)
+    # a row that rounds as its class's but is farther from it: a class of its own
+    far = np.flatnonzero(np.abs(normal - room.data[classes]).max(axis=1) > 1e-13)
+    if far.size:
+        room = room.grown((total, width), (total + far.size, width))
+        room.data[total : total + far.size] = normal[far]
+        classes[far] = np.arange(total, total + far.size)
+        total += far.size
+    if known is not None:
+        vectors = np.concatenate([known.vectors, vectors])
+        classes = np.concatenate([known.classes, classes])
+        factors = np.concatenate([known.factors, factors])
+    return _Touching(vectors, classes, factors, room, total, keys)
 
 
 def _directions(off: FloatArray, threshold: float) -> FloatArray:
