@@ -12,13 +12,15 @@ reach few blocks: a query reads the fronts on its path, not the history.
 
 - *A row* (``sqrt(w) h_j`` for a measurement of vector ``j`` weighing ``w``: ``c_j^2`` grows
   by ``w``, ``A^T A`` by ``w h_j h_j^T``) enters at its first block ``T``. Its part there is
-  split along ``V_T`` and off it (orthogonalised twice); past ``_RANK`` of the largest row
-  the block has met, the part off it is a new direction of the front (its rank grows), else
-  rounding, dropped. The front and the row are then rotated (LAPACK's triangular-pentagonal
-  QR, ``dtpqrt``/``dtpmqrt``) so that the row has nothing left at ``T``; what remains of it,
-  over later blocks, is passed on to its next block. A block's incoming rows are taken
-  together: weighs wait (pooled per vector) until the next use, so a restart's whole history
-  is one pass over the blocks, a stack of rows and one factorization per block.
+  split along ``V_T`` and off it (orthogonalised twice); past ``_RANK`` of the block's scale
+  (the largest row it has met, and the scales of the blocks that passed rows on to it: their
+  rounding came with them), the part off it is a new direction of the front (its rank
+  grows), else rounding, dropped. The front and the row are then rotated (LAPACK's
+  triangular-pentagonal QR, ``dtpqrt``/``dtpmqrt``) so that the row has nothing left at
+  ``T``; what remains of it, over later blocks, is passed on to its next block. A block's
+  incoming rows are taken together: weighs wait (pooled per vector) until the next use, so
+  a restart's whole history is one pass over the blocks, a stack of rows and one
+  factorization per block.
 - *A query* ``q``: forward substitution ``R^T w = q`` from its first block: at ``T`` its part
   (less what earlier fronts took) is fitted along ``V_T`` (``w_T = R_T^{-T} V_T q_T``), the
   rest cannot be fitted (its squares, summed over the blocks, are the query's squared distance
@@ -37,8 +39,8 @@ reach few blocks: a query reads the fronts on its path, not the history.
 
 Rank decisions: :class:`~proxy.engine.span.SpanSolver` admits a vector farther than
 ``_INDEPENDENT`` (3e-5) of its norm from the span of the earlier ones; here a block admits a
-direction whose part off the front exceeds ``_RANK`` (1e-9) of the largest row that met the
-block (the vector's distance shows there scaled by its weight and by the rotations before).
+direction whose part off the front exceeds ``_RANK`` (1e-9) of the block's scale (the vector's
+distance shows there scaled by its weight and by the rotations before).
 On lattice-weight histories a dependent vector leaves rounding (about 1e-14 of that scale here,
 1e-9 of its norm in the span solver's Gram route) and a new direction at least 1e-2 of its
 norm times its weight's share of the block's largest: both rules decide alike
@@ -67,7 +69,7 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 Rows = tuple[IntArray, FloatArray]  # rows over some coordinates: (coordinates, rows x them)
 
-# A row's part off a front joins it past this share of the largest row the block has met:
+# A row's part off a front joins it past this share of the block's scale (its largest row):
 # rounding leaves about 1e-14 of it, a lattice history's new directions 1e-2 of their norm.
 _RANK = 1e-9
 # Entries of a row passed on below this share of that largest row are rounding, set to zero,
@@ -282,6 +284,8 @@ class BlockFronts:
         pending, self._pending = self._pending, {}
         blocks = self._table()
         waiting: dict[int, list[Rows]] = {}
+        # per block, the largest scale of the blocks that passed rows on to it: their rounding
+        carried: dict[int, float] = {}
         for j, weight2 in pending.items():
             coordinates, values = self._vectors[j]
             first = self._first(blocks, coordinates)
@@ -291,11 +295,13 @@ class BlockFronts:
         heapq.heapify(queue)
         while queue:
             _, block = heapq.heappop(queue)
-            for later, rows in self._fold(blocks, block, waiting.pop(block)):
+            passed, scale = self._fold(blocks, block, waiting.pop(block), carried.pop(block, 0.0))
+            for later, rows in passed:
                 if later not in waiting:
                     waiting[later] = []
                     heapq.heappush(queue, (int(blocks.place[later]), later))
                 waiting[later].append(rows)
+                carried[later] = max(carried.get(later, 0.0), scale)
 
     @staticmethod
     def _first(blocks: _Blocks, coordinates: IntArray) -> int:
@@ -303,10 +309,17 @@ class BlockFronts:
         weighed = blocks.of(coordinates)
         return int(weighed[np.argmin(blocks.place[weighed])])
 
-    def _fold(self, blocks: _Blocks, block: int, incoming: list[Rows]) -> list[tuple[int, Rows]]:
+    def _fold(
+        self, blocks: _Blocks, block: int, incoming: list[Rows], carried: float
+    ) -> tuple[list[tuple[int, Rows]], float]:
         """Rotate rows whose first block is ``block`` into its front; the rest, passed on.
 
-        Returns the rows left over the later blocks, grouped by their first block.
+        Returns the rows left over the later blocks, grouped by their first block, and the
+        block's scale. ``carried``: the scale of the blocks that passed these rows on. Their
+        rounding is of that size, not of the rows' own norms: with the block's scale taken
+        from those alone, a restart's rows (taken together, each block left with rounding
+        of the rows before) made rounding into directions of the later fronts (rank 43
+        where the history has 26, biased weights: tests/engine/test_fronts.py).
         """
         columns, rows = _stacked(incoming, blocks.size)
         start, stop = blocks.bounds(block)
@@ -316,7 +329,7 @@ class BlockFronts:
         later_columns = np.concatenate([columns[:lo], columns[hi:]])
         front = self._fronts.get(block)
         norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-        scale = max(front.scale if front is not None else 0.0, float(norms.max()))
+        scale = max(front.scale if front is not None else 0.0, float(norms.max()), carried)
         if front is None:
             along, off = np.zeros((rows.shape[0], 0)), here
             directions = here[:0]
@@ -331,7 +344,7 @@ class BlockFronts:
         k, n = directions.shape[0], directions.shape[0] + new.shape[0]
         if n == 0:  # nothing fixes the block: the rows' parts there are rounding
             later = np.hstack([rows[:, :lo], rows[:, hi:]])
-            return _passed_on(blocks, later_columns, later, scale)
+            return _passed_on(blocks, later_columns, later, scale), scale
         top = np.zeros((n, n), order="F")
         # column-major, as LAPACK takes them (else its wrappers copy them in and out)
         bottom = np.asfortranarray(np.hstack([along, off @ new.T]) if new.size else along)
@@ -381,7 +394,7 @@ class BlockFronts:
             for earlier, other in self._fronts.items():  # C_T in the directions: one more
                 if np.any(other.reaches == block):
                     self._compressed.pop(earlier, None)
-        return _passed_on(blocks, merged, rows_below, scale)
+        return _passed_on(blocks, merged, rows_below, scale), scale
 
     def _order(self) -> tuple[IntArray, IntArray]:
         """The blocks with fronts, in the order (highest order first); each block's rank."""

@@ -251,3 +251,35 @@ def test_a_restarts_fronts_solve_as_those_built_row_by_row() -> None:
             scale = np.abs(wanted).max()
             assert np.allclose(values, wanted, rtol=0.0, atol=1e-9 * scale)
     assert np.allclose(residuals, expected_residuals, rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_restarts_rows_of_precisions_far_apart_keep_the_historys_rank(seed: int) -> None:
+    """Rows whose weights lie up to 1e6 apart, taken together (a restart): each later block
+    judges the rows passed on to it against the scale of the blocks they came from, so their
+    rounding does not become directions (it did: rank 43 for 26, weights 1e11 off the query)."""
+    rng = np.random.default_rng(seed)
+    shape = (4, 3, 5)
+    space = AnovaCoordinates(shape)
+    fronts = BlockFronts(space, residual=RESIDUAL)
+    tensors, weights = [], []
+    for _ in range(int(rng.integers(15, 40))):
+        tensor = np.where(rng.random(60) < 0.3, rng.choice([1.0, 2.0, -1.0], 60), 0.0)
+        if not tensor.any():
+            continue
+        tensors.append(tensor)
+        weights.append(float(rng.choice([1e-4, 0.05, 3.0, 50.0, 100.0])) ** 2)
+        cells = LinearQuery.from_tensor(shape, tensor.reshape(shape))
+        fronts.weigh(fronts.add(*space.of(cells)), weights[-1])
+    h = np.array(tensors)
+    assert fronts.rank == np.linalg.matrix_rank(h)
+    queries = [h[0] + h[-1], h[len(h) // 2], 2.0 * h[1] - h[2]]
+    found, _ = fronts.solve_many(
+        [space.of(LinearQuery.from_tensor(shape, q.reshape(shape))) for q in queries]
+    )
+    for values, query in zip(found, queries):
+        assert values is not None
+        # u_j = c_j * values_j, and sum_j u_j c_j h_j is the query: to eps times the squared
+        # condition of the weighed rows (1e6 apart), as through the span solver's Gram route
+        combined = (values * np.array(weights)) @ h
+        assert np.abs(combined - query).max() <= 1e-2 * np.abs(query).max()
