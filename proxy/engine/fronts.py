@@ -419,10 +419,7 @@ class BlockFronts:
             return [], []
         self._absorb()
         blocks = self._table()
-        work = np.zeros((blocks.size, len(queries)))
-        for i, (coordinates, values) in enumerate(queries):
-            work[coordinates, i] = values
-        norms = np.sqrt(np.array([values @ values for _, values in queries]))
+        work, norms = _columns(blocks, queries)
         fitted, unfitted = self._forward(blocks, work, queries, norms)
         residuals = np.sqrt(unfitted) / norms
         inside = residuals <= self._residual
@@ -675,10 +672,7 @@ class BlockFronts:
         self._absorb()
         blocks = self._table()
         count = len(queries)
-        work = np.zeros((blocks.size, count))
-        for i, (coordinates, values) in enumerate(queries):
-            work[coordinates, i] = values
-        norms = np.sqrt(np.einsum("ij,ij->j", work, work))
+        work, norms = _columns(blocks, queries)
         fitted, unfitted = self._forward(blocks, work, queries, None)
         residuals = np.sqrt(unfitted) / norms
         # the blocks the substitution met (the queries', the fitted fronts' below): the rest
@@ -726,6 +720,14 @@ class BlockFronts:
             joins=(self._residual, _RANK),
         )
         return found, residuals.tolist(), updates
+
+
+def _columns(blocks: _Blocks, queries: Sequence[Rows]) -> tuple[FloatArray, FloatArray]:
+    """The queries over the blocks' coordinates, as columns (a solve takes them), and norms."""
+    work = np.zeros((blocks.size, len(queries)))
+    for i, (coordinates, values) in enumerate(queries):
+        work[coordinates, i] = values
+    return work, np.sqrt(np.array([values @ values for _, values in queries]))
 
 
 def _classed(known: _Touching | None, vectors: IntArray, parts: FloatArray) -> _Touching:
