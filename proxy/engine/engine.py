@@ -449,9 +449,11 @@ class PrivacyEngine:
             fresh_rows[i] = first + k
             if k < adopted:  # already a row of the adopted index
                 self._keep_answer(first + k, entry.noisy_answer)
-                self._budget.commit(Charges.of_query(entry.query, entry.budget))
             else:
-                self._record(entry)
+                self._append(entry)
+        # charged together: the budget prices a GROUP BY's groups of one shape and budget at
+        # once (20 charges one by one were 18 ms of the wide cube's first 20-group GROUP BY)
+        self._budget.commit(Charges(tuple((entry.query, entry.budget) for entry in entries)))
         answers = self._answers[: self._index.size]
         return tuple(
             self._reply(request, decision, answers, fresh_rows.get(i))
