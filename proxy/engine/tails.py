@@ -424,10 +424,24 @@ def _sum_log1p(runs: Runs, s: FloatArray, sign: float) -> FloatArray:
         ratio = float(b[split]) * s_max
         power_sums = sums * (ratio * ratio) ** orders
         coefficients = -((-sign) ** orders) * power_sums / orders
-        out += np.power.outer(np.square(s / s_max), orders) @ coefficients  # u^r, u <= 1
+        out += _polynomial(np.square(s / s_max), coefficients)  # u <= 1
     for start in range(0, split, 64):  # bounded memory: 64 terms x nodes at a time
         chunk = slice(start, min(start + 64, split))
         out += np.log1p(sign * np.square(np.outer(s, b[chunk]))) @ counts[chunk]
+    return out
+
+
+def _polynomial(u: FloatArray, coefficients: FloatArray) -> FloatArray:
+    """``sum_r c_r u^r``, ``r = 1 .. _SERIES_TERMS``, by Horner's rule, at each ``u``.
+
+    ``coefficients``: the ``c_r`` along the last axis (a row's ``c`` as Q x 1 x R against
+    Q x J ``u``). No table of powers: at a batch's thousands of nodes the table (Q x J x R)
+    and its product were 10x the cost of these ``R`` passes.
+    """
+    out: FloatArray = u * coefficients[..., -1]
+    for r in range(coefficients.shape[-1] - 2, -1, -1):
+        out += coefficients[..., r]
+        out *= u
     return out
 
 
@@ -864,10 +878,7 @@ class _BatchSeries:
         coefficients = (
             -((-sign) ** orders) * self.sums * np.power.outer(ratio * ratio, orders) / orders
         )
-        u = np.square(s / s_max[:, None])  # u^r by running products: far cheaper than pow
-        powers = np.cumprod(np.repeat(u[:, :, None], _SERIES_TERMS, axis=2), axis=2)
-        out: FloatArray = np.matmul(powers, coefficients[:, :, None])[:, :, 0]
-        return out
+        return _polynomial(np.square(s / s_max[:, None]), coefficients[:, None, :])
 
 
 def _batch_sum_log1p(
