@@ -474,6 +474,8 @@ class Solution:
         """Whether both give the same non-zero weights to the same rows (to rounding)."""
         if self is other:
             return True
+        if self.terms != other.terms:  # (a BLUE against a repeat: without deriving its weights)
+            return False
         rows, weights = self._weighed()
         other_rows, other_weights = other._weighed()
         return bool(
