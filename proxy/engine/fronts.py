@@ -141,6 +141,17 @@ class _Touching:
     keys: dict[int, int]  # a class by a hash of its row rounded (to find a new vector's)
 
 
+@dataclass(frozen=True, slots=True)
+class _Spreading:
+    """The vectors' factors over their classes' values (:meth:`BlockFronts._classes_matrix`)."""
+
+    matrix: sparse.csr_array  # vectors x the blocks' classes, each block's after its first
+    offsets: dict[int, int]  # each block's first column
+    rooms: dict[int, int]  # each block's columns (its classes, and room for more)
+    lengths: dict[int, int]  # each block's vectors in it
+    vectors: int  # its rows: the vectors split when it was made
+
+
 class _Blocks:
     """The space's blocks as numbered when made: bounds, and each one's place in the order."""
 
@@ -207,13 +218,10 @@ class BlockFronts:
         # and those fronts' blocks as bits)
         self._compressed: dict[int, tuple[_Front, FloatArray, IntArray, int]] = {}
         # the vectors' classes per block, as a matrix from the classes' values to the vectors'
-        self._by_class: tuple[sparse.csr_array, dict[int, int]] | None = None
+        self._by_class: _Spreading | None = None
         # _class_rows', with the sequence and the matrix they were taken with
         self._rows_of_classes: (
-            tuple[
-                IntArray, tuple[sparse.csr_array, dict[int, int]], dict[int, tuple[int, FloatArray]]
-            ]
-            | None
+            tuple[IntArray, _Spreading, dict[int, tuple[int, FloatArray]]] | None
         ) = None
 
     def copy(self) -> BlockFronts:
@@ -590,39 +598,68 @@ class BlockFronts:
         split and no front gains a direction (its sequence is made again then): a solve reads
         every front's, and looking each up again cost the wide cube's solves 0.4 ms of 4.
         """
-        spread, offsets = by_class = self._classes_matrix()
+        by_class = self._classes_matrix()
         sequence = self._order()[0]
         kept = self._rows_of_classes
         if kept is not None and kept[0] is sequence and kept[1] is by_class:
-            return spread, kept[2]
+            return by_class.matrix, kept[2]
         rows = {
             block: (at, self._projection(block))
-            for block, at in offsets.items()
+            for block, at in by_class.offsets.items()
             if block in self._fronts
         }
         self._rows_of_classes = (sequence, by_class, rows)
-        return spread, rows
+        return by_class.matrix, rows
 
-    def _classes_matrix(self) -> tuple[sparse.csr_array, dict[int, int]]:
+    def _classes_matrix(self) -> _Spreading:
         """Each vector's factor over each class of its parts, and where a block's classes start.
 
         The vectors' values are this matrix times the classes' (one product rather than a
-        gather per block).
+        gather per block). Vectors split since are rows added to it: a block's classes have
+        room to grow into (a quarter more), and the matrix is made again only when a block
+        outgrows it or is new (a fresh vector cost the wide cube's next solve 1.4-3 ms).
         """
-        if self._by_class is None:
-            offsets, rows, columns, factors = {}, [], [], []
-            total = 0
-            for block, touching in self._touching.items():
-                offsets[block] = total
-                rows.append(touching.vectors)
-                columns.append(touching.classes + total)
-                factors.append(touching.factors)
-                total += touching.count
-            spread = sparse.csr_array(
-                (np.concatenate(factors), (np.concatenate(rows), np.concatenate(columns))),
-                shape=(self.size, total),
+        kept = self._by_class
+        if kept is not None and kept.vectors == self._split:
+            return kept
+        touching = self._touching
+        if kept is None or any(
+            block not in kept.offsets or t.count > kept.rooms[block]
+            for block, t in touching.items()
+        ):
+            offsets, rooms, total = {}, {}, 0
+            for block, t in touching.items():
+                offsets[block], rooms[block] = total, t.count + t.count // 4 + 8
+                total += rooms[block]
+            lengths = dict.fromkeys(touching, 0)
+            first, matrix = 0, None
+        else:
+            offsets, rooms, lengths = kept.offsets, kept.rooms, kept.lengths
+            total, first, matrix = kept.matrix.shape[1], kept.vectors, kept.matrix
+        rows, columns = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        factors = [np.zeros(0)]
+        for block, t in touching.items():
+            known = lengths[block]
+            if known < t.vectors.size:  # (a few blocks: the new vectors')
+                rows.append(t.vectors[known:])
+                columns.append(t.classes[known:] + offsets[block])
+                factors.append(t.factors[known:])
+        added = sparse.csr_array(
+            (np.concatenate(factors), (np.concatenate(rows) - first, np.concatenate(columns))),
+            shape=(self._split - first, total),
+        )
+        if matrix is not None:  # (the new vectors' rows after the others')
+            added = sparse.csr_array(
+                (
+                    np.concatenate([matrix.data, added.data]),
+                    np.concatenate([matrix.indices, added.indices]),
+                    np.concatenate([matrix.indptr, added.indptr[1:] + matrix.indptr[-1]]),
+                ),
+                shape=(self._split, total),
             )
-            self._by_class = (spread, offsets)
+        self._by_class = _Spreading(
+            added, offsets, rooms, {b: t.vectors.size for b, t in touching.items()}, self._split
+        )
         return self._by_class
 
     def _projection(self, block: int) -> FloatArray:
@@ -681,7 +718,6 @@ class BlockFronts:
             known = self._touching.get(block)
             self._touching[block] = _classed(known, vector[firsts[lo:hi]], parts)
         self._split = self.size
-        self._by_class = None
 
     def solve_batch(
         self, queries: Sequence[Rows]
