@@ -29,10 +29,11 @@ reach few blocks: a query reads the fronts on its path, not the history.
   ``R z = w``, last block first (``z_T = V_T^T y_T``, ``y_T = R_T^{-1} (w_T - C_T z)``), over
   the fronts that ``w`` or ``z`` reach, and ``u_j / c_j = h_j^T z`` (``u = A z``: ``A^T u =
   R^T R z = q``, ``u`` in ``A``'s range: the minimum-norm solution; any ``z`` with ``R z = w``
-  gives it). Both run in the fronts' directions, not over the coordinates: ``C_T z`` as
-  ``C_T``'s columns along the later fronts' directions times their ``y`` (``z`` is zero in a
-  block without a front), ``h_j^T z`` as ``sum_T (V_T h_j[T])^T y_T``; those products are kept
-  (a front's rank is a few times below its block's coordinates) and extended as fronts change.
+  gives it). Both run in the fronts' directions, not over the coordinates: ``R_T^{-1} C_T z``
+  as ``R_T^{-1} C_T``'s columns along the later fronts' directions times their ``y`` (``z``
+  is zero in a block without a front), ``h_j^T z`` as ``sum_T (V_T h_j[T])^T y_T``; those
+  products are kept (a front's rank is a few times below its block's coordinates) and
+  extended as fronts change.
   Every vector's value is needed, so a solve reads them all: about ``r`` times the ranks of the
   lower fronts a front reaches, plus the classes of proportional parts per block (vectors
   measuring the same cells of the block's dimensions) times the ranks of their blocks.
@@ -140,6 +141,17 @@ class _Touching:
     keys: dict[int, int]  # a class by a hash of its row rounded (to find a new vector's)
 
 
+@dataclass(frozen=True, slots=True)
+class _Spreading:
+    """The vectors' factors over their classes' values (:meth:`BlockFronts._classes_matrix`)."""
+
+    matrix: sparse.csr_array  # vectors x the blocks' classes, each block's after its first
+    offsets: dict[int, int]  # each block's first column
+    rooms: dict[int, int]  # each block's columns (its classes, and room for more)
+    lengths: dict[int, int]  # each block's vectors in it
+    vectors: int  # its rows: the vectors split when it was made
+
+
 class _Blocks:
     """The space's blocks as numbered when made: bounds, and each one's place in the order."""
 
@@ -202,11 +214,15 @@ class BlockFronts:
         self._split = 0
         self._projected: dict[int, tuple[_Room, tuple[int, int], FloatArray]] = {}
         self._ranks: IntArray | None = None  # each block's front's rows, with the sequence
-        # per front, C_T in the later fronts' directions: (the front, C_T in them, where,
+        # per front, R_T^{-1} C_T in the later fronts' directions: (the front, that, where,
         # and those fronts' blocks as bits)
         self._compressed: dict[int, tuple[_Front, FloatArray, IntArray, int]] = {}
         # the vectors' classes per block, as a matrix from the classes' values to the vectors'
-        self._by_class: tuple[sparse.csr_array, dict[int, int]] | None = None
+        self._by_class: _Spreading | None = None
+        # _class_rows', with the sequence and the matrix they were taken with
+        self._rows_of_classes: (
+            tuple[IntArray, _Spreading, dict[int, tuple[int, FloatArray]]] | None
+        ) = None
 
     def copy(self) -> BlockFronts:
         """An independent solver with the same vectors and weights, sharing the fronts.
@@ -488,46 +504,51 @@ class BlockFronts:
 
         Last block first; a front that ``w`` misses and whose later blocks ``z`` has not
         reached gives ``z`` nothing. ``z`` is never formed over the coordinates: a front's
-        ``C_T z`` is read as ``C_T``'s columns in the later fronts' directions times their
-        ``y`` (:meth:`_compressed_below`), a few times fewer numbers than ``C_T``.
+        ``R_T^{-1} C_T z`` is read as ``R_T^{-1} C_T``'s columns in the later fronts' directions
+        times their ``y`` (:meth:`_compressed_below`), a few times fewer numbers than ``C_T``;
+        ``R_T^{-1}`` itself only for the fronts ``w`` reaches (few: the query's blocks').
         """
         order, ranks = self._order()
         count = next(iter(fitted.values())).shape[1]
-        # y_T in the first columns of block T's coordinates (a query's y a contiguous row)
-        y = np.zeros((count, blocks.size))
+        # y_T in the first rows of block T's coordinates
+        y = np.zeros((blocks.size, count))
         reached = 0  # the fronts given a y so far, as bits
         along: dict[int, FloatArray] = {}
         fronts, known = self._fronts, self._compressed
-        for block in order[::-1].tolist():
+        backwards = order[::-1]
+        for block, start in zip(backwards.tolist(), blocks.starts[backwards].tolist()):
             w = fitted.get(block)
             front = fronts[block]
             below_of = known.get(block)
             if below_of is not None and below_of[0] is front:  # (_compressed_below's, kept)
-                _, compressed, positions, reads = below_of
+                _, reduced, positions, reads = below_of
             else:
-                compressed, positions, reads = self._compressed_below(blocks, block, ranks)
-            if not reached & reads:
+                reduced, positions, reads = self._compressed_below(blocks, block, ranks)
+            if reached & reads:
+                part = reduced @ y[positions]
                 if w is None:
-                    continue
+                    np.negative(part, out=part)
+                else:
+                    np.subtract(front.inverse @ w, part, out=part)
+            elif w is None:
+                continue
             else:
-                below = compressed @ y[:, positions].T
-                w = -below if w is None else w - below
-            start = int(blocks.starts[block])
-            part = along[block] = front.inverse @ w
-            y[:, start : start + part.shape[0]] = part.T
+                part = front.inverse @ w
+            along[block] = y[start : start + part.shape[0]] = part
             reached |= 1 << block
         return along
 
     def _compressed_below(
         self, blocks: _Blocks, block: int, ranks: IntArray
     ) -> tuple[FloatArray, IntArray, int]:
-        """``C_T [V_S^T]_S`` over the later fronts ``S`` it reaches, where their ``y_S`` lie.
+        """``R_T^{-1} C_T [V_S^T]_S`` over the later fronts ``S`` it reaches, where ``y_S`` lie.
 
         And those fronts' blocks as bits (``1 << S``).
 
         ``C_T z = sum_S C_T[S] V_S^T y_S`` exactly (``z`` is zero in blocks without a front).
-        Kept until the front changes, or one of those gains a direction (:meth:`_fold`
-        drops it then).
+        With ``R_T^{-1}`` taken in, a back substitution reads one matrix per front, not also
+        ``R_T^{-1}`` (0.49 M numbers of the wide cube's 2.1 M, at rank 4,645). Kept until
+        the front changes, or one of those gains a direction (:meth:`_fold` drops it then).
         """
         front = self._fronts[block]
         known = self._compressed.get(block)
@@ -551,45 +572,94 @@ class BlockFronts:
             pieces.append(front.below[:, first:last] @ directions.T)
             positions.append(np.arange(start, start + rank))
         k = front.factor.shape[0]
-        compressed = np.hstack(pieces) if pieces else np.zeros((k, 0))
+        reduced = front.inverse @ np.hstack(pieces) if pieces else np.zeros((k, 0))
         where = np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
         reads = sum(1 << b for b, rank in zip(front.reaches.tolist(), reached.tolist()) if rank)
-        self._compressed[block] = (front, compressed, where, reads)
-        return compressed, where, reads
+        self._compressed[block] = (front, reduced, where, reads)
+        return reduced, where, reads
 
     def _values(self, blocks: _Blocks, along: dict[int, FloatArray], count: int) -> FloatArray:
         """``h_j^T z`` for every vector ``j`` (rows): ``sum_T (V_T h_j[T])^T y_T``."""
         self._split_vectors(blocks)
-        spread, offsets = self._classes_matrix()
+        spread, rows = self._class_rows()
         classes = np.zeros((spread.shape[1], count))  # h_c^T z per class (zero: no front)
         for block, y in along.items():
-            if block in offsets:
-                projection = self._projection(block)
-                at = offsets[block]
+            found = rows.get(block)
+            if found is not None:
+                at, projection = found
                 np.matmul(projection, y, out=classes[at : at + projection.shape[0]])
         values: FloatArray = spread @ classes
         return values
 
-    def _classes_matrix(self) -> tuple[sparse.csr_array, dict[int, int]]:
+    def _class_rows(self) -> tuple[sparse.csr_array, dict[int, tuple[int, FloatArray]]]:
+        """:meth:`_classes_matrix`; per block with a front, its classes' first and rows there.
+
+        The rows along the front's directions (:meth:`_projection`). Kept while no vector is
+        split and no front gains a direction (its sequence is made again then): a solve reads
+        every front's, and looking each up again cost the wide cube's solves 0.4 ms of 4.
+        """
+        by_class = self._classes_matrix()
+        sequence = self._order()[0]
+        kept = self._rows_of_classes
+        if kept is not None and kept[0] is sequence and kept[1] is by_class:
+            return by_class.matrix, kept[2]
+        rows = {
+            block: (at, self._projection(block))
+            for block, at in by_class.offsets.items()
+            if block in self._fronts
+        }
+        self._rows_of_classes = (sequence, by_class, rows)
+        return by_class.matrix, rows
+
+    def _classes_matrix(self) -> _Spreading:
         """Each vector's factor over each class of its parts, and where a block's classes start.
 
         The vectors' values are this matrix times the classes' (one product rather than a
-        gather per block).
+        gather per block). Vectors split since are rows added to it: a block's classes have
+        room to grow into (a quarter more), and the matrix is made again only when a block
+        outgrows it or is new (a fresh vector cost the wide cube's next solve 1.4-3 ms).
         """
-        if self._by_class is None:
-            offsets, rows, columns, factors = {}, [], [], []
-            total = 0
-            for block, touching in self._touching.items():
-                offsets[block] = total
-                rows.append(touching.vectors)
-                columns.append(touching.classes + total)
-                factors.append(touching.factors)
-                total += touching.count
-            spread = sparse.csr_array(
-                (np.concatenate(factors), (np.concatenate(rows), np.concatenate(columns))),
-                shape=(self.size, total),
+        kept = self._by_class
+        if kept is not None and kept.vectors == self._split:
+            return kept
+        touching = self._touching
+        if kept is None or any(
+            block not in kept.offsets or t.count > kept.rooms[block]
+            for block, t in touching.items()
+        ):
+            offsets, rooms, total = {}, {}, 0
+            for block, t in touching.items():
+                offsets[block], rooms[block] = total, t.count + t.count // 4 + 8
+                total += rooms[block]
+            lengths = dict.fromkeys(touching, 0)
+            first, matrix = 0, None
+        else:
+            offsets, rooms, lengths = kept.offsets, kept.rooms, kept.lengths
+            total, first, matrix = kept.matrix.shape[1], kept.vectors, kept.matrix
+        rows, columns = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        factors = [np.zeros(0)]
+        for block, t in touching.items():
+            known = lengths[block]
+            if known < t.vectors.size:  # (a few blocks: the new vectors')
+                rows.append(t.vectors[known:])
+                columns.append(t.classes[known:] + offsets[block])
+                factors.append(t.factors[known:])
+        added = sparse.csr_array(
+            (np.concatenate(factors), (np.concatenate(rows) - first, np.concatenate(columns))),
+            shape=(self._split - first, total),
+        )
+        if matrix is not None:  # (the new vectors' rows after the others')
+            added = sparse.csr_array(
+                (
+                    np.concatenate([matrix.data, added.data]),
+                    np.concatenate([matrix.indices, added.indices]),
+                    np.concatenate([matrix.indptr, added.indptr[1:] + matrix.indptr[-1]]),
+                ),
+                shape=(self._split, total),
             )
-            self._by_class = (spread, offsets)
+        self._by_class = _Spreading(
+            added, offsets, rooms, {b: t.vectors.size for b, t in touching.items()}, self._split
+        )
         return self._by_class
 
     def _projection(self, block: int) -> FloatArray:
@@ -648,7 +718,6 @@ class BlockFronts:
             known = self._touching.get(block)
             self._touching[block] = _classed(known, vector[firsts[lo:hi]], parts)
         self._split = self.size
-        self._by_class = None
 
     def solve_batch(
         self, queries: Sequence[Rows]
