@@ -839,6 +839,8 @@ def _passed_on(
     """
     if not columns.size:
         return []
+    if rows.shape[0] > 2 * columns.size:
+        rows = _fewer(blocks, columns, rows)
     left = np.abs(rows) > _ZERO * scale
     np.copyto(rows, 0.0, where=~left)
     # a block's columns are consecutive: which blocks each row weighs, then the first in order
@@ -863,3 +865,17 @@ def _passed_on(
         block = int(owners[starts[by_place[first[begin]]]])
         out.append((block, (columns, group) if kept.all() else (columns[kept], group[:, kept])))
     return out
+
+
+def _fewer(blocks: _Blocks, columns: IntArray, rows: FloatArray) -> FloatArray:
+    """Rows with the same ``rows^T rows`` over ``columns``, as many as the columns.
+
+    The triangle of their QR, the columns taken in the blocks' order: each row starts at a
+    later block than the one before, so the rows that a block passes on, more than the
+    coordinates they weigh (a restart's: thousands over hundreds), visit fewer blocks.
+    """
+    order = np.argsort(blocks.place[blocks.of(columns)], kind="stable")
+    (triangle,) = scipy.linalg.qr(rows[:, order], mode="r", overwrite_a=True, check_finite=False)
+    fewer = np.empty_like(triangle)
+    fewer[:, order] = triangle
+    return fewer
