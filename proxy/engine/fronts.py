@@ -876,6 +876,6 @@ def _fewer(blocks: _Blocks, columns: IntArray, rows: FloatArray) -> FloatArray:
     """
     order = np.argsort(blocks.place[blocks.of(columns)], kind="stable")
     (triangle,) = scipy.linalg.qr(rows[:, order], mode="r", overwrite_a=True, check_finite=False)
-    fewer = np.empty_like(triangle)
+    fewer: FloatArray = np.empty_like(triangle)
     fewer[:, order] = triangle
     return fewer
