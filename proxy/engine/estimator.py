@@ -809,7 +809,9 @@ class HistoryIndex:
             group = self._groups[key] = len(self._group_vectors)
             found = None if known is None else known.get(query.key)
             coords, values = self._vector(query) if found is None else found
-            direction = values / factor
+            # (shared, read-only, when the factor is 1: a count's; the wide cube's restart
+            # held 68 MB of copies)
+            direction = values if factor == 1.0 else values / factor
             self._group_vectors.append((coords, direction))
             if self._span is not None:
                 self._span.add(coords, direction, scaled_from=(values, factor))

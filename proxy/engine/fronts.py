@@ -370,10 +370,15 @@ class BlockFronts:
         else:
             top[:k, :k] = front.factor
             merged, top_below, reaches = _bordered(front, later_columns, n)
-        rows_below = np.zeros((rows.shape[0], merged.size), order="F")
-        into = np.searchsorted(merged, later_columns)
-        rows_below[:, into[:lo]] = rows[:, :lo]
-        rows_below[:, into[lo:]] = rows[:, hi:]
+        if merged.size == later_columns.size:  # the rows' own columns: copied by slices
+            rows_below = np.empty((rows.shape[0], merged.size), order="F")
+            rows_below[:, :lo] = rows[:, :lo]
+            rows_below[:, lo:] = rows[:, hi:]
+        else:
+            rows_below = np.zeros((rows.shape[0], merged.size), order="F")
+            into = np.searchsorted(merged, later_columns)
+            rows_below[:, into[:lo]] = rows[:, :lo]
+            rows_below[:, into[lo:]] = rows[:, hi:]
         top, reflectors, panels, info = scipy.linalg.lapack.dtpqrt(
             0, min(_PANEL, n), top, bottom, overwrite_a=1
         )
@@ -896,14 +901,21 @@ def _stacked(incoming: list[Rows], size: int) -> Rows:
 def _passed_on(
     blocks: _Blocks, columns: IntArray, rows: FloatArray, scale: float
 ) -> list[tuple[int, Rows]]:
-    """Rows left over later blocks, rounding dropped, grouped by their first block."""
+    """Rows left over later blocks, rounding dropped, grouped by their first block.
+
+    ``rows`` is taken: its rounding is set to zero in place (one pass over the rows, whose
+    mask of what is left also tells which blocks and columns they weigh).
+    """
     if not columns.size:
         return []
-    rows = np.where(np.abs(rows) > _ZERO * scale, rows, 0.0)
+    if rows.shape[0] > 2 * columns.size:
+        rows = _fewer(blocks, columns, rows)
+    left = np.abs(rows) > _ZERO * scale
+    np.copyto(rows, 0.0, where=~left)
     # a block's columns are consecutive: which blocks each row weighs, then the first in order
     owners = blocks.of(columns)
     starts = np.flatnonzero(np.diff(owners, prepend=-1))
-    weighs = np.logical_or.reduceat(rows != 0.0, starts, axis=1)
+    weighs = np.logical_or.reduceat(left, starts, axis=1)
     by_place = np.argsort(blocks.place[owners[starts]])
     weighs = weighs[:, by_place]
     first = np.argmax(weighs, axis=1)  # a row of zeros (absorbed) goes nowhere
@@ -916,8 +928,23 @@ def _passed_on(
     out = []
     for begin, end in zip([0, *cuts.tolist()], [*cuts.tolist(), order.size]):
         # most often every row goes on to one block, over every column: then not copied
-        group = rows if end - begin == rows.shape[0] else rows[order[begin:end]]
-        kept = np.any(group != 0.0, axis=0)
+        every = end - begin == rows.shape[0]
+        group = rows if every else rows[order[begin:end]]
+        kept = np.any(left if every else left[order[begin:end]], axis=0)
         block = int(owners[starts[by_place[first[begin]]]])
         out.append((block, (columns, group) if kept.all() else (columns[kept], group[:, kept])))
     return out
+
+
+def _fewer(blocks: _Blocks, columns: IntArray, rows: FloatArray) -> FloatArray:
+    """Rows with the same ``rows^T rows`` over ``columns``, as many as the columns.
+
+    The triangle of their QR, the columns taken in the blocks' order: each row starts at a
+    later block than the one before, so the rows that a block passes on, more than the
+    coordinates they weigh (a restart's: thousands over hundreds), visit fewer blocks.
+    """
+    order = np.argsort(blocks.place[blocks.of(columns)], kind="stable")
+    (triangle,) = scipy.linalg.qr(rows[:, order], mode="r", overwrite_a=True, check_finite=False)
+    fewer: FloatArray = np.empty_like(triangle)
+    fewer[:, order] = triangle
+    return fewer
