@@ -7,12 +7,23 @@ over every row, history and fresh.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 import pytest
 
 from proxy.engine import span
 from proxy.engine.estimator import BatchSolve, HistoryIndex, Solution
 from sqlmap.vector import LinearQuery
+
+
+def _from_scratch(index: HistoryIndex) -> HistoryIndex:
+    """A copy of ``index`` with a cache of its own: its solves are made, not the batch's
+    corrected values found again (copies share the cache, and a batch caches what it corrects)."""
+    other = index.copy()
+    other._solutions = OrderedDict()
+    other._solutions_held = [0]
+    return other
 
 
 def _dense_blue(h: np.ndarray, precision: np.ndarray, q: np.ndarray) -> np.ndarray | None:
@@ -30,13 +41,13 @@ def _weights(solution: Solution, m: int) -> np.ndarray:
     return dense
 
 
-def _same(a: Solution | None, b: Solution | None, m: int) -> None:
+def _same(a: Solution | None, b: Solution | None, m: int, rtol: float = 1e-8) -> None:
     assert (a is None) == (b is None)
     if a is not None and b is not None:
         wa, wb = _weights(a, m), _weights(b, m)
-        np.testing.assert_allclose(wa, wb, rtol=1e-8, atol=1e-9 * float(np.abs(wb).max()))
-        assert a.variance == pytest.approx(b.variance, rel=1e-8)
-        assert a.residual == pytest.approx(b.residual, abs=1e-12)
+        np.testing.assert_allclose(wa, wb, rtol=rtol, atol=rtol * float(np.abs(wb).max()))
+        assert a.variance == pytest.approx(b.variance, rel=rtol)
+        assert a.residual == pytest.approx(b.residual, abs=0.1 * rtol)  # a distance from the span
 
 
 def _history(rng: np.random.Generator, n: int, factored: bool) -> tuple[HistoryIndex, list]:
@@ -104,10 +115,13 @@ def _measured_in_order(
             _same(got, index.solve(query), index.size)
         else:
             corrected += batch._updates is not None
-            reference = copy.copy().solve(query)  # a copy of its own: placed from scratch
-            _same(got, reference, copy.size)
+            precision = np.array([p for _, p in rows])
+            # the corrected and the from-scratch solve differ by rounding times the squared
+            # spread of the rows' precisions (up to 1e6 here); both meet the dense check below
+            rtol = max(1e-8, 1e-15 * (precision.max() / precision.min()) ** 2)
+            _same(got, _from_scratch(copy).solve(query), copy.size, rtol)
             h = np.array([r for r, _ in rows])
-            blue = _dense_blue(h, np.array([p for _, p in rows]), query.to_dense())
+            blue = _dense_blue(h, precision, query.to_dense())
             if got is not None and blue is not None and got.residual < 1e-9:
                 # a fresh vector within span._INDEPENDENT of the span is taken as in it
                 np.testing.assert_allclose(
@@ -145,7 +159,7 @@ def test_a_cancelling_correction_is_solved_on_the_copy() -> None:
     batch.measured(0, copy, copy.append(query, alpha=1e4, step=1e-3))
     assert batch._updates is not None
     assert batch._updates.solve(1) is None  # the correction cancelled
-    _same(batch.solve(1), copy.copy().solve(query), copy.size)
+    _same(batch.solve(1), _from_scratch(copy).solve(query), copy.size)
 
 
 def test_a_span_past_its_bound_is_solved_on_the_copy(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -159,10 +173,10 @@ def test_a_span_past_its_bound_is_solved_on_the_copy(monkeypatch: pytest.MonkeyP
     copy = index.copy()
     batch.measured(0, copy, copy.append(groups[0], alpha=1.0, step=1e-3))  # rank 2
     assert batch._updates is not None
-    _same(batch.solve(1), copy.copy().solve(groups[1]), copy.size)
+    _same(batch.solve(1), _from_scratch(copy).solve(groups[1]), copy.size)
     batch.measured(1, copy, copy.append(groups[1], alpha=1.0, step=1e-3))  # would be rank 3
     assert batch._updates is None
-    _same(batch.solve(2), copy.copy().solve(groups[2]), copy.size)
+    _same(batch.solve(2), _from_scratch(copy).solve(groups[2]), copy.size)
 
 
 def test_a_batch_asked_again_solves_its_span_once_a_value_is_measured() -> None:
@@ -177,7 +191,7 @@ def test_a_batch_asked_again_solves_its_span_once_a_value_is_measured() -> None:
     batch.measured(0, copy, copy.append(groups[0], alpha=0.3, step=1e-3))
     assert batch._updates is not None
     for i in range(1, 6):
-        _same(batch.solve(i), copy.copy().solve(groups[i]), copy.size)
+        _same(batch.solve(i), _from_scratch(copy).solve(groups[i]), copy.size)
 
 
 def test_dense_blue_helper_is_the_estimators() -> None:
@@ -206,7 +220,7 @@ def test_a_fresh_vector_taken_as_in_the_span_has_no_coordinate_along_later_ones(
     batch.measured(0, copy, copy.append(near, alpha=5.0, step=1e-3))
     batch.measured(1, copy, copy.append(cell, alpha=0.1, step=1e-3))
     assert batch._updates is not None
-    _same(batch.solve(2), copy.copy().solve(asked), copy.size)
+    _same(batch.solve(2), _from_scratch(copy).solve(asked), copy.size)
 
 
 def test_a_direction_too_costly_to_correct_over_the_cells_is_solved_on_the_copy(
@@ -221,7 +235,7 @@ def test_a_direction_too_costly_to_correct_over_the_cells_is_solved_on_the_copy(
     copy = index.copy()
     batch.measured(0, copy, copy.append(groups[0], alpha=1.0, step=1e-3))
     assert batch._updates is None  # 40 cells x 19 later queries > 2.5 x 1^2 and > 16
-    _same(batch.solve(1), copy.copy().solve(groups[1]), copy.size)
+    _same(batch.solve(1), _from_scratch(copy).solve(groups[1]), copy.size)
 
 
 def test_corrected_solves_on_the_fronts_are_the_copys(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -320,4 +334,4 @@ def test_a_fresh_vector_near_the_fronts_span_is_solved_on_the_copy(
         if updates is not None:
             assert (updates._dims > updates._rank) == joins
         for i, query in enumerate(asked, 1):
-            _same(batch.solve(i), copy.copy().solve(query), copy.size)
+            _same(batch.solve(i), _from_scratch(copy).solve(query), copy.size)
