@@ -1045,21 +1045,19 @@ class BatchUpdates:
             self._directions[:, dims - r] = direction
             self._t[dims, a] = d
             self._t[dims, later] = along
-            shift = along / d
-            terms = np.outer(y_a, shift)
-            self._y[:dims, later] -= terms
+            coefficient = along / d
+            rank_one_update(self._y[:dims, later], -1.0, y_a, coefficient)
             self._y[dims, later] = -(t_a @ self._y[:dims, later]) / d + along / (w * d * d)
-            rank_one_update(self._values[:, later], -1.0, values_a, shift)
             self._dims = rank
         else:
             gamma = w / (1.0 + w * float(t_a @ y_a))
             coefficient = gamma * (t_a @ self._y[:dims, later])
-            terms = np.outer(y_a, coefficient)
-            self._y[:dims, later] -= terms
-            rank_one_update(self._values[:, later], -1.0, values_a, coefficient)
-        self._largest[later] = np.maximum(
-            self._largest[later], np.abs(terms).max(axis=0, initial=0.0)
-        )
+            rank_one_update(self._y[:dims, later], -1.0, y_a, coefficient)
+        rank_one_update(self._values[:, later], -1.0, values_a, coefficient)
+        # the largest term, max_i |y_a[i] c_b|, is max_i |y_a[i]| times |c_b| (rounding is
+        # monotone): no outer product of the batch's size per measurement
+        largest_a = float(np.abs(y_a).max(initial=0.0))
+        np.maximum(self._largest[later], largest_a * np.abs(coefficient), out=self._largest[later])
         if new_vector:  # its coordinates: later directions give it none, as the copy places it
             self._new[: self._dims, len(self._factors)] = self._t[: self._dims, a]
             self._factors.append(factor)
