@@ -768,8 +768,8 @@ class BlockFronts:
         values are the copy's (the minimum-norm solution is unique), to rounding. The
         relative size of that part decides whether a fresh vector joins the span (a new
         direction in some front of the copy) past ``residual``, or is in it within
-        ``_RANK``; in between the copy decides. The far queries are solved too, once a value
-        is measured (a fresh measurement may bring them into the span).
+        ``_RANK``; in between the copy decides. The far queries' values are found when needed
+        (a fresh measurement may bring them into the span): most never are.
         """
         self._absorb()
         blocks = self._table()
@@ -799,15 +799,15 @@ class BlockFronts:
             part -= directions.T @ (directions @ part)  # its part off the front
         positions = [(block, end - ranks[block], end) for block, end in zip(order, ends)]
 
-        def solved(w: FloatArray) -> tuple[FloatArray, FloatArray]:
-            """``y = w`` and the values of queries of coordinates ``w`` (columns)."""
+        def values_of(w: FloatArray) -> FloatArray:
+            """The values of queries of coordinates ``w`` (columns; ``y = w``)."""
             along = self._back(blocks, {b: w[s:e] for b, s, e in positions if b in fitted})
-            return w, self._values(blocks, along, w.shape[1])
+            return self._values(blocks, along, w.shape[1])
 
         values = np.zeros((self.size, count))
         inside = residuals <= self._residual
         if fitted and np.any(inside):
-            values[:, inside] = solved(target[:, inside])[1]
+            values[:, inside] = values_of(target[:, inside])
         found: list[FloatArray | None] = [  # (copies: the corrections change values)
             values[:, i].copy() if inside[i] else None for i in range(count)
         ]
@@ -818,7 +818,7 @@ class BlockFronts:
             np.negative(remainders, out=remainders),
             norms,
             residual=self._residual,
-            outside=None if not fitted or np.all(inside) else (~inside, solved),
+            outside=None if not fitted or np.all(inside) else (~inside, np.copy, values_of),
             joins=(self._residual, _RANK),
         )
         return found, residuals.tolist(), updates
