@@ -57,8 +57,12 @@ __all__ = ["SpanSolver", "BatchUpdates"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
-# a batch's queries not solved yet, and what solves them from their coordinates t: (y, values)
-Outside = tuple[npt.NDArray[np.bool_], Callable[[FloatArray], tuple[FloatArray, FloatArray]]]
+# a batch's queries outside the span, what gives their y from t, and the values z_j^T y of y
+Outside = tuple[
+    npt.NDArray[np.bool_],
+    Callable[[FloatArray], FloatArray],
+    Callable[[FloatArray], FloatArray],
+]
 
 # Relative distance from the span above which a vector joins the basis. On Adult-like histories
 # dependent vectors land below 1e-9 and new directions above 1e-2; a vector admitted on rounding
@@ -724,7 +728,7 @@ class SpanSolver:
             kept_y, values = np.zeros((r, k)), np.zeros((self.size, k))
             if y is not None and per_vector is not None:
                 kept_y[:, inside], values[:, inside] = y, per_vector
-            outside = None if r == 0 or np.all(inside) else (~inside, self._solve_in_span)
+            outside = None if r == 0 or np.all(inside) else (~inside, self._y_of, self._values)
             updates = BatchUpdates(
                 target,
                 kept_y,
@@ -743,10 +747,15 @@ class SpanSolver:
 
         ``target``: the queries' coordinates ``t = L^T beta`` (:meth:`_project`), as columns.
         """
+        y = self._y_of(target)
+        return y, self._values(y)
+
+    def _y_of(self, target: FloatArray) -> FloatArray:
+        """``y`` with ``K y = t`` (refined once), for ``t`` as columns."""
         self.prepare()
         y = self._k_inv_times(target)
         y += self._k_inv_times(target - self._k_times(y))
-        return y, self._values(y)
+        return y
 
     def _k_times(self, x: FloatArray) -> FloatArray:
         """``K x`` (``x``: a vector or columns of K's order), with the terms held apart."""
@@ -961,8 +970,10 @@ class BatchUpdates:
         """The batch's solve: per query (columns) ``t``, ``y`` and the values ``z_j^T y``.
 
         ``fitted``: ``proj q_b - q_b`` over the cells, as columns (taken, not copied).
-        ``outside``: the queries not solved yet (their ``y`` and values zero here) and what
-        solves them from their ``t``: done at the first measurement, if any. ``joins``: a
+        ``outside``: the queries not solved yet (their ``y`` and values zero here), what gives
+        their ``y`` from their ``t`` (done at the first measurement, if any) and their values
+        from ``y`` (done once needed: at their solve within the span, or to correct a later
+        query's values). ``joins``: a
         fresh vector farther than the first of its norm from the span joins it, one within the
         second is in it; in between, the corrections stop (the copy decides). ``max_rank``,
         ``basis_nnz``: the span's bound, and the non-zeros of its basis vectors.
@@ -977,6 +988,10 @@ class BatchUpdates:
         self._values = values  # z_j^T y_b: history vector j, query b
         # solved when a query is first measured (the solver is as it was until the plan ends)
         self._unsolved = outside
+        # the queries whose values are not held (corrections leave theirs meaningless), and
+        # what gives them from y: most of a GROUP BY's fresh groups never need them
+        self._unknown = np.zeros(k, dtype=bool) if outside is None else outside[0].copy()
+        self._values_of = None if outside is None else outside[2]
         # proj q_b - q_b on the span so far: the remainders, with their sign changed
         self._remainders = fitted
         self._norms = norms
@@ -995,11 +1010,23 @@ class BatchUpdates:
         """Solve the queries outside the span too (a fresh vector may bring them in)."""
         if self._unsolved is None:
             return
-        (outside, solve), self._unsolved = self._unsolved, None
-        y, values = solve(self._t[: self._rank, outside])
+        (outside, y_of, _), self._unsolved = self._unsolved, None
+        y = y_of(self._t[: self._rank, outside])
         self._y[: self._rank, outside] = y
-        self._values[:, outside] = values
         self._largest[outside] = np.abs(y).max(axis=0, initial=0.0)
+
+    def _values_from(self, first: int) -> None:
+        """The values of the queries from ``first`` on whose values are not held, from ``y``.
+
+        ``z_j^T y_b`` is linear in ``y_b``'s coordinates in the span (the history's vectors
+        have none along the batch's new directions), which the corrections keep: the values
+        found now are those the corrections would have given, to rounding.
+        """
+        columns = first + np.flatnonzero(self._unknown[first:])
+        if columns.size and self._values_of is not None:
+            self._solve_outside()
+            self._values[:, columns] = self._values_of(self._y[: self._rank, columns])
+            self._unknown[columns] = False
 
     def measure(self, a: int, precision: float, factor: float, new_vector: bool, nnz: int) -> bool:
         """Query ``a`` measured with ``precision`` as ``factor`` times a vector (new or not).
@@ -1012,6 +1039,8 @@ class BatchUpdates:
         self._solve_outside()
         if not self._accurate(a):
             return False
+        if self._unknown[a] and not np.all(self._unknown[a + 1 :]):
+            self._values_from(a)  # (values_a corrects the later values held)
         r, dims = self._rank, self._dims
         remainder = self._remainders[:, a]
         if new_vector and dims > r:  # orthogonal to the earlier directions once more
@@ -1045,21 +1074,19 @@ class BatchUpdates:
             self._directions[:, dims - r] = direction
             self._t[dims, a] = d
             self._t[dims, later] = along
-            shift = along / d
-            terms = np.outer(y_a, shift)
-            self._y[:dims, later] -= terms
+            coefficient = along / d
+            rank_one_update(self._y[:dims, later], -1.0, y_a, coefficient)
             self._y[dims, later] = -(t_a @ self._y[:dims, later]) / d + along / (w * d * d)
-            rank_one_update(self._values[:, later], -1.0, values_a, shift)
             self._dims = rank
         else:
             gamma = w / (1.0 + w * float(t_a @ y_a))
             coefficient = gamma * (t_a @ self._y[:dims, later])
-            terms = np.outer(y_a, coefficient)
-            self._y[:dims, later] -= terms
-            rank_one_update(self._values[:, later], -1.0, values_a, coefficient)
-        self._largest[later] = np.maximum(
-            self._largest[later], np.abs(terms).max(axis=0, initial=0.0)
-        )
+            rank_one_update(self._y[:dims, later], -1.0, y_a, coefficient)
+        rank_one_update(self._values[:, later], -1.0, values_a, coefficient)
+        # the largest term, max_i |y_a[i] c_b|, is max_i |y_a[i]| times |c_b| (rounding is
+        # monotone): no outer product of the batch's size per measurement
+        largest_a = float(np.abs(y_a).max(initial=0.0))
+        np.maximum(self._largest[later], largest_a * np.abs(coefficient), out=self._largest[later])
         if new_vector:  # its coordinates: later directions give it none, as the copy places it
             self._new[: self._dims, len(self._factors)] = self._t[: self._dims, a]
             self._factors.append(factor)
@@ -1079,8 +1106,10 @@ class BatchUpdates:
         """
         remainder = self._remainders[:, b]
         residual = math.sqrt(float(remainder @ remainder)) / float(self._norms[b])
-        if residual <= self._residual and not self._accurate(b):
-            return None
+        if residual <= self._residual:
+            if not self._accurate(b):
+                return None
+            self._values_from(b)
         y = self._y[: self._dims, b]
         count = len(self._factors)
         new = self._new[: self._dims, :count].T @ y / np.array(self._factors)

@@ -179,6 +179,36 @@ def test_a_span_past_its_bound_is_solved_on_the_copy(monkeypatch: pytest.MonkeyP
     _same(batch.solve(2), _from_scratch(copy).solve(groups[2]), copy.size)
 
 
+def test_values_of_queries_outside_the_span_are_found_only_once_needed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fresh groups off the span never need their values; the sum of two, measured before
+    it, is brought into the span: only its values are found (one column), as the copy's."""
+    index = HistoryIndex(6)
+    index.append(LinearQuery.from_dense([1.0, 1.0, 0, 0, 0, 0]), alpha=1.0, step=1e-3)
+    solver = index._span
+    assert solver is not None
+    found: list[int] = []  # the columns the batch's solver found values of
+    values = span.SpanSolver._values
+
+    def counted(self: span.SpanSolver, y: np.ndarray) -> np.ndarray:
+        if self is solver:
+            found.append(y.shape[1])
+        return values(self, y)
+
+    monkeypatch.setattr(span.SpanSolver, "_values", counted)
+    groups = [LinearQuery.from_dense(np.eye(6)[k]) for k in range(2, 6)]
+    queries = [*groups, LinearQuery.from_dense(np.eye(6)[2] + np.eye(6)[3])]
+    batch = index.batch(queries)
+    copy = index.copy()
+    for i, group in enumerate(groups):
+        _same(batch.solve(i), _from_scratch(copy).solve(group), copy.size)
+        batch.measured(i, copy, copy.append(group, alpha=1.0 + i, step=1e-3))
+    assert batch._updates is not None and found == []
+    _same(batch.solve(4), _from_scratch(copy).solve(queries[4]), copy.size)
+    assert batch.solve(4) is not None and found == [1]
+
+
 def test_a_batch_asked_again_solves_its_span_once_a_value_is_measured() -> None:
     """Every value cached (no solve at ``batch``): the corrections start from a solve then."""
     rng = np.random.default_rng(3)

@@ -283,3 +283,45 @@ def test_a_restarts_rows_of_precisions_far_apart_keep_the_historys_rank(seed: in
         # condition of the weighed rows (1e6 apart), as through the span solver's Gram route
         combined = (values * np.array(weights)) @ h
         assert np.abs(combined - query).max() <= 1e-2 * np.abs(query).max()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kept_back_substitution_products_extended_as_rebuilt(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``R_T^{-1} C_T V_S^T`` extended as a later front ``S`` gains directions, not rebuilt.
+
+    Read by solves between the weighs (the products are kept), then compared with those built
+    again from the fronts as they are, on the same ``y``.
+    """
+    extend = BlockFronts._compressed_extended
+    extended = [0]
+
+    def counted(fronts: BlockFronts, *args: object) -> None:
+        before = dict(fronts._compressed)
+        extend(fronts, *args)  # type: ignore[arg-type]
+        extended[0] += sum(fronts._compressed[b] is not kept for b, kept in before.items())
+
+    monkeypatch.setattr(BlockFronts, "_compressed_extended", counted)
+    rng = np.random.default_rng(100 + seed)
+    shape = tuple(int(n) for n in rng.integers(2, 5, 3))
+    space = AnovaCoordinates(shape)
+    both = _Both(space, math.prod(n + 1 for n in shape))
+    for step in range(48):
+        _random_history_step(rng, both, shape)
+        if step % 3 == 2:
+            both.check(_queries(rng, both, shape))
+        fronts = both.fronts
+        fronts._absorb()
+        blocks = fronts._table()
+        ranks = fronts._order()[1]
+        for block, (front, reduced, positions, reads) in list(fronts._compressed.items()):
+            if fronts._fronts.get(block) is not front:
+                continue
+            y = rng.standard_normal(blocks.size)
+            del fronts._compressed[block]
+            rebuilt, where, bits = fronts._compressed_below(blocks, block, ranks)
+            assert bits == reads and sorted(where.tolist()) == sorted(positions.tolist())
+            scale = np.abs(rebuilt).max(initial=0.0) * np.abs(y).max()
+            assert np.allclose(reduced @ y[positions], rebuilt @ y[where], atol=1e-12 * scale)
+    assert extended[0] > 0
