@@ -556,8 +556,19 @@ class CellBudget:
         """The terms on the grid, those over the same dimensions added up first."""
         return [self._on_grid(axes, tensor) for axes, tensor in _merged(terms).items()]
 
-    def _scaled(self, spent: Numerators, denominator: int) -> Numerators:
-        """Numerators of the budget's as numerators over ``denominator`` (a multiple of it)."""
+    def _scaled(self, spent: Numerators, denominator: int, *, own: bool = False) -> Numerators:
+        """Numerators of the budget's as numerators over ``denominator`` (a multiple of it).
+
+        ``spent`` is part of the grid, or maxima of it, so the most spent bounds it without a
+        pass over it; ``own``: it is ours to change (the grid itself), multiplied in place.
+        """
+        if denominator == self._denominator:
+            return spent
+        factor = denominator // self._denominator
+        if spent.dtype == np.int64 and max(self._max, 1) * factor < _INT64_ROOM // 4:
+            # as :func:`_narrowed` would keep the products: a restart's grid has millions of
+            # cells, so one pass, not a scan for the largest and a copy
+            return np.multiply(spent, factor, out=spent) if own else spent * factor
         return _rescaled(spent, self._denominator, denominator)
 
     def _after(
@@ -624,7 +635,7 @@ class CellBudget:
             return
         self._refine(terms)
         if denominator != self._denominator:
-            self._grid = self._scaled(self._grid, denominator)
+            self._grid = self._scaled(self._grid, denominator, own=True)
             self._max *= denominator // self._denominator
             self._denominator = denominator
         on_grid = self._merged_on_grid(terms)
