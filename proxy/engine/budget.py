@@ -487,10 +487,12 @@ class CellBudget:
         The denominator is common to all and a multiple of the budget's.
         """
         assert self._shape is not None
-        # charges of one shape, sensitivity and budget (a GROUP BY's groups) priced together
-        alike: dict[tuple[tuple[int, ...], float, Fraction], list[int]] = {}
+        # charges of one shape and sensitivity (a GROUP BY's groups; a restart's vectors over
+        # the same dimensions) priced together: their cells' distinct sensitivities at once, then
+        # per distinct budget among them (keyed by integers: a Fraction's hash is slow)
+        alike: dict[tuple[tuple[int, ...], float], list[int]] = {}
         magnitudes = []
-        for i, (query, budget) in enumerate(charges):
+        for i, (query, _) in enumerate(charges):
             if query.core is None:
                 full = (query.kinds, *self._shape)
                 query = LinearQuery.from_tensor(
@@ -498,21 +500,42 @@ class CellBudget:
                 )
             # the cells' sensitivities s_ij (measures: by the box of bounds) over its axes
             magnitudes.append(query.sensitivity_tensor())
-            alike.setdefault((query.axes, query.sensitivity, budget), []).append(i)
+            alike.setdefault((query.axes, query.sensitivity), []).append(i)
+        budgets = [budget for _, budget in charges]
         parts = []
         denominator = self._denominator
-        for (axes, sensitivity, budget), members in alike.items():
+        for (axes, sensitivity), members in alike.items():
             stacked = np.stack([magnitudes[i] for i in members])
             charged = stacked != 0  # a group's cells are few of its tensor's: the rest pay 0
-            inverse, distinct = _distinct_charges(stacked[charged], sensitivity, budget)
-            for charge in distinct:
+            distinct, inverse = np.unique(stacked[charged], return_inverse=True)
+            which: dict[tuple[int, int], int] = {}  # a distinct budget's row in the table
+            priced: list[Fraction] = []
+            of_member = []
+            for i in members:
+                key = (budgets[i].numerator, budgets[i].denominator)
+                if key not in which:
+                    which[key] = len(priced)
+                    priced.append(budgets[i])
+                of_member.append(which[key])
+            # each charged entry's budget (entries are member by member, in C order) and
+            # sensitivity: the pairs that occur, each priced once
+            per_entry = np.repeat(of_member, charged.reshape(len(members), -1).sum(axis=1))
+            pairs, pair_of = np.unique(
+                per_entry * distinct.size + inverse.ravel(), return_inverse=True
+            )
+            values_of = distinct.tolist()
+            prices = [
+                _charge(priced[p // distinct.size], sensitivity, values_of[p % distinct.size])
+                for p in pairs.tolist()
+            ]
+            for charge in prices:
                 denominator = math.lcm(denominator, charge.denominator)
-            parts.append((axes, members, charged, inverse, distinct))
+            parts.append((axes, members, charged, pair_of.ravel(), prices))
         terms: list[tuple[tuple[int, ...], Numerators]] = [((), np.zeros(0))] * len(magnitudes)
-        for axes, members, charged, inverse, distinct in parts:
-            over = _over(distinct, denominator)
+        for axes, members, charged, pair_of, prices in parts:
+            over = _over(prices, denominator)
             values = np.zeros(charged.shape, dtype=over.dtype)
-            values[charged] = over[inverse]
+            values[charged] = over[pair_of]
             for j, i in enumerate(members):
                 terms[i] = (axes, values[j, ...])  # an array, even over no dimension
         return terms, denominator
