@@ -65,6 +65,8 @@ _MAXIMA_SHARE = 8
 _MAXIMA_LOG = 256
 # A term whose box holds at least this share of the grid is added to the whole grid in place.
 _WHOLE_GRID = 4
+# Terms of a commit are summed while their sum spans at most this share of the grid (_nested).
+_SUMMED_SHARE = 32
 
 
 def float_up(value: Fraction) -> float:
@@ -190,25 +192,28 @@ def _merged(
     return merged
 
 
-def _nested(on_grid: list[Numerators], wide: bool) -> list[Numerators]:
-    """Terms on the grid, each over dimensions within another's added to that one.
+def _nested(on_grid: list[Numerators], wide: bool, grid_size: int) -> list[Numerators]:
+    """Terms on the grid added up into few, each still far smaller than the grid.
 
     A restart commits a term per set of dimensions its history named (164 on the wide
-    cube's m = 10,000), most of them within a few larger ones: the grid is then added to
-    once per larger set. ``wide``: the sums may not fit int64 (taken in Python integers).
+    cube's m = 10,000, 2.2 M grid cells): each added to the grid alone is a pass over it.
+    A term over dimensions within another's is added to that one; else to the sum whose
+    dimensions, with its own, span the fewest grid cells, if at most a ``_SUMMED_SHARE``-th of
+    the grid (on that cube: 6 passes, not 62). ``wide``: the sums may not fit int64 (taken in
+    Python integers).
     """
-    named = [frozenset(d for d, size in enumerate(t.shape) if size > 1) for t in on_grid]
-    kept: list[int] = []
-    sums: dict[int, Numerators] = {}
-    for i in sorted(range(len(on_grid)), key=lambda i: -len(named[i])):
-        term = on_grid[i].astype(object) if wide else on_grid[i]
-        within = next((j for j in kept if named[i] <= named[j]), None)
-        if within is None:
-            kept.append(i)
-            sums[i] = term
+    sums: list[Numerators] = []
+    for term in sorted(on_grid, key=lambda t: -t.size):
+        term = term.astype(object) if wide else term
+        spans = [math.prod(map(max, s.shape, term.shape)) for s in sums]
+        into = min(range(len(sums)), key=spans.__getitem__, default=None)
+        if into is not None and (
+            spans[into] == sums[into].size or spans[into] * _SUMMED_SHARE <= grid_size
+        ):
+            sums[into] = sums[into] + term
         else:
-            sums[within] = sums[within] + term
-    return [sums[i] for i in kept]
+            sums.append(term)
+    return sums
 
 
 def _narrowed(values: Numerators) -> Numerators:
@@ -482,10 +487,12 @@ class CellBudget:
         The denominator is common to all and a multiple of the budget's.
         """
         assert self._shape is not None
-        # charges of one shape, sensitivity and budget (a GROUP BY's groups) priced together
-        alike: dict[tuple[tuple[int, ...], float, Fraction], list[int]] = {}
+        # charges of one shape and sensitivity (a GROUP BY's groups; a restart's vectors over
+        # the same dimensions) priced together: their cells' distinct sensitivities at once, then
+        # per distinct budget among them (keyed by integers: a Fraction's hash is slow)
+        alike: dict[tuple[tuple[int, ...], float], list[int]] = {}
         magnitudes = []
-        for i, (query, budget) in enumerate(charges):
+        for i, (query, _) in enumerate(charges):
             if query.core is None:
                 full = (query.kinds, *self._shape)
                 query = LinearQuery.from_tensor(
@@ -493,21 +500,42 @@ class CellBudget:
                 )
             # the cells' sensitivities s_ij (measures: by the box of bounds) over its axes
             magnitudes.append(query.sensitivity_tensor())
-            alike.setdefault((query.axes, query.sensitivity, budget), []).append(i)
+            alike.setdefault((query.axes, query.sensitivity), []).append(i)
+        budgets = [budget for _, budget in charges]
         parts = []
         denominator = self._denominator
-        for (axes, sensitivity, budget), members in alike.items():
+        for (axes, sensitivity), members in alike.items():
             stacked = np.stack([magnitudes[i] for i in members])
             charged = stacked != 0  # a group's cells are few of its tensor's: the rest pay 0
-            inverse, distinct = _distinct_charges(stacked[charged], sensitivity, budget)
-            for charge in distinct:
+            distinct, inverse = np.unique(stacked[charged], return_inverse=True)
+            which: dict[tuple[int, int], int] = {}  # a distinct budget's row in the table
+            priced: list[Fraction] = []
+            of_member = []
+            for i in members:
+                key = (budgets[i].numerator, budgets[i].denominator)
+                if key not in which:
+                    which[key] = len(priced)
+                    priced.append(budgets[i])
+                of_member.append(which[key])
+            # each charged entry's budget (entries are member by member, in C order) and
+            # sensitivity: the pairs that occur, each priced once
+            per_entry = np.repeat(of_member, charged.reshape(len(members), -1).sum(axis=1))
+            pairs, pair_of = np.unique(
+                per_entry * distinct.size + inverse.ravel(), return_inverse=True
+            )
+            values_of = distinct.tolist()
+            prices = [
+                _charge(priced[p // distinct.size], sensitivity, values_of[p % distinct.size])
+                for p in pairs.tolist()
+            ]
+            for charge in prices:
                 denominator = math.lcm(denominator, charge.denominator)
-            parts.append((axes, members, charged, inverse, distinct))
+            parts.append((axes, members, charged, pair_of.ravel(), prices))
         terms: list[tuple[tuple[int, ...], Numerators]] = [((), np.zeros(0))] * len(magnitudes)
-        for axes, members, charged, inverse, distinct in parts:
-            over = _over(distinct, denominator)
+        for axes, members, charged, pair_of, prices in parts:
+            over = _over(prices, denominator)
             values = np.zeros(charged.shape, dtype=over.dtype)
-            values[charged] = over[inverse]
+            values[charged] = over[pair_of]
             for j, i in enumerate(members):
                 terms[i] = (axes, values[j, ...])  # an array, even over no dimension
         return terms, denominator
@@ -556,8 +584,19 @@ class CellBudget:
         """The terms on the grid, those over the same dimensions added up first."""
         return [self._on_grid(axes, tensor) for axes, tensor in _merged(terms).items()]
 
-    def _scaled(self, spent: Numerators, denominator: int) -> Numerators:
-        """Numerators of the budget's as numerators over ``denominator`` (a multiple of it)."""
+    def _scaled(self, spent: Numerators, denominator: int, *, own: bool = False) -> Numerators:
+        """Numerators of the budget's as numerators over ``denominator`` (a multiple of it).
+
+        ``spent`` is part of the grid, or maxima of it, so the most spent bounds it without a
+        pass over it; ``own``: it is ours to change (the grid itself), multiplied in place.
+        """
+        if denominator == self._denominator:
+            return spent
+        factor = denominator // self._denominator
+        if spent.dtype == np.int64 and max(self._max, 1) * factor < _INT64_ROOM // 4:
+            # as :func:`_narrowed` would keep the products: a restart's grid has millions of
+            # cells, so one pass, not a scan for the largest and a copy
+            return np.multiply(spent, factor, out=spent) if own else spent * factor
         return _rescaled(spent, self._denominator, denominator)
 
     def _after(
@@ -624,7 +663,7 @@ class CellBudget:
             return
         self._refine(terms)
         if denominator != self._denominator:
-            self._grid = self._scaled(self._grid, denominator)
+            self._grid = self._scaled(self._grid, denominator, own=True)
             self._max *= denominator // self._denominator
             self._denominator = denominator
         on_grid = self._merged_on_grid(terms)
@@ -635,7 +674,7 @@ class CellBudget:
         grid = self._grid
         whole = False
         # spend only grows: the most is the old most or a charged cell's new spend
-        for term in _nested(on_grid, wide):
+        for term in _nested(on_grid, wide, grid.size):
             box = _Box.of(term)
             if box.size(grid.shape) * _WHOLE_GRID >= grid.size:
                 # most of the grid (a restart's terms): added in place, not read and written

@@ -15,7 +15,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from proxy.engine.budget import CellBudget, Charges, _Box
+from proxy.engine.budget import CellBudget, Charges, _Box, _nested
 from proxy.errors import BudgetExhausted
 from sqlmap.vector import LinearQuery
 
@@ -113,6 +113,49 @@ def test_the_grid_equals_the_cells_on_random_factored_charges(seed: int) -> None
                 (spent.get(c, Fraction(0)) for c in cells.tolist()), default=Fraction(0)
             )
     assert refused > 0
+
+
+def test_terms_over_different_dimensions_are_summed_while_small() -> None:
+    # a grid of 1,440 cells: terms over dimensions {0} and {1} span 30 cells together (summed,
+    # at most a 32nd of the grid), with {2} 120 (not); {0} is within {0, 3}
+    grid_size = 6 * 5 * 4 * 4 * 3
+    over = {
+        axes: np.arange(1, 1 + int(np.prod(shape))).reshape(shape)
+        for axes, shape in {
+            (0,): (6, 1, 1, 1, 1),
+            (1,): (1, 5, 1, 1, 1),
+            (2,): (1, 1, 4, 1, 1),
+            (0, 3): (6, 1, 1, 4, 1),
+        }.items()
+    }
+    sums = _nested([over[(0,)], over[(1,)], over[(2,)]], False, grid_size)
+    assert [s.shape for s in sums] == [(6, 5, 1, 1, 1), (1, 1, 4, 1, 1)]
+    assert (sums[0] == over[(0,)] + over[(1,)]).all()
+    sums = _nested([over[(0,)], over[(0, 3)]], True, grid_size)
+    assert [s.shape for s in sums] == [(6, 1, 1, 4, 1)] and sums[0].dtype == object
+    assert (sums[0] == over[(0,)] + over[(0, 3)]).all()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_restart_of_many_charges_equals_the_cells(seed: int) -> None:
+    # charges over one or two dimensions each, with weights that tell values apart, committed
+    # at once (as a restart does): their terms are summed before they reach the grid
+    shape = (6, 5, 4, 4, 3)
+    rng = np.random.default_rng(seed)
+    items = []
+    for _ in range(40):
+        axes = sorted(rng.choice(len(shape), size=int(rng.integers(1, 3)), replace=False))
+        core = rng.integers(0, 4, size=[shape[d] if d in axes else 1 for d in range(5)])
+        core.flat[0] = 1  # never all zero
+        query = LinearQuery.from_tensor(shape, core.astype(float)[None])
+        denominator = WIDE_DENOMINATOR if rng.random() < 0.1 else int(rng.choice([8, 3, 10]))
+        items.append((query, Fraction(int(rng.integers(1, 2 * denominator)), 4 * denominator)))
+    charges = Charges(tuple(items))
+    grid = CellBudget("t", total=Fraction(10**6), shape=shape)
+    grid.commit(charges)
+    spent = _plus({}, charges)
+    assert grid.per_cell() == spent
+    assert grid.spent == max(spent.values())
 
 
 def test_a_charge_reads_only_its_part_of_the_grid() -> None:
