@@ -721,35 +721,35 @@ class BlockFronts:
         return view
 
     def _split_vectors(self, blocks: _Blocks) -> None:
-        """Add the vectors since the last split to the blocks they weigh."""
+        """Add the vectors since the last split to the blocks they weigh.
+
+        Vector by vector, block by block: a restart's 6,000 vectors hold 8.9 million
+        coordinates, which gathered at once took ~300 MB and a second.
+        """
         if self._split == self.size:
             return
         new = self._vectors[self._split :]
-        lengths = [c.size for c, _ in new]
-        coordinates = np.concatenate([c for c, _ in new])
-        values = np.concatenate([v for _, v in new])
-        vector = np.repeat(np.arange(self._split, self.size), lengths)
-        owner = blocks.of(coordinates)
-        # a vector's coordinates increase, so do their blocks: its part in a block is a run
-        cut = np.ones(owner.size, dtype=bool)
-        cut[1:] = (owner[1:] != owner[:-1]) | (vector[1:] != vector[:-1])
-        firsts = np.flatnonzero(cut)
-        sizes = np.diff(np.append(firsts, owner.size))
-        order = np.argsort(owner[firsts], kind="stable")  # the runs by block, then vector
-        firsts, sizes = firsts[order], sizes[order]
-        run_blocks = owner[firsts]
+        # a vector's coordinates increase, so do their blocks: its part in a block is a run,
+        # from its edge there to the next block's
+        edges = np.empty((len(new), blocks.starts.size), dtype=np.int64)
+        for at, (coordinates, _) in enumerate(new):
+            edges[at] = np.searchsorted(coordinates, blocks.starts)
+        run_blocks, run_vectors = np.nonzero(np.diff(edges, axis=1).T)  # by block, then vector
         cuts = np.flatnonzero(np.diff(run_blocks)) + 1
-        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), firsts.size]):
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), run_blocks.size]):
             block = int(run_blocks[lo])
             start, stop = blocks.bounds(block)
-            run_sizes = sizes[lo:hi]
-            row = np.repeat(np.arange(hi - lo), run_sizes)
-            offsets = np.cumsum(run_sizes) - run_sizes
-            at = np.arange(row.size) - np.repeat(offsets - firsts[lo:hi], run_sizes)
+            found = run_vectors[lo:hi]
             parts = np.zeros((hi - lo, stop - start))
-            parts[row, coordinates[at] - start] = values[at]
+            firsts, lasts = edges[found, block].tolist(), edges[found, block + 1].tolist()
+            for row, (vector, first, last) in enumerate(zip(found.tolist(), firsts, lasts)):
+                coordinates, values = new[vector]
+                if last - first == stop - start:  # the whole block, in order
+                    parts[row] = values[first:last]
+                else:
+                    parts[row, coordinates[first:last] - start] = values[first:last]
             known = self._touching.get(block)
-            self._touching[block] = _classed(known, vector[firsts[lo:hi]], parts)
+            self._touching[block] = _classed(known, found + self._split, parts)
         self._split = self.size
 
     def solve_batch(
