@@ -468,9 +468,7 @@ class CellBudget:
             for charge in distinct:
                 denominator = math.lcm(denominator, charge.denominator)
             if denominator != self._denominator:
-                self._spent = _narrowed(
-                    self._spent.astype(object) * (denominator // self._denominator)
-                )
+                self._spent = _rescaled(self._spent, self._denominator, denominator, most=self._max)
                 self._max *= denominator // self._denominator
                 self._denominator = denominator
             adds = _over(distinct, denominator)
@@ -588,16 +586,10 @@ class CellBudget:
         """Numerators of the budget's as numerators over ``denominator`` (a multiple of it).
 
         ``spent`` is part of the grid, or maxima of it, so the most spent bounds it without a
-        pass over it; ``own``: it is ours to change (the grid itself), multiplied in place.
+        pass over it (a restart's grid has millions of cells); ``own``: it is ours to change
+        (the grid itself), multiplied in place rather than copied.
         """
-        if denominator == self._denominator:
-            return spent
-        factor = denominator // self._denominator
-        if spent.dtype == np.int64 and max(self._max, 1) * factor < _INT64_ROOM // 4:
-            # as :func:`_narrowed` would keep the products: a restart's grid has millions of
-            # cells, so one pass, not a scan for the largest and a copy
-            return np.multiply(spent, factor, out=spent) if own else spent * factor
-        return _rescaled(spent, self._denominator, denominator)
+        return _rescaled(spent, self._denominator, denominator, most=self._max, in_place=own)
 
     def _after(
         self, box: _Box, on_grid: list[Numerators], denominator: int
@@ -821,16 +813,29 @@ def _raised(
     return maxima
 
 
-def _rescaled(values: Numerators, denominator: int, to: int) -> Numerators:
-    """Numerators over ``denominator`` as numerators over ``to`` (a multiple of it)."""
+def _rescaled(
+    values: Numerators,
+    denominator: int,
+    to: int,
+    *,
+    most: int | None = None,
+    in_place: bool = False,
+) -> Numerators:
+    """Numerators over ``denominator`` as numerators over ``to`` (a multiple of it).
+
+    ``most``: a known bound on the values' magnitudes (else found by a pass over them);
+    ``in_place``: ``values`` may be multiplied where they lie.
+    """
     if to == denominator:
         return values
     factor = to // denominator
     if values.dtype == np.int64 and factor < _INT64_ROOM // 4:
         # in int64 when the products fit as :func:`_narrowed` would keep them (a restart's
         # grid: millions of cells, converted to Python integers and back for nothing)
-        if int(np.abs(values).max(initial=0)) * factor < _INT64_ROOM // 4:
-            return values * factor
+        if most is None:
+            most = int(np.abs(values).max(initial=0))
+        if most * factor < _INT64_ROOM // 4:
+            return np.multiply(values, factor, out=values) if in_place else values * factor
     return _narrowed(values.astype(object) * factor)
 
 
