@@ -659,7 +659,8 @@ class HistoryIndex:
         # the space the span is solved in: the cells, or (with a shape) the coordinates of
         # proxy.engine.factored, numbered as they are met (``_space`` of them allowed for)
         self._coordinates: AnovaCoordinates | None = None
-        self._memo: dict[bytes, tuple[IntArray, FloatArray]] = {}
+        # (oldest first: a statement's own are never the ones dropped, see _vectors)
+        self._memo: OrderedDict[bytes, tuple[IntArray, FloatArray]] = OrderedDict()
         self._memo_size = [0]  # coordinates in the memo (shared with copies, like the memo)
         self._space = n_cells
         if shape is not None:
@@ -949,44 +950,65 @@ class HistoryIndex:
         return vector
 
     def _vectors(self, queries: Sequence[LinearQuery]) -> list[tuple[IntArray, FloatArray]]:
-        """:meth:`_vector` of each query; those not yet known decomposed together."""
+        """:meth:`_vector` of each query; those not yet known decomposed together.
+
+        They are kept in the memo, the least recently asked dropped first as new ones come,
+        but never those of this call: a statement's values are asked for again one by one (a
+        batch's corrected solves, its measured rows), and a GROUP BY over four of the wide
+        cube's dimensions holds more coordinates than the memo's bound (378 groups of 9,520).
+        Cleared whole as it filled, the memo dropped half of such a batch, which was then
+        decomposed value by value (731 decompositions, 1.07 s CPU over the bench's
+        40-statement stream; 170 MB more RSS at its end, the values' coordinates not shared).
+        """
         if self._coordinates is None:
             return [(query.cells, query.weights) for query in queries]
+        memo = self._memo
         keys = [query.key for query in queries]
-        found = {key: self._memo.get(key) for key in keys}
-        missing = {key: query for key, query in zip(keys, queries) if found[key] is None}
-        if missing:
-            for key, vector in zip(missing, self._coordinates.of_many(list(missing.values()))):
-                found[key] = vector
-                if self._memo_size[0] + vector[0].size > _COORDINATES_MEMO:
-                    self._memo.clear()
-                    self._memo_size[0] = 0
-                self._memo[key] = vector
-                self._memo_size[0] += vector[0].size
-            space = self._coordinates.size
-            if space > self._space:  # new coordinates: room for them, doubling
-                self._space = max(space, 2 * self._space)
-                self._covered = np.concatenate(
-                    [self._covered, np.zeros(self._space - self._covered.size, dtype=bool)]
-                )
-                if self._span is not None:
-                    self._span.resize(self._space)
-        return [found[key] for key in keys]  # type: ignore[misc]
+        found: dict[bytes, tuple[IntArray, FloatArray]] = {}
+        for key in keys:
+            known = memo.get(key)
+            if known is not None:
+                memo.move_to_end(key)
+                found[key] = known
+        missing = {key: query for key, query in zip(keys, queries) if key not in found}
+        for key, vector in self._decompose(missing).items():
+            found[key] = memo[key] = vector
+            self._memo_size[0] += vector[0].size
+        while missing and self._memo_size[0] > _COORDINATES_MEMO and len(memo) > len(found):
+            _, (coords, _) = memo.popitem(last=False)
+            self._memo_size[0] -= coords.size
+        return [found[key] for key in keys]
+
+    def _decompose(
+        self, queries: dict[bytes, LinearQuery]
+    ) -> dict[bytes, tuple[IntArray, FloatArray]]:
+        """The coordinates of ``queries`` (by key), computed together; room made for them."""
+        if not queries:
+            return {}
+        assert self._coordinates is not None
+        vectors = dict(zip(queries, self._coordinates.of_many(list(queries.values()))))
+        space = self._coordinates.size
+        if space > self._space:  # new coordinates: room for them, doubling
+            self._space = max(space, 2 * self._space)
+            self._covered = np.concatenate(
+                [self._covered, np.zeros(self._space - self._covered.size, dtype=bool)]
+            )
+            if self._span is not None:
+                self._span.resize(self._space)
+        return vectors
 
     def _decomposed(
         self, queries: Sequence[LinearQuery]
     ) -> dict[bytes, tuple[IntArray, FloatArray]]:
         """The coordinates of many vectors at once, by key, ahead of their rows (a restart's).
 
-        Held here rather than read back from the memo: a restart's vectors can outgrow it
-        (the wide cube's 6,178 at m = 10,000 hold 8.9 million coordinates, the memo 2), and it would
-        then be cleared at every miss, each vector decomposed again on its own.
+        Held here, not in the memo: a restart's vectors outgrow it (the wide cube's 6,178 at
+        m = 10,000 hold 8.9 million coordinates, the memo 2), and the rows keep them.
         """
         if self._coordinates is None:
             return {}
-        distinct = {query.key: query for query in queries}
-        held = [self._held(query) for query in distinct.values()]
-        return dict(zip((query.key for query in held), self._vectors(held)))
+        held = (self._held(query) for query in queries)
+        return self._decompose({query.key: query for query in held})
 
     def load(self, rows: Sequence[tuple[LinearQuery, float, float]]) -> None:
         """Append a restart's history (``(query, alpha, step)`` per row) and factor it now.

@@ -270,6 +270,24 @@ def test_a_batch_of_blues_is_each_blue_to_the_bit_and_shares_its_row_classes() -
     assert index.solve_many(groups)[0].columns is solutions[0].columns  # type: ignore[union-attr]
 
 
+def test_a_statements_coordinates_are_kept_whole_though_they_outgrow_the_memo(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 12 groups of 20 coordinates each, the memo bounded to 30: the batch's values are asked
+    # for again one by one (its corrected solves, its measured rows), and find what the batch
+    # decomposed; the next statement drops the oldest, down to the bound
+    monkeypatch.setattr("proxy.engine.estimator._COORDINATES_MEMO", 30)
+    index, groups = _group_by_history(np.random.default_rng(43))
+    together = index._vectors(groups)
+    assert sum(coords.size for coords, _ in together) == 240
+    for group, (coords, values) in zip(groups, together):
+        again = index._vector(group)
+        assert again[0] is coords and again[1] is values
+    later = index._vector(LinearQuery.from_tensor((4, 3, 5), np.arange(5.0) + 1.0))
+    assert index._memo_size[0] == sum(c.size for c, _ in index._memo.values()) <= 30
+    assert list(index._memo.values())[-1] is later
+
+
 def test_classes_of_a_whole_history_at_once_are_those_found_row_by_row() -> None:
     # A restart's rows are classed by sorting a hash of their keys, later rows one by one;
     # both must give the classes a plain dictionary over (vector, precision, factor) gives.
