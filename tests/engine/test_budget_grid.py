@@ -158,6 +158,27 @@ def test_a_restart_of_many_charges_equals_the_cells(seed: int) -> None:
     assert grid.spent == max(spent.values())
 
 
+def test_charges_each_within_int64_whose_sum_is_not_are_summed_exactly() -> None:
+    # 16 vectors over one dimension, each charging cell 0 (value 0 of dimension 0) a
+    # numerator near 2^59 over the Mersenne prime: each fits int64, their sum does not (the
+    # grid's sum per set of dimensions and the cells' charges wrapped around)
+    shape = (16, 3)
+    items = []
+    for i in range(16):
+        core = np.zeros((16, 1))
+        core[[0, 1 + i % 15]] = 1.0
+        query = LinearQuery.from_tensor(shape, core[None])
+        items.append((query, Fraction(2**59 + i, WIDE_DENOMINATOR)))
+    charges = Charges(tuple(items))
+    most = Fraction(16 * 2**59 + 120, WIDE_DENOMINATOR)
+    assert charges.per_cell()[0] == most
+    for budget in (CellBudget("t", total=most, shape=shape), CellBudget("t", total=most)):
+        assert budget.spent_after(charges) == most
+        budget.check(charges, request="q")
+        budget.commit(charges)  # at once, as a restart commits
+        assert budget.per_cell() == _plus({}, charges) and budget.spent == most
+
+
 def test_a_charge_reads_only_its_part_of_the_grid() -> None:
     """A count over one value of one dimension leaves the rest of the grid as it was, and
     the most spent follows the cells charged, not a maximum over the grid."""
