@@ -107,31 +107,37 @@ class AnovaCoordinates:
             self.size += sizes[kept]
         out = [(np.zeros(0, dtype=np.int64), np.zeros(0)) for _ in held]
         for (_, members), parts in zip(batches.items(), split.values()):
-            numbered = [(kept, flat, mask) for kept, flat, mask in parts if kept in self._blocks]
+            # the blocks in the order of their coordinates, each a run of them: laid side by
+            # side, the coordinates increase (no sort, and no gather of the values after it)
+            numbered = sorted(
+                (
+                    (self._blocks[kept], flat, mask)
+                    for kept, flat, mask in parts
+                    if kept in self._blocks
+                ),
+                key=lambda part: part[0],
+            )
             if not numbered:
                 continue
-            coords = np.concatenate(
-                [self._blocks[kept] + np.arange(flat.shape[1]) for kept, flat, _ in numbered]
-            )
-            values = np.concatenate(
-                [flat * math.sqrt(self.n_cells / flat.shape[1]) for _, flat, _ in numbered], axis=1
-            )
-            masks = np.concatenate([mask for _, _, mask in numbered], axis=1)
-            ordered = coords.size < 2 or bool(np.all(coords[1:] > coords[:-1]))
-            order = None if ordered else np.argsort(coords, kind="stable")
-            if order is not None:
-                coords, values, masks = coords[order], values[:, order], masks[:, order]
-            coords = coords.astype(np.int64)
+            size = sum(flat.shape[1] for _, flat, _ in numbered)
+            coords = np.empty(size, dtype=np.int64)
+            values = np.empty((len(members), size))
+            at = 0
+            for start, flat, _ in numbered:
+                width = flat.shape[1]
+                coords[at : at + width] = np.arange(start, start + width)
+                np.multiply(flat, math.sqrt(self.n_cells / width), out=values[:, at : at + width])
+                at += width
             # a row that keeps every coordinate (most of a restart's 6,178 on the wide cube)
             # shares the batch's, read-only
             coords.flags.writeable = False
             values.flags.writeable = False
-            whole: list[bool] = np.all(masks, axis=1).tolist()
+            kept_all = np.logical_and.reduce([mask.all(axis=1) for _, _, mask in numbered])
             for row, i in enumerate(members):
-                if whole[row]:
+                if kept_all[row]:
                     out[i] = (coords, values[row])
                     continue
-                (nonzero,) = np.nonzero(masks[row])
+                (nonzero,) = np.nonzero(np.concatenate([mask[row] for _, _, mask in numbered]))
                 out[i] = (coords[nonzero], values[row, nonzero])
         return out
 
