@@ -678,6 +678,7 @@ class HistoryIndex:
         self._by_support: dict[bytes, tuple[int, ...]] = {}  # H_i's cells -> rows i
         self._groups: dict[bytes, int] = {}  # a vector scaled to first weight 1 -> its group
         self._group_vectors: list[tuple[IntArray, FloatArray]] = []
+        self._plain: list[bool] = []  # per group: its vector's factor was 1 (see _of_group)
         # factored vectors never move to the sparse solver over cells (it would need the
         # cells): past _FRONTS_RANK they move to the fronts
         self._span: SpanSolver | None = SpanSolver(
@@ -742,6 +743,7 @@ class HistoryIndex:
         other._by_support = dict(self._by_support)  # values are tuples: appends replace them
         other._groups = dict(self._groups)
         other._group_vectors = list(self._group_vectors)
+        other._plain = list(self._plain)
         other._span = None if self._span is None else self._span.copy()
         other._fronts = None if self._fronts is None else self._fronts.copy()
         other._cells = None if self._cells is None else self._cells.copy()
@@ -801,25 +803,42 @@ class HistoryIndex:
         vectors decomposed ahead, by key.
         """
         query = self._held(query)
-        weights = self._nonzero(query)
-        factor = float(weights[0])
-        support = self._support(query)
-        key = support + (weights / factor).tobytes()
+        weights, factor, support, key = self._group_key(query)
         group = self._groups.get(key)
         if group is None:
-            group = self._groups[key] = len(self._group_vectors)
             found = None if known is None else known.get(query.key)
             coords, values = self._vector(query) if found is None else found
+            group = self._groups[key] = len(self._group_vectors)
             # (shared, read-only, when the factor is 1: a count's; the wide cube's restart
             # held 68 MB of copies)
             direction = values if factor == 1.0 else values / factor
             self._group_vectors.append((coords, direction))
+            self._plain.append(factor == 1.0)
             if self._span is not None:
                 self._span.add(coords, direction, scaled_from=(values, factor))
             if self._fronts is not None:
                 self._fronts.add(coords, direction)
             self._covered[coords] = True
         return query, weights, factor, support, group
+
+    def _group_key(self, query: LinearQuery) -> tuple[FloatArray, float, bytes, bytes]:
+        """A held vector's non-zero weights, factor (the first), support and group's key."""
+        weights = self._nonzero(query)
+        factor = float(weights[0])
+        support = self._support(query)
+        return weights, factor, support, support + (weights / factor).tobytes()
+
+    def _of_group(self, query: LinearQuery) -> tuple[IntArray, FloatArray] | None:
+        """The coordinates of a held vector that is a group's, from the group (else None).
+
+        A group whose first vector had factor 1 holds that vector's coordinates as they were
+        decomposed, and a vector of the group with factor 1 has the same core: so after a
+        restart the history's vectors, asked again (a dashboard's), are not decomposed again
+        (the memo holds none of a restart's).
+        """
+        _, factor, _, key = self._group_key(query)
+        group = self._groups.get(key) if factor == 1.0 else None
+        return None if group is None or not self._plain[group] else self._group_vectors[group]
 
     def estimator(self, rows: IntArray, weights: FloatArray, residual: float) -> Solution:
         """The estimate ``sum_k weights[k] y[rows[k]]`` (rows increasing, weights non-zero)."""
@@ -952,13 +971,14 @@ class HistoryIndex:
     def _vectors(self, queries: Sequence[LinearQuery]) -> list[tuple[IntArray, FloatArray]]:
         """:meth:`_vector` of each query; those not yet known decomposed together.
 
-        They are kept in the memo, the least recently asked dropped first as new ones come,
-        but never those of this call: a statement's values are asked for again one by one (a
-        batch's corrected solves, its measured rows), and a GROUP BY over four of the wide
-        cube's dimensions holds more coordinates than the memo's bound (378 groups of 9,520).
-        Cleared whole as it filled, the memo dropped half of such a batch, which was then
-        decomposed value by value (731 decompositions, 1.07 s CPU over the bench's
-        40-statement stream; 170 MB more RSS at its end, the values' coordinates not shared).
+        A history's vector is read off its group (:meth:`_of_group`). They are kept in the
+        memo, the least recently asked dropped first as new ones come, but never those of this
+        call: a statement's values are asked for again one by one (a batch's corrected solves,
+        its measured rows), and a GROUP BY over four of the wide cube's dimensions holds more
+        coordinates than the memo's bound (378 groups of 9,520). Cleared whole as it filled,
+        the memo dropped half of such a batch, which was then decomposed value by value (731
+        decompositions, 1.07 s CPU over the bench's 40-statement stream; 170 MB more RSS at
+        its end, the values' coordinates not shared).
         """
         if self._coordinates is None:
             return [(query.cells, query.weights) for query in queries]
@@ -970,11 +990,20 @@ class HistoryIndex:
             if known is not None:
                 memo.move_to_end(key)
                 found[key] = known
-        missing = {key: query for key, query in zip(keys, queries) if key not in found}
-        for key, vector in self._decompose(missing).items():
-            found[key] = memo[key] = vector
-            self._memo_size[0] += vector[0].size
-        while missing and self._memo_size[0] > _COORDINATES_MEMO and len(memo) > len(found):
+        missing = {}
+        for key, query in zip(keys, queries):
+            if key not in found and key not in missing:
+                known = self._of_group(query)
+                if known is None:
+                    missing[key] = query
+                else:
+                    found[key] = known
+        found.update(self._decompose(missing))
+        added = [key for key in found if key not in memo]
+        for key in added:
+            memo[key] = found[key]
+            self._memo_size[0] += found[key][0].size
+        while added and self._memo_size[0] > _COORDINATES_MEMO and len(memo) > len(found):
             _, (coords, _) = memo.popitem(last=False)
             self._memo_size[0] -= coords.size
         return [found[key] for key in keys]

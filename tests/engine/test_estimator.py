@@ -288,6 +288,32 @@ def test_a_statements_coordinates_are_kept_whole_though_they_outgrow_the_memo(
     assert list(index._memo.values())[-1] is later
 
 
+def test_a_restarts_vectors_asked_again_are_read_off_their_groups() -> None:
+    # the restart's coordinates are held by its groups, not the memo: a dashboard asking its
+    # statements again after a restart finds them there rather than decomposing them anew
+    shape = (4, 3, 5)
+    rng = np.random.default_rng(44)
+    counts = []
+    for axes in ((0,), (1, 2), (0, 2), (0, 1, 2)):
+        tensor = rng.random([n if d in axes else 1 for d, n in enumerate(shape)]) < 0.5
+        tensor.flat[0] = True
+        counts.append(LinearQuery.from_tensor(shape, tensor.astype(float)))
+    doubled = LinearQuery.from_tensor(shape, 2.0 * counts[0].tensor())  # factor 2: its own
+    index = HistoryIndex(60, shape=shape)
+    index.load([(query, 0.1, 1e-3) for query in [*counts, doubled, counts[1]]])
+    assert index.distinct == len(counts) and not index._memo
+    assert index._coordinates is not None
+    for group, query in enumerate(counts):
+        coords, values = index._vector(query)
+        assert coords is index._group_vectors[group][0]
+        assert values is index._group_vectors[group][1]
+        expected = index._coordinates.of(query)
+        assert np.array_equal(coords, expected[0]) and np.array_equal(values, expected[1])
+    coords, values = index._vector(doubled)
+    assert values is not index._group_vectors[0][1]
+    assert np.array_equal(values, index._coordinates.of(doubled)[1])
+
+
 def test_classes_of_a_whole_history_at_once_are_those_found_row_by_row() -> None:
     # A restart's rows are classed by sorting a hash of their keys, later rows one by one;
     # both must give the classes a plain dictionary over (vector, precision, factor) gives.
