@@ -325,3 +325,20 @@ def test_kept_back_substitution_products_extended_as_rebuilt(
             scale = np.abs(rebuilt).max(initial=0.0) * np.abs(y).max()
             assert np.allclose(reduced @ y[positions], rebuilt @ y[where], atol=1e-12 * scale)
     assert extended[0] > 0
+
+
+@pytest.mark.parametrize("rows, width, rank", [(6, 20, 6), (6, 20, 4), (30, 8, 8), (30, 8, 5)])
+def test_a_blocks_directions_and_its_rows_along_them(rows: int, width: int, rank: int) -> None:
+    """``_directions`` (through the smaller side's QR): as many as the SVD finds past the
+    threshold, orthonormal, and the rows along them give the rows back, each to rounding of
+    its own norm (weights 1e6 apart) plus the threshold (the directions left out)."""
+    rng = np.random.default_rng(rows * width + rank)
+    off = rng.standard_normal((rows, rank)) @ rng.standard_normal((rank, width))
+    off *= 10.0 ** rng.uniform(-6, 0, rows)[:, None]
+    threshold = 1e-9 * np.linalg.norm(off, axis=1).max()
+    directions, along = fronts_module._directions(off, threshold)
+    singular = np.linalg.svd(off, compute_uv=False)
+    assert directions.shape == (int(np.sum(singular > threshold)), width) == (rank, width)
+    assert np.allclose(directions @ directions.T, np.eye(rank), rtol=0.0, atol=1e-13)
+    error = np.linalg.norm(along @ directions - off, axis=1)
+    assert np.all(error <= 1e-12 * np.linalg.norm(off, axis=1) + threshold)
