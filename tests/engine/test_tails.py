@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from fractions import Fraction
 
 import mpmath as mp
 import numpy as np
 import pytest
 
+from proxy.engine import PrivacyEngine, QueryRequest
+from proxy.engine.history import HistoryEntry
 from proxy.engine.tails import (
     EXACT,
     ConvolutionTail,
+    ExactTail,
     MonteCarloTail,
     discrete_laplace_tail,
     dominant_tail,
     laplace_sum_tail,
     quantile,
 )
+from sqlmap.accuracy import AccuracyRequest
+from sqlmap.vector import LinearQuery
 from tests.engine.groups import first_two_dimensions
 
 
@@ -307,15 +314,8 @@ def test_merged_columns_are_exactly_the_distinct_columns() -> None:
     assert {tuple(c): int(n) for c, n in zip(values.T, counts)} == expected
 
 
-def test_batched_quantiles_of_a_group_by_over_a_real_history() -> None:
-    # The BLUEs of a GROUP BY's groups over an engine's history: what the engine batches.
-    from fractions import Fraction
-
-    from proxy.engine import PrivacyEngine, QueryRequest
-    from proxy.engine.history import HistoryEntry
-    from sqlmap.accuracy import AccuracyRequest
-    from sqlmap.vector import LinearQuery
-
+def _group_by_engine(tail: ExactTail = EXACT) -> tuple[PrivacyEngine, list[LinearQuery]]:
+    """An engine over a 4 x 3 x 5 cube with 300 random answers, and a GROUP BY's groups."""
     rng = np.random.default_rng(3)
     shape = (4, 3, 5)
     history = []
@@ -327,8 +327,15 @@ def test_batched_quantiles_of_a_group_by_over_a_real_history() -> None:
         query = LinearQuery.from_tensor(shape, tensor.astype(float))
         budget = Fraction(int(rng.integers(1, 20)), 100)
         history.append(HistoryEntry("t", query, budget, Fraction(1), float(rng.normal(50, 5))))
-    engine = PrivacyEngine("t", 60, total_budget=Fraction(10**6), history=history, shape=shape)
-    groups = first_two_dimensions(shape)
+    engine = PrivacyEngine(
+        "t", 60, total_budget=Fraction(10**6), history=history, shape=shape, tail=tail
+    )
+    return engine, first_two_dimensions(shape)
+
+
+def test_batched_quantiles_of_a_group_by_over_a_real_history() -> None:
+    # The BLUEs of a GROUP BY's groups over an engine's history: what the engine batches.
+    engine, groups = _group_by_engine()
     solutions = [s for s in engine._index.solve_many(groups) if s is not None]
     assert len(solutions) == len(groups)
     assert all(np.array_equal(s.rows, solutions[0].rows) for s in solutions)
@@ -342,6 +349,37 @@ def test_batched_quantiles_of_a_group_by_over_a_real_history() -> None:
     for together, single in zip(plan.decisions, alone):
         assert together.source == single.source
         assert together.half_width == pytest.approx(single.half_width, rel=1e-11)
+
+
+@dataclass(frozen=True, eq=False)
+class _CountingBatches(ExactTail):
+    """The exact tail, counting the rows whose quantiles it finds together."""
+
+    rows: list[int] = field(default_factory=list)
+
+    def quantiles(
+        self, scales: np.ndarray, delta: float, counts: np.ndarray | None = None
+    ) -> np.ndarray:
+        self.rows.append(scales.shape[0])
+        return super().quantiles(scales, delta, counts)
+
+
+@pytest.mark.parametrize(
+    ("eps", "source", "together"), [(40.0, "history", [11]), (2.0, "fresh", [])]
+)
+def test_a_group_bys_tails_are_found_together_only_once_a_value_is_answered_from_history(
+    eps: float, source: str, together: list[int]
+) -> None:
+    # A value that measures re-solves every later one: tails found together for them before
+    # would go unused. Once the first is answered from history, the rest are found together.
+    tail = _CountingBatches()
+    engine, groups = _group_by_engine(tail)
+    plan = engine.plan([QueryRequest(q, AccuracyRequest(eps, 0.95)) for q in groups])
+    assert {d.source for d in plan.decisions} == {source}
+    assert tail.rows == together
+    for decision, q in zip(plan.decisions, groups):
+        single = engine.plan([QueryRequest(q, AccuracyRequest(eps, 0.95))]).decisions[0]
+        assert decision.half_width == pytest.approx(single.half_width, rel=1e-11)
 
 
 def test_joined_runs_are_the_arrays_runs_and_give_their_tails() -> None:
