@@ -412,6 +412,8 @@ def test_joined_runs_are_the_arrays_runs_and_give_their_tails() -> None:
                 )
         for x in (0.5 * top, 2.0 * top, 8.0 * top):
             assert EXACT.tail(joined, x) == pytest.approx(EXACT.tail(plain, x), rel=1e-12)
+        for split in range(joined.values.size + 1):  # taken from the base's, scaled
+            assert np.allclose(joined.moments(split), plain.moments(split), rtol=1e-14, atol=0)
         assert EXACT.quantile(joined, 0.05) == pytest.approx(EXACT.quantile(plain, 0.05), rel=1e-12)
     # counted classes sort to the same runs as the rows
     values, first, counts = np.unique(scales, return_index=True, return_counts=True)
@@ -421,13 +423,52 @@ def test_joined_runs_are_the_arrays_runs_and_give_their_tails() -> None:
     assert values.size == base.values.size
 
 
-def test_joined_runs_decline_what_the_arrays_would_sort_otherwise() -> None:
-    from proxy.engine.tails import error_terms
+def test_joined_runs_keep_apart_what_the_arrays_would_merge() -> None:
+    # ties of the new term, and runs a factor rounds together, stay apart: the same terms,
+    # so the same tails, without sorting every row again (which once took a third of the
+    # budgets a combined decision tried on the wide cube)
+    from proxy.engine.tails import Runs, error_terms
 
-    base = error_terms(np.array([2.0, 1.0, 1.0, math.nextafter(1.0, 2.0)]))
-    assert base.joined(1.0, 2.0) is None  # ties the largest: one run of two
-    assert base.joined(0.5, 0.5) is None  # ties another
+    scales = np.array([2.0, 1.9, 1.9, math.nextafter(1.9, 2.0), 0.25, 0.25, 0.1])
+    base = error_terms(scales)
+    # ties the largest; ties another; 1.9 and the next float times 0.53009... round alike
+    for factor, top in ((1.0, 2.0), (0.5, 0.125), (0.5300920184036808, 1.5)):
+        joined = base.joined(factor, top)
+        plain = Runs.of(np.append(factor * scales, top))
+        assert joined is not None and joined.size == plain.size
+        assert joined.values.size == plain.values.size + 1  # two runs of one value
+        assert np.array_equal(joined.expanded(), plain.expanded())
+        for x in (0.5, 2.0, 7.0):
+            assert EXACT.tail(joined, x * top) == pytest.approx(
+                EXACT.tail(plain, x * top), rel=1e-12
+            )
     assert base.joined(0.0, 1.0) is None  # no terms left but the top
     assert base.joined(1.0, math.inf) is None
-    assert base.joined(1e-308, 1.0) is None  # subnormal products merge neighbouring runs
-    assert base.joined(0.5, 1.5) is not None and base.joined(0.5, 0.7) is not None
+    assert base.joined(1e-323, 1.0) is None  # the smallest term rounds to zero
+
+
+def test_large_terms_are_counted_by_bisection_as_by_scanning() -> None:
+    from proxy.engine.tails import _SERIES_RADIUS, _count_large
+
+    rng = np.random.default_rng(11)
+    for size in (0, 1, 2, 7, 300):
+        values = np.sort(np.repeat(rng.gamma(1.0, 2.0, size), rng.integers(1, 3, size)))[::-1]
+        # the largest, ties, every term, none, and the radius hit exactly by one product
+        edges = [1.0, 1e-9, 1e9] + [_SERIES_RADIUS / float(v) for v in values[:: max(1, size // 5)]]
+        for s_max in edges:
+            expected = int(np.count_nonzero(values * s_max > _SERIES_RADIUS))
+            assert _count_large(values, s_max) == expected
+
+
+def test_a_table_of_powers_sums_the_series_as_horner_does() -> None:
+    from proxy.engine.tails import _POWER_TABLE, _SERIES_TERMS, _polynomial
+
+    rng = np.random.default_rng(12)
+    for size in (1, 40, 250, _POWER_TABLE):
+        u = rng.random(size)
+        # a series' coefficients: alternating, shrinking by about 4 an order
+        coefficients = rng.normal(1.0, 0.1, _SERIES_TERMS) * (-0.25) ** np.arange(_SERIES_TERMS)
+        horner = u * coefficients[-1]
+        for r in range(_SERIES_TERMS - 2, -1, -1):
+            horner = (horner + coefficients[r]) * u
+        assert np.allclose(_polynomial(u, coefficients), horner, rtol=1e-14, atol=1e-300)
