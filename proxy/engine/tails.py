@@ -273,7 +273,7 @@ class Runs:
         Summed one term after another from the smallest (``cumsum`` adds in order), so each
         is the same to the bit whichever split asks, and every split's sums are found at once.
         Runs joined to one more term (:meth:`joined`) take theirs from the runs they scale: a
-        combined decision tries a dozen budgets, each new runs of 9,000 on the wide cube.
+        combined decision tries six budgets or so, each new runs of 9,000 on the wide cube.
         """
         if split >= self.values.size:
             return 0.0, 0.0
