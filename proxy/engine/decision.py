@@ -35,10 +35,11 @@ from proxy.engine.selection import (
     Basis,
     choose,
     error_terms,
+    interval,
     lattice_interval,
     meets,
 )
-from proxy.engine.tails import EXACT, ExactTail, Scales, TailMethod, discrete_laplace_tail
+from proxy.engine.tails import EXACT, ExactTail, Runs, Scales, TailMethod, discrete_laplace_tail
 from sqlmap.accuracy import AccuracyRequest
 from sqlmap.vector import LinearQuery
 
@@ -180,7 +181,17 @@ def decide(
     >>> d.source, float(d.budget) < math.log(20) / 10
     ('fresh', True)
     """
+    history_terms: Runs | None = None
     if history is not None:
+        if (
+            isinstance(tail, ExactTail)
+            and history.terms > 1
+            and (tail, accuracy.delta) not in history.widths
+        ):
+            # sorted once (10,000 rows on the wide cube): for its interval, found here where
+            # choose() then finds it, and for the combination's tails if history falls short
+            history_terms = error_terms(history)
+            interval(history, accuracy.delta, tail, terms=history_terms)
         best = choose(history, repeats, accuracy, tail)
         if meets(best, accuracy.eps, accuracy.delta, tail) is not None:
             return Decision(
@@ -198,9 +209,9 @@ def decide(
     alone = fresh_budget(sensitivity, step, accuracy)
     if history is not None:
         # Combine with the BLUE and, if narrower, with the other end: whichever needs less.
-        bases: list[tuple[Solution, Basis]] = [(history, "blue")]
+        bases: list[tuple[Solution, Basis, Runs | None]] = [(history, "blue", history_terms)]
         if not best.estimator.same_as(history):
-            bases.insert(0, (best.estimator, best.basis))
+            bases.insert(0, (best.estimator, best.basis, None))
         options = [_combined(*b, sensitivity, step, accuracy, alone, tail) for b in bases]
         combined = [d for d in options if d is not None]
         if combined:
@@ -213,6 +224,7 @@ def decide(
 def _combined(
     history: Solution,
     basis: Basis,
+    terms: Runs | None,
     sensitivity: float,
     step: Fraction,
     accuracy: AccuracyRequest,
@@ -222,11 +234,13 @@ def _combined(
     """The least budget at which history plus one new measurement meets ``accuracy``.
 
     Returns ``None`` if that is no cheaper than ``ceiling`` (the fresh-only budget).
+    ``terms``: the history's :func:`error_terms`, if sorted already.
     """
     history_scales = history.scales  # (derived each time it is read: once here)
     history_var = float(np.square(history_scales).sum())
     target = accuracy.delta * (1 - _COMBINED_MARGIN)
-    terms = error_terms(history) if isinstance(tail, ExactTail) else None
+    if terms is None and isinstance(tail, ExactTail):
+        terms = error_terms(history)
     known: dict[float, tuple[float, float]] = {}  # by budget: each is tried once
 
     def miss(budget: float) -> tuple[float, float]:

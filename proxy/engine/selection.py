@@ -137,14 +137,19 @@ def lattice_interval(rho: float, unit: float, delta: float) -> tuple[float, floa
 
 
 def interval(
-    estimator: Solution, delta: float, tail: TailMethod = EXACT, basis: Basis = "blue"
+    estimator: Solution,
+    delta: float,
+    tail: TailMethod = EXACT,
+    basis: Basis = "blue",
+    terms: Runs | None = None,
 ) -> Candidate:
     """The narrowest interval ``estimator`` achieves at confidence ``1 - delta``.
 
     A single term is one lattice noise scaled by ``t``: its error is exactly ``|t| g Z`` with
     decay ``rho = g alpha / S``, so its tail is exact (a repeated query gets its earlier width).
     Otherwise the coupling ``P(|sum t_k Z_k| > x) <= P(|sum t_k L_k| > x - sum |t_k| g_k)``
-    with continuous ``L_k`` applies.
+    with continuous ``L_k`` applies. ``terms``: its :func:`error_terms`, if the caller has
+    them.
     """
     if estimator.terms == 0:
         return Candidate(estimator, 0.0, 1.0, basis)
@@ -159,7 +164,9 @@ def interval(
     # dashboard refreshing) finds its exact quantile here instead of inverting phi again.
     known = estimator.widths.get((tail, delta))
     if known is None:
-        known = estimator.shift + quantile(tail, error_terms(estimator), delta - TAIL_SLACK)
+        if terms is None:
+            terms = error_terms(estimator)
+        known = estimator.shift + quantile(tail, terms, delta - TAIL_SLACK)
         estimator.widths[(tail, delta)] = known
     return Candidate(estimator, known, 1.0 - delta, basis)
 

@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from fractions import Fraction
 
 import mpmath as mp
 import numpy as np
 import pytest
 
+from proxy.engine import PrivacyEngine, QueryRequest
+from proxy.engine.history import HistoryEntry
 from proxy.engine.tails import (
     EXACT,
     ConvolutionTail,
+    ExactTail,
     MonteCarloTail,
     discrete_laplace_tail,
     dominant_tail,
     laplace_sum_tail,
     quantile,
 )
+from sqlmap.accuracy import AccuracyRequest
+from sqlmap.vector import LinearQuery
 from tests.engine.groups import first_two_dimensions
 
 
@@ -307,15 +314,8 @@ def test_merged_columns_are_exactly_the_distinct_columns() -> None:
     assert {tuple(c): int(n) for c, n in zip(values.T, counts)} == expected
 
 
-def test_batched_quantiles_of_a_group_by_over_a_real_history() -> None:
-    # The BLUEs of a GROUP BY's groups over an engine's history: what the engine batches.
-    from fractions import Fraction
-
-    from proxy.engine import PrivacyEngine, QueryRequest
-    from proxy.engine.history import HistoryEntry
-    from sqlmap.accuracy import AccuracyRequest
-    from sqlmap.vector import LinearQuery
-
+def _group_by_engine(tail: ExactTail = EXACT) -> tuple[PrivacyEngine, list[LinearQuery]]:
+    """An engine over a 4 x 3 x 5 cube with 300 random answers, and a GROUP BY's groups."""
     rng = np.random.default_rng(3)
     shape = (4, 3, 5)
     history = []
@@ -327,8 +327,15 @@ def test_batched_quantiles_of_a_group_by_over_a_real_history() -> None:
         query = LinearQuery.from_tensor(shape, tensor.astype(float))
         budget = Fraction(int(rng.integers(1, 20)), 100)
         history.append(HistoryEntry("t", query, budget, Fraction(1), float(rng.normal(50, 5))))
-    engine = PrivacyEngine("t", 60, total_budget=Fraction(10**6), history=history, shape=shape)
-    groups = first_two_dimensions(shape)
+    engine = PrivacyEngine(
+        "t", 60, total_budget=Fraction(10**6), history=history, shape=shape, tail=tail
+    )
+    return engine, first_two_dimensions(shape)
+
+
+def test_batched_quantiles_of_a_group_by_over_a_real_history() -> None:
+    # The BLUEs of a GROUP BY's groups over an engine's history: what the engine batches.
+    engine, groups = _group_by_engine()
     solutions = [s for s in engine._index.solve_many(groups) if s is not None]
     assert len(solutions) == len(groups)
     assert all(np.array_equal(s.rows, solutions[0].rows) for s in solutions)
@@ -342,6 +349,37 @@ def test_batched_quantiles_of_a_group_by_over_a_real_history() -> None:
     for together, single in zip(plan.decisions, alone):
         assert together.source == single.source
         assert together.half_width == pytest.approx(single.half_width, rel=1e-11)
+
+
+@dataclass(frozen=True, eq=False)
+class _CountingBatches(ExactTail):
+    """The exact tail, counting the rows whose quantiles it finds together."""
+
+    rows: list[int] = field(default_factory=list)
+
+    def quantiles(
+        self, scales: np.ndarray, delta: float, counts: np.ndarray | None = None
+    ) -> np.ndarray:
+        self.rows.append(scales.shape[0])
+        return super().quantiles(scales, delta, counts)
+
+
+@pytest.mark.parametrize(
+    ("eps", "source", "together"), [(40.0, "history", [11]), (2.0, "fresh", [])]
+)
+def test_a_group_bys_tails_are_found_together_only_once_a_value_is_answered_from_history(
+    eps: float, source: str, together: list[int]
+) -> None:
+    # A value that measures re-solves every later one: tails found together for them before
+    # would go unused. Once the first is answered from history, the rest are found together.
+    tail = _CountingBatches()
+    engine, groups = _group_by_engine(tail)
+    plan = engine.plan([QueryRequest(q, AccuracyRequest(eps, 0.95)) for q in groups])
+    assert {d.source for d in plan.decisions} == {source}
+    assert tail.rows == together
+    for decision, q in zip(plan.decisions, groups):
+        single = engine.plan([QueryRequest(q, AccuracyRequest(eps, 0.95))]).decisions[0]
+        assert decision.half_width == pytest.approx(single.half_width, rel=1e-11)
 
 
 def test_joined_runs_are_the_arrays_runs_and_give_their_tails() -> None:
@@ -374,6 +412,8 @@ def test_joined_runs_are_the_arrays_runs_and_give_their_tails() -> None:
                 )
         for x in (0.5 * top, 2.0 * top, 8.0 * top):
             assert EXACT.tail(joined, x) == pytest.approx(EXACT.tail(plain, x), rel=1e-12)
+        for split in range(joined.values.size + 1):  # taken from the base's, scaled
+            assert np.allclose(joined.moments(split), plain.moments(split), rtol=1e-14, atol=0)
         assert EXACT.quantile(joined, 0.05) == pytest.approx(EXACT.quantile(plain, 0.05), rel=1e-12)
     # counted classes sort to the same runs as the rows
     values, first, counts = np.unique(scales, return_index=True, return_counts=True)
@@ -383,13 +423,52 @@ def test_joined_runs_are_the_arrays_runs_and_give_their_tails() -> None:
     assert values.size == base.values.size
 
 
-def test_joined_runs_decline_what_the_arrays_would_sort_otherwise() -> None:
-    from proxy.engine.tails import error_terms
+def test_joined_runs_keep_apart_what_the_arrays_would_merge() -> None:
+    # ties of the new term, and runs a factor rounds together, stay apart: the same terms,
+    # so the same tails, without sorting every row again (which once took a third of the
+    # budgets a combined decision tried on the wide cube)
+    from proxy.engine.tails import Runs, error_terms
 
-    base = error_terms(np.array([2.0, 1.0, 1.0, math.nextafter(1.0, 2.0)]))
-    assert base.joined(1.0, 2.0) is None  # ties the largest: one run of two
-    assert base.joined(0.5, 0.5) is None  # ties another
+    scales = np.array([2.0, 1.9, 1.9, math.nextafter(1.9, 2.0), 0.25, 0.25, 0.1])
+    base = error_terms(scales)
+    # ties the largest; ties another; 1.9 and the next float times 0.53009... round alike
+    for factor, top in ((1.0, 2.0), (0.5, 0.125), (0.5300920184036808, 1.5)):
+        joined = base.joined(factor, top)
+        plain = Runs.of(np.append(factor * scales, top))
+        assert joined is not None and joined.size == plain.size
+        assert joined.values.size == plain.values.size + 1  # two runs of one value
+        assert np.array_equal(joined.expanded(), plain.expanded())
+        for x in (0.5, 2.0, 7.0):
+            assert EXACT.tail(joined, x * top) == pytest.approx(
+                EXACT.tail(plain, x * top), rel=1e-12
+            )
     assert base.joined(0.0, 1.0) is None  # no terms left but the top
     assert base.joined(1.0, math.inf) is None
-    assert base.joined(1e-308, 1.0) is None  # subnormal products merge neighbouring runs
-    assert base.joined(0.5, 1.5) is not None and base.joined(0.5, 0.7) is not None
+    assert base.joined(1e-323, 1.0) is None  # the smallest term rounds to zero
+
+
+def test_large_terms_are_counted_by_bisection_as_by_scanning() -> None:
+    from proxy.engine.tails import _SERIES_RADIUS, _count_large
+
+    rng = np.random.default_rng(11)
+    for size in (0, 1, 2, 7, 300):
+        values = np.sort(np.repeat(rng.gamma(1.0, 2.0, size), rng.integers(1, 3, size)))[::-1]
+        # the largest, ties, every term, none, and the radius hit exactly by one product
+        edges = [1.0, 1e-9, 1e9] + [_SERIES_RADIUS / float(v) for v in values[:: max(1, size // 5)]]
+        for s_max in edges:
+            expected = int(np.count_nonzero(values * s_max > _SERIES_RADIUS))
+            assert _count_large(values, s_max) == expected
+
+
+def test_a_table_of_powers_sums_the_series_as_horner_does() -> None:
+    from proxy.engine.tails import _POWER_TABLE, _SERIES_TERMS, _polynomial
+
+    rng = np.random.default_rng(12)
+    for size in (1, 40, 250, _POWER_TABLE):
+        u = rng.random(size)
+        # a series' coefficients: alternating, shrinking by about 4 an order
+        coefficients = rng.normal(1.0, 0.1, _SERIES_TERMS) * (-0.25) ** np.arange(_SERIES_TERMS)
+        horner = u * coefficients[-1]
+        for r in range(_SERIES_TERMS - 2, -1, -1):
+            horner = (horner + coefficients[r]) * u
+        assert np.allclose(_polynomial(u, coefficients), horner, rtol=1e-14, atol=1e-300)
