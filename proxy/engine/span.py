@@ -1005,8 +1005,9 @@ class BatchUpdates:
         self._unknown = np.zeros(k, dtype=bool) if outside is None else outside[0].copy()
         self._values_of = values_of
         # proj q_b - q_b on the span, with the sign changed (never corrected), and its squares
+        # (found at the first distance asked: a batch answered from history asks none)
         self._remainders = fitted
-        self._squares = np.einsum("ij,ij->j", fitted, fitted)
+        self._squares: FloatArray | None = None
         # the remainders' inner products from the first query that brought a direction on
         # (the upper triangle), and that query
         self._gram: FloatArray | None = None
@@ -1046,6 +1047,12 @@ class BatchUpdates:
             self._values[:, b] = self._values_of(self._y[: self._rank, b : b + 1])[:, 0]
             self._unknown[b] = False
 
+    def _square(self, b: int) -> float:
+        """``||R_b||^2``."""
+        if self._squares is None:
+            self._squares = np.einsum("ij,ij->j", self._remainders, self._remainders)
+        return float(self._squares[b])
+
     def _distance(self, b: int) -> float:
         """``||q_b - proj q_b||`` on the span grown by the directions so far.
 
@@ -1059,7 +1066,7 @@ class BatchUpdates:
         known = self._distances.get(b)
         if known is not None and known[0] == self._dims:
             return known[1]
-        square = float(self._squares[b])
+        square = self._square(b)
         left = square - float(self._taken[b])
         if left >= _SETTLED * square or square <= (_NEGLIGIBLE * float(self._norms[b])) ** 2:
             distance = math.sqrt(max(left, 0.0))
@@ -1121,7 +1128,7 @@ class BatchUpdates:
                 or (rank - 1 >= _SPARSE_FROM and (rank - 1) ** 2 > _SPARSE * self._basis_nnz)
             ):
                 return False
-            if d * d < _SETTLED * float(self._squares[a]):
+            if d * d < _SETTLED * self._square(a):
                 # so near the earlier directions that the later queries' coordinates along
                 # it would carry the remainders' rounding over its share of them
                 return False
