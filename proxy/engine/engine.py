@@ -376,7 +376,8 @@ class PrivacyEngine:
                     workspace = _Workspace(copy, index.version, [])
                     index = copy
                 alpha, step = float(decision.budget), float(decision.step)
-                batch.measured(i, index, index.append(vector, alpha=alpha, step=step))
+                row = index.append(vector, alpha=alpha, step=step, known=batch.vectors)
+                batch.measured(i, index, row)
                 workspace.placed.append((vector, alpha, step))
         cost = Charges(tuple(charges))
         self._budget.check(cost, request=describe_batch(requests))

@@ -757,15 +757,25 @@ class HistoryIndex:
         other._squared = (None, 0)  # (its own buffer: the rows each appends differ)
         return other
 
-    def append(self, query: LinearQuery, *, alpha: float, step: float) -> int:
-        """Add row ``H_m = query``, measured with ``alpha`` on lattice ``step``; returns ``m``."""
+    def append(
+        self,
+        query: LinearQuery,
+        *,
+        alpha: float,
+        step: float,
+        known: dict[bytes, tuple[IntArray, FloatArray]] | None = None,
+    ) -> int:
+        """Add row ``H_m = query``, measured with ``alpha`` on lattice ``step``; returns ``m``.
+
+        ``known``: vectors' coordinates found ahead, by key (a batch's: :attr:`BatchSolve.vectors`).
+        """
         if query.n_cells != self.n_cells or query.is_zero:
             raise ValueError("a history row is a non-zero vector over this table's cells")
         if not (alpha > 0 and step > 0):
             raise ValueError("alpha and step must be positive")
         row = self._size
         self._room(row + 1)
-        query, weights, factor, support, group = self._grouped(query)
+        query, weights, factor, support, group = self._grouped(query, known)
         precision = alpha / query.sensitivity
         if self._span is not None:
             self._span.weigh(group, (precision * factor) ** 2)
@@ -859,7 +869,7 @@ class HistoryIndex:
 
     def solve_many(self, queries: Sequence[LinearQuery]) -> list[Solution | None]:
         """:meth:`solve` for a batch (a GROUP BY): the estimable ones share every solve."""
-        solutions, _ = self._solve_many(queries, keep=False)
+        solutions, _, _ = self._solve_many(queries, keep=False)
         return solutions
 
     def batch(self, queries: Sequence[LinearQuery]) -> BatchSolve:
@@ -867,16 +877,18 @@ class HistoryIndex:
 
         See :class:`BatchSolve`.
         """
-        solutions, updates = self._solve_many(queries, keep=len(queries) > 1)
-        return BatchSolve(self, queries, solutions, updates)
+        solutions, updates, vectors = self._solve_many(queries, keep=len(queries) > 1)
+        return BatchSolve(self, queries, solutions, updates, vectors)
 
     def _solve_many(
         self, queries: Sequence[LinearQuery], *, keep: bool
-    ) -> tuple[list[Solution | None], BatchUpdates | None]:
+    ) -> tuple[
+        list[Solution | None], BatchUpdates | None, dict[bytes, tuple[IntArray, FloatArray]]
+    ]:
         """:meth:`solve_many`, and with ``keep`` the :class:`BatchUpdates` of the batch's solve.
 
         They hold every non-zero query, by position, if the span or the fronts solved some
-        (else None: the sparse solver has none).
+        (else None: the sparse solver has none). Also the non-zero queries' vectors, by key.
         """
         found: dict[bytes, Solution | None] = {}
         pending: dict[bytes, LinearQuery] = {}
@@ -921,7 +933,7 @@ class HistoryIndex:
             solved = dict(zip(pending, solutions))
             found.update(solved)
             self._cache(solved)
-        return [found[key] for key in keys], updates
+        return [found[key] for key in keys], updates, vectors
 
     def _cache(self, found: dict[bytes, Solution | None]) -> None:
         """Keep ``found`` as the BLUEs of their keys on this history, within the cache's bounds.
@@ -1316,7 +1328,14 @@ class BatchSolve:
         queries: Sequence[LinearQuery],
         solutions: list[Solution | None],
         updates: BatchUpdates | None,
+        vectors: dict[bytes, tuple[IntArray, FloatArray]],
     ) -> None:
+        """The batch's solve on ``index``.
+
+        ``vectors``: the non-zero queries' in the index's space, by key; kept for the values'
+        solves and appends (a wide cube's GROUP BY's outgrow the index's memo of them: they
+        were decomposed again, twice a value).
+        """
         self.solutions = solutions  # on the history alone
         self._original = index
         self._index = index  # the history plus the batch's values measured so far
@@ -1324,6 +1343,7 @@ class BatchSolve:
         self._held = [index._held(query) for query in queries]
         self._nonzero = [i for i, query in enumerate(self._held) if not query.is_zero]
         self._column = {i: c for c, i in enumerate(self._nonzero)}
+        self.vectors = vectors
         self._updates = updates
         self._solved = updates is not None  # whether the batch's span solve was made
         self._distinct = index.distinct
@@ -1337,7 +1357,7 @@ class BatchSolve:
             self._solved = True
             solver = self._original._solver()
             if solver is not None and self._nonzero:
-                vectors = self._original._vectors([self._held[k] for k in self._nonzero])
+                vectors = [self.vectors[self._held[k].key] for k in self._nonzero]
                 _, _, self._updates = solver.solve_batch(vectors)
         updates = self._updates
         if updates is None or i not in self._column:
@@ -1372,7 +1392,7 @@ class BatchSolve:
         if query.is_zero or updates is None:
             return index.solve(self._queries[i])
         key = query.key
-        coords, _ = index._vector(query)
+        coords, _ = self.vectors[key]
         if not np.all(index._covered[coords]):
             return None
         if (index._stamp, key) in index._solutions:

@@ -43,6 +43,7 @@ from typing import Literal, overload
 import numpy as np
 import numpy.typing as npt
 import scipy.linalg
+import scipy.linalg.blas
 import scipy.linalg.lapack
 from scipy import sparse
 
@@ -57,12 +58,8 @@ __all__ = ["SpanSolver", "BatchUpdates"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
-# a batch's queries outside the span, what gives their y from t, and the values z_j^T y of y
-Outside = tuple[
-    npt.NDArray[np.bool_],
-    Callable[[FloatArray], FloatArray],
-    Callable[[FloatArray], FloatArray],
-]
+# a batch's queries outside the span, and what gives their y from t
+Outside = tuple[npt.NDArray[np.bool_], Callable[[FloatArray], FloatArray]]
 
 # Relative distance from the span above which a vector joins the basis. On Adult-like histories
 # dependent vectors land below 1e-9 and new directions above 1e-2; a vector admitted on rounding
@@ -111,11 +108,14 @@ _SCALED_COLUMNS = 256  # vectors' weighed coordinates added to K together when i
 # A batch's corrected solve (BatchUpdates) is given up once it is this many times smaller than
 # a term it was formed from: its rounding, relative to it, is then that much larger.
 _GROWTH = 1e3
-# A new direction corrects each later query's remainder over the cells; past this many cells
-# times later queries per r^2 (a solve's order) the copy solves them instead: a wide cube's
-# hundreds of fresh groups over its 10^5 coordinates.
-_BORDER_COST = 2.5
-_BORDER_FREE = 2**20  # cells times later queries corrected whatever the rank (a few ms)
+# A batch's distance from the span grown by its fresh directions is taken from its remainder's
+# squares while the directions left at least this share of them (the difference then carries
+# at most its terms' rounding over that share: 1e-14 here), or while all of it is below
+# _NEGLIGIBLE of the query's norm (in the span for every threshold); nearer the directions,
+# the remainder left is formed over the cells. A direction nearer than that to the earlier
+# ones would give the later queries coordinates with as much of the rounding: the copy decides.
+_SETTLED = 1e-2
+_NEGLIGIBLE = 1e-10
 
 
 class SpanSolver:
@@ -728,7 +728,7 @@ class SpanSolver:
             kept_y, values = np.zeros((r, k)), np.zeros((self.size, k))
             if y is not None and per_vector is not None:
                 kept_y[:, inside], values[:, inside] = y, per_vector
-            outside = None if r == 0 or np.all(inside) else (~inside, self._y_of, self._values)
+            outside = None if r == 0 or np.all(inside) else (~inside, self._y_of)
             updates = BatchUpdates(
                 target,
                 kept_y,
@@ -736,6 +736,7 @@ class SpanSolver:
                 fitted,
                 norms,
                 residual=self._residual,
+                values_of=self._values,
                 outside=outside,
                 max_rank=self._max_rank,
                 basis_nnz=self._basis_nnz,
@@ -929,28 +930,39 @@ class BatchUpdates:
     measured before it. Solving each again (placing the fresh vector, then ``r^2`` products)
     repeats what the batch's first solve already holds: per query ``q_b`` its coordinates
     ``t_b = L^{-1} H_B^T q_b``, ``y_b = K^{-1} t_b``, its values ``z_j^T y_b`` and its remainder
-    from the span over the cells. A fresh query ``a`` measured with precision ``p`` adds
+    ``R_b`` from the span over the cells. A fresh query ``a`` measured with precision ``p`` adds
     ``p^2 t_a t_a^T`` to ``K`` (its vector ``q_a / f`` weighed ``(p f)^2``), in coordinates
-    grown by one orthonormal direction per fresh vector outside the span (its remainder, made
-    orthogonal to the earlier ones twice, as :meth:`SpanSolver._place` does). Since ``y_a`` is
-    kept up to date with the others, each measurement corrects every ``y_b`` in ``O(r)``:
+    grown by one orthonormal direction per fresh vector outside the span (its remainder off
+    the earlier ones, as :meth:`SpanSolver._place` takes it). Since ``y_a`` is kept up to date
+    with the others, each measurement corrects every later ``y_b`` in ``O(r)``:
 
     - in the span, by Sherman-Morrison: ``y_b -= y_a gamma (t_a^T y_b)``,
       ``gamma = p^2 / (1 + p^2 t_a^T y_a``);
     - outside it, along a new direction with coordinate ``x_b`` (``d`` for ``q_a``): ``K`` is
       bordered as in :meth:`SpanSolver._update`, ``y_b`` becomes
       ``[y_b - (x_b / d) y_a, -(t_a^T y'_b) / d + x_b / (p^2 d^2)]`` (``t_a`` without ``d``,
-      ``y'_b`` the first part),
+      ``y'_b`` the first part).
 
-    and the values ``z_j^T y_b`` of the history's vectors follow from ``z_j^T y_a`` the same
-    way: no product over the basis or the vectors per query. A fresh vector is placed as the
-    plan's copy of the index would place it (joining the span past ``_INDEPENDENT`` of its
-    norm, its coordinates along later directions zero), so the corrected solves are those of
-    the copy to rounding. A correction that cancels (a ``y_b`` shrunk by more than
-    ``_GROWTH`` from the largest term it was made of) would carry that much of its terms'
-    rounding: the caller then solves on the copy instead, as it does once a fresh vector
-    would take the copy past its ``max_rank``, or when a new direction's correction of the
-    later remainders over the cells would cost more than solving them (``_BORDER_COST``).
+    The remainders are never corrected over the cells: a direction is the remainder of its
+    query off the earlier directions, so the coordinates along it follow from the remainders'
+    inner products, ``x_b = (R_a^T R_b - sum x_a x_b over the earlier directions) / d``, and
+    a distance from the squares left, ``d_b^2 = ||R_b||^2 - sum x_b^2`` (a product of the
+    batch's remainders, once: a fresh GROUP BY's hundreds of groups cost its order, not a pass
+    over the cells per group and direction). That difference cancels where the directions took
+    nearly all of a remainder (a query they bring into the span): there, and only there, the
+    remainder left is formed over the cells (:meth:`_distance`).
+
+    The values ``z_j^T y_b`` of the history's vectors follow from ``z_j^T y_a`` the same way
+    while both are held: a query's values are found from its ``y`` once needed (values are
+    linear in ``y``), so a fresh query outside the span, whose values nobody needs, corrects
+    none (the later ones drop theirs instead, found again when they are solved). A fresh
+    vector is placed as the plan's copy of the index would place it (joining the span past
+    ``_INDEPENDENT`` of its norm, its coordinates along later directions zero), so the
+    corrected solves are those of the copy to rounding. A correction that cancels (a ``y_b``
+    shrunk by more than ``_GROWTH`` from the largest term it was made of) would carry that
+    much of its terms' rounding: the caller then solves on the copy instead, as it does once
+    a fresh vector would take the copy past its ``max_rank``, or joins the span only that
+    near the batch's earlier directions.
     """
 
     def __init__(
@@ -962,6 +974,7 @@ class BatchUpdates:
         norms: FloatArray,
         *,
         residual: float,
+        values_of: Callable[[FloatArray], FloatArray],
         outside: Outside | None = None,
         joins: tuple[float, float] = (_INDEPENDENT, _INDEPENDENT),
         max_rank: int | None = None,
@@ -970,12 +983,11 @@ class BatchUpdates:
         """The batch's solve: per query (columns) ``t``, ``y`` and the values ``z_j^T y``.
 
         ``fitted``: ``proj q_b - q_b`` over the cells, as columns (taken, not copied).
-        ``outside``: the queries not solved yet (their ``y`` and values zero here), what gives
-        their ``y`` from their ``t`` (done at the first measurement, if any) and their values
-        from ``y`` (done once needed: at their solve within the span, or to correct a later
-        query's values). ``joins``: a
-        fresh vector farther than the first of its norm from the span joins it, one within the
-        second is in it; in between, the corrections stop (the copy decides). ``max_rank``,
+        ``values_of``: the values of queries from their ``y`` (columns). ``outside``: the
+        queries not solved yet (their ``y`` and values zero here) and what gives their ``y``
+        from their ``t`` (done at the first measurement, if any). ``joins``: a fresh vector
+        farther than the first of its norm from the span joins it, one within the second is
+        in it; in between, the corrections stop (the copy decides). ``max_rank``,
         ``basis_nnz``: the span's bound, and the non-zeros of its basis vectors.
         """
         r, k = target.shape
@@ -988,15 +1000,23 @@ class BatchUpdates:
         self._values = values  # z_j^T y_b: history vector j, query b
         # solved when a query is first measured (the solver is as it was until the plan ends)
         self._unsolved = outside
-        # the queries whose values are not held (corrections leave theirs meaningless), and
-        # what gives them from y: most of a GROUP BY's fresh groups never need them
+        # the queries whose values are not held: found from y once needed (most of a GROUP
+        # BY's fresh groups never are)
         self._unknown = np.zeros(k, dtype=bool) if outside is None else outside[0].copy()
-        self._values_of = None if outside is None else outside[2]
-        # proj q_b - q_b on the span so far: the remainders, with their sign changed
+        self._values_of = values_of
+        # proj q_b - q_b on the span, with the sign changed (never corrected), and its squares
+        # (found at the first distance asked: a batch answered from history asks none)
         self._remainders = fitted
+        self._squares: FloatArray | None = None
+        # the remainders' inner products from the first query that brought a direction on
+        # (the upper triangle), and that query
+        self._gram: FloatArray | None = None
+        self._gram_from = 0
+        self._taken = np.zeros(k)  # per query, the squares of its coordinates along directions
+        self._owners: list[int] = []  # the query that brought each direction
+        self._distances: dict[int, tuple[int, float]] = {}  # query -> (dims, distance) found
         self._norms = norms
         self._largest = np.abs(self._y[:r]).max(axis=0, initial=0.0)
-        self._directions = np.zeros_like(fitted)  # the new directions over the cells, in order
         self._residual = residual
         self._independent, self._dependent = joins
         self._max_rank = max_rank
@@ -1010,23 +1030,77 @@ class BatchUpdates:
         """Solve the queries outside the span too (a fresh vector may bring them in)."""
         if self._unsolved is None:
             return
-        (outside, y_of, _), self._unsolved = self._unsolved, None
+        (outside, y_of), self._unsolved = self._unsolved, None
         y = y_of(self._t[: self._rank, outside])
         self._y[: self._rank, outside] = y
         self._largest[outside] = np.abs(y).max(axis=0, initial=0.0)
 
-    def _values_from(self, first: int) -> None:
-        """The values of the queries from ``first`` on whose values are not held, from ``y``.
+    def _values_from(self, b: int) -> None:
+        """Query ``b``'s values from its ``y``, if they are not held.
 
         ``z_j^T y_b`` is linear in ``y_b``'s coordinates in the span (the history's vectors
         have none along the batch's new directions), which the corrections keep: the values
         found now are those the corrections would have given, to rounding.
         """
-        columns = first + np.flatnonzero(self._unknown[first:])
-        if columns.size and self._values_of is not None:
+        if self._unknown[b]:
             self._solve_outside()
-            self._values[:, columns] = self._values_of(self._y[: self._rank, columns])
-            self._unknown[columns] = False
+            self._values[:, b] = self._values_of(self._y[: self._rank, b : b + 1])[:, 0]
+            self._unknown[b] = False
+
+    def _square(self, b: int) -> float:
+        """``||R_b||^2``."""
+        if self._squares is None:
+            self._squares = np.einsum("ij,ij->j", self._remainders, self._remainders)
+        return float(self._squares[b])
+
+    def _distance(self, b: int) -> float:
+        """``||q_b - proj q_b||`` on the span grown by the directions so far.
+
+        From the squares the directions took of the remainder while at least ``_SETTLED`` of
+        it is left (or all of it is rounding: below ``_NEGLIGIBLE`` of the query's norm),
+        where that difference carries no more than its terms' rounding over ``_SETTLED``.
+        Otherwise the remainder off the directions ``E = R_N U^{-1}`` (``R_N``: the remainders
+        of the queries that brought them; ``U``: their coordinates along them, triangular) is
+        formed over the cells, refined once (its coordinates too), as the copy measures it.
+        """
+        known = self._distances.get(b)
+        if known is not None and known[0] == self._dims:
+            return known[1]
+        square = self._square(b)
+        left = square - float(self._taken[b])
+        if left >= _SETTLED * square or square <= (_NEGLIGIBLE * float(self._norms[b])) ** 2:
+            distance = math.sqrt(max(left, 0.0))
+        else:
+            r, dims = self._rank, self._dims
+            basis = self._remainders[:, self._owners]
+            triangle = self._t[r:dims, self._owners]
+            along = self._t[r:dims, b]
+            remainder = self._remainders[:, b] - basis @ scipy.linalg.solve_triangular(
+                triangle, along
+            )
+            change = scipy.linalg.solve_triangular(triangle, basis.T @ remainder, trans="T")
+            remainder -= basis @ scipy.linalg.solve_triangular(triangle, change)
+            along += change
+            distance = math.sqrt(float(remainder @ remainder))
+            self._taken[b] = square - distance * distance
+        self._distances[b] = (self._dims, distance)
+        return distance
+
+    def _along(self, a: int, d: float) -> FloatArray:
+        """The later queries' coordinates along the direction query ``a`` brings (``d`` off).
+
+        ``(R_a^T R_b - x_a^T x_b) / d`` over the earlier directions' coordinates ``x``; the
+        remainders' inner products are taken at the first direction, from its query on.
+        """
+        if self._gram is None:
+            self._gram_from = a
+            later = self._remainders[:, a:]
+            # (the upper triangle of later^T later: dsyrk sees later.T, column-major)
+            self._gram = scipy.linalg.blas.dsyrk(1.0, later.T, trans=0, lower=0)
+        r, dims, first = self._rank, self._dims, self._gram_from
+        products = self._gram[a - first, a - first + 1 :]
+        along: FloatArray = (products - self._t[r:dims, a] @ self._t[r:dims, a + 1 :]) / d
+        return along
 
     def measure(self, a: int, precision: float, factor: float, new_vector: bool, nnz: int) -> bool:
         """Query ``a`` measured with ``precision`` as ``factor`` times a vector (new or not).
@@ -1039,19 +1113,10 @@ class BatchUpdates:
         self._solve_outside()
         if not self._accurate(a):
             return False
-        if self._unknown[a] and not np.all(self._unknown[a + 1 :]):
-            self._values_from(a)  # (values_a corrects the later values held)
-        r, dims = self._rank, self._dims
-        remainder = self._remainders[:, a]
-        if new_vector and dims > r:  # orthogonal to the earlier directions once more
-            directions = self._directions[:, : dims - r]
-            again = directions.T @ remainder
-            remainder -= directions @ again
-            self._t[r:dims, a] += again
-        d = math.sqrt(float(remainder @ remainder))
+        dims = self._dims
+        d = self._distance(a) if new_vector else 0.0
         t_a = self._t[:dims, a].copy()
         y_a = self._y[:dims, a]
-        values_a = self._values[:, a]
         w = precision * precision
         later = slice(a + 1, None)  # the queries decided after this one (the others are done)
         if new_vector and d > self._dependent * self._norms[a]:
@@ -1063,17 +1128,16 @@ class BatchUpdates:
                 or (rank - 1 >= _SPARSE_FROM and (rank - 1) ** 2 > _SPARSE * self._basis_nnz)
             ):
                 return False
-            if self._remainders.shape[0] * (self._remainders.shape[1] - a - 1) > max(
-                _BORDER_COST * dims * dims, _BORDER_FREE
-            ):
-                return False  # the later queries' remainders cost more than solving them
+            if d * d < _SETTLED * self._square(a):
+                # so near the earlier directions that the later queries' coordinates along
+                # it would carry the remainders' rounding over its share of them
+                return False
             self._basis_nnz += nnz
-            direction = remainder / d
-            along = direction @ self._remainders[:, later]  # x_b
-            rank_one_update(self._remainders[:, later], -1.0, direction, along)
-            self._directions[:, dims - r] = direction
+            along = self._along(a, d)  # x_b
             self._t[dims, a] = d
             self._t[dims, later] = along
+            self._taken[later] += along * along
+            self._owners.append(a)
             coefficient = along / d
             rank_one_update(self._y[:dims, later], -1.0, y_a, coefficient)
             self._y[dims, later] = -(t_a @ self._y[:dims, later]) / d + along / (w * d * d)
@@ -1082,7 +1146,7 @@ class BatchUpdates:
             gamma = w / (1.0 + w * float(t_a @ y_a))
             coefficient = gamma * (t_a @ self._y[:dims, later])
             rank_one_update(self._y[:dims, later], -1.0, y_a, coefficient)
-        rank_one_update(self._values[:, later], -1.0, values_a, coefficient)
+        self._correct_values(a, coefficient)
         # the largest term, max_i |y_a[i] c_b|, is max_i |y_a[i]| times |c_b| (rounding is
         # monotone): no outer product of the batch's size per measurement
         largest_a = float(np.abs(y_a).max(initial=0.0))
@@ -1092,24 +1156,41 @@ class BatchUpdates:
             self._factors.append(factor)
         return True
 
+    def _correct_values(self, a: int, coefficient: FloatArray) -> None:
+        """The later values held, corrected as their ``y`` were (``coefficient`` per query).
+
+        With query ``a``'s values not held, the later ones are dropped rather than ``a``'s
+        found: each is found again if it is solved within the span (of a fresh GROUP BY's
+        groups, few or none).
+        """
+        unknown = self._unknown[a + 1 :]
+        if self._unknown[a]:
+            unknown[:] = True
+            return
+        (held,) = np.nonzero(~unknown)
+        if held.size == unknown.size:
+            rank_one_update(self._values[:, a + 1 :], -1.0, self._values[:, a], coefficient)
+        elif held.size:
+            self._values[:, held + a + 1] -= np.outer(self._values[:, a], coefficient[held])
+
     def _accurate(self, b: int) -> bool:
         """Whether ``y_b`` kept all but ``_GROWTH`` of the size of the terms it was made of."""
         size = float(np.abs(self._y[: self._dims, b]).max(initial=0.0))
         return bool(size * _GROWTH >= self._largest[b])
 
-    def solve(self, b: int) -> tuple[FloatArray, float] | None:
+    def solve(self, b: int) -> tuple[FloatArray | None, float] | None:
         """Query ``b``'s values ``z_j^T y`` and relative distance from the span.
 
         The values are for every vector, the history's then the batch's new ones, as
-        :meth:`SpanSolver.solve_many` would give them on the copy (meaningful only within the
-        solver's ``residual``); None if the correction cancelled.
+        :meth:`SpanSolver.solve_many` would give them on the copy; None past the solver's
+        ``residual`` (not estimable). None in all if the correction cancelled.
         """
-        remainder = self._remainders[:, b]
-        residual = math.sqrt(float(remainder @ remainder)) / float(self._norms[b])
-        if residual <= self._residual:
-            if not self._accurate(b):
-                return None
-            self._values_from(b)
+        residual = self._distance(b) / float(self._norms[b])
+        if residual > self._residual:
+            return None, residual
+        if not self._accurate(b):
+            return None
+        self._values_from(b)
         y = self._y[: self._dims, b]
         count = len(self._factors)
         new = self._new[: self._dims, :count].T @ y / np.array(self._factors)

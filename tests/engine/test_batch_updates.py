@@ -14,6 +14,7 @@ import pytest
 
 from proxy.engine import span
 from proxy.engine.estimator import BatchSolve, HistoryIndex, Solution
+from proxy.engine.factored import AnovaCoordinates
 from sqlmap.vector import LinearQuery
 
 
@@ -179,11 +180,14 @@ def test_a_span_past_its_bound_is_solved_on_the_copy(monkeypatch: pytest.MonkeyP
     _same(batch.solve(2), _from_scratch(copy).solve(groups[2]), copy.size)
 
 
+@pytest.mark.parametrize("in_history_span", [False, True])
 def test_values_of_queries_outside_the_span_are_found_only_once_needed(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, in_history_span: bool
 ) -> None:
-    """Fresh groups off the span never need their values; the sum of two, measured before
-    it, is brought into the span: only its values are found (one column), as the copy's."""
+    """Fresh groups off the span never need their values, nor correct any. The last value,
+    the sum of two groups (brought into the span by them) or a vector of the history's span
+    (its values found by the batch's solve, then dropped as the first group is measured), has
+    its values found when it is solved (one column), as the copy's."""
     index = HistoryIndex(6)
     index.append(LinearQuery.from_dense([1.0, 1.0, 0, 0, 0, 0]), alpha=1.0, step=1e-3)
     solver = index._span
@@ -198,8 +202,11 @@ def test_values_of_queries_outside_the_span_are_found_only_once_needed(
 
     monkeypatch.setattr(span.SpanSolver, "_values", counted)
     groups = [LinearQuery.from_dense(np.eye(6)[k]) for k in range(2, 6)]
-    queries = [*groups, LinearQuery.from_dense(np.eye(6)[2] + np.eye(6)[3])]
+    last = [2.0, 2.0, 0, 0, 0, 0] if in_history_span else np.eye(6)[2] + np.eye(6)[3]
+    queries = [*groups, LinearQuery.from_dense(last)]
     batch = index.batch(queries)
+    assert found == ([1] if in_history_span else [])
+    found.clear()
     copy = index.copy()
     for i, group in enumerate(groups):
         _same(batch.solve(i), _from_scratch(copy).solve(group), copy.size)
@@ -207,6 +214,39 @@ def test_values_of_queries_outside_the_span_are_found_only_once_needed(
     assert batch._updates is not None and found == []
     _same(batch.solve(4), _from_scratch(copy).solve(queries[4]), copy.size)
     assert batch.solve(4) is not None and found == [1]
+
+
+def test_a_batchs_vectors_are_decomposed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GROUP BY whose vectors outgrow the index's memo of coordinates (a wide cube's
+    hundreds of groups): its values' solves and the copy's appends take the batch's own."""
+    monkeypatch.setattr("proxy.engine.estimator._COORDINATES_MEMO", 1)
+    shape = (3, 4, 2, 3)
+    rng = np.random.default_rng(11)
+    index = HistoryIndex(int(np.prod(shape)), shape=shape)
+    for _ in range(12):
+        axes = sorted(rng.choice(4, 2, replace=False).tolist())
+        h = _cube_vector(rng, shape, axes)
+        index.append(_batch_query_over(shape, h), alpha=0.5, step=1e-3)
+    groups = []
+    for a in range(shape[0]):
+        for b in range(shape[1]):
+            tensor = np.zeros(shape)
+            tensor[a, b] = 1.0
+            groups.append(_batch_query_over(shape, tensor.ravel()))
+    decomposed: list[LinearQuery] = []
+    of_many = AnovaCoordinates.of_many
+
+    def counted(self: AnovaCoordinates, queries: list[LinearQuery]) -> list:
+        decomposed.extend(queries)
+        return of_many(self, queries)
+
+    monkeypatch.setattr(AnovaCoordinates, "of_many", counted)
+    batch = index.batch(groups)
+    copy = index.copy()
+    for i, group in enumerate(groups):
+        batch.solve(i)
+        batch.measured(i, copy, copy.append(group, alpha=0.5, step=1e-3, known=batch.vectors))
+    assert len(decomposed) == len(groups)
 
 
 def test_a_batch_asked_again_solves_its_span_once_a_value_is_measured() -> None:
@@ -253,19 +293,46 @@ def test_a_fresh_vector_taken_as_in_the_span_has_no_coordinate_along_later_ones(
     _same(batch.solve(2), _from_scratch(copy).solve(asked), copy.size)
 
 
-def test_a_direction_too_costly_to_correct_over_the_cells_is_solved_on_the_copy(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Many later queries over many cells at a low rank: the copy solves them instead."""
-    monkeypatch.setattr(span, "_BORDER_FREE", 16)
-    index = HistoryIndex(40)
-    index.append(LinearQuery.from_dense(np.ones(40)), alpha=1.0, step=1e-3)
-    groups = [LinearQuery.from_dense(np.eye(40)[k] + np.eye(40)[k + 20]) for k in range(20)]
-    batch = index.batch(groups)
+def test_a_fresh_group_by_over_many_cells_is_corrected_to_its_end() -> None:
+    """Forty fresh groups over 32,768 cells, then their sum: the directions' coordinates come
+    from the remainders' inner products, so however many cells the later groups weigh the
+    batch is corrected to its end (a remainder over the cells corrected per direction and
+    later group was given up past 2^20 products), each value as the copy solves it."""
+    n = 2**15
+    index = HistoryIndex(n)
+    index.append(LinearQuery.from_dense(np.ones(n)), alpha=1.0, step=1e-3)
+    groups = [np.zeros(n) for _ in range(40)]
+    for k, cells in enumerate(np.array_split(np.arange(n), 40)):
+        groups[k][cells] = 1.0 + k % 3
+    queries = [LinearQuery.from_dense(q) for q in [*groups, sum(groups[:39])]]
+    batch = index.batch(queries)
     copy = index.copy()
-    batch.measured(0, copy, copy.append(groups[0], alpha=1.0, step=1e-3))
-    assert batch._updates is None  # 40 cells x 19 later queries > 2.5 x 1^2 and > 16
-    _same(batch.solve(1), _from_scratch(copy).solve(groups[1]), copy.size)
+    for i, query in enumerate(queries[:40]):
+        _same(batch.solve(i), _from_scratch(copy).solve(query), copy.size)
+        batch.measured(i, copy, copy.append(query, alpha=0.5 + i % 4, step=1e-3))
+    assert batch._updates is not None
+    found = batch.solve(40)
+    assert found is not None and found.residual < 1e-12
+    _same(found, _from_scratch(copy).solve(queries[40]), copy.size)
+
+
+def test_a_fresh_direction_near_the_batchs_earlier_ones_is_solved_on_the_copy() -> None:
+    """A fresh vector whose remainder the batch's earlier direction nearly takes (0.25% of its
+    square left) still joins the span; the later queries' coordinates along it would carry
+    the remainders' rounding over that share, so the copy decides them."""
+    index = HistoryIndex(4)
+    index.append(LinearQuery.from_dense([1.0, 1.0, 0.0, 0.0]), alpha=1.0, step=1e-3)
+    cell = LinearQuery.from_dense([0.0, 0.0, 1.0, 0.0])
+    near = LinearQuery.from_dense([0.0, 0.0, 1.0, 0.05])
+    asked = LinearQuery.from_dense([1.0, 1.0, 1.0, 1.0])
+    batch = index.batch([cell, near, asked])
+    copy = index.copy()
+    batch.measured(0, copy, copy.append(cell, alpha=0.5, step=1e-3))
+    assert batch._updates is not None
+    _same(batch.solve(1), _from_scratch(copy).solve(near), copy.size)
+    batch.measured(1, copy, copy.append(near, alpha=0.5, step=1e-3))
+    assert batch._updates is None
+    _same(batch.solve(2), _from_scratch(copy).solve(asked), copy.size)
 
 
 def test_corrected_solves_on_the_fronts_are_the_copys(monkeypatch: pytest.MonkeyPatch) -> None:
