@@ -184,6 +184,7 @@ def test_coverage_quick(delta: float) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 2,600 engines: minutes of CPU on a busy machine
 @pytest.mark.parametrize("delta", [0.05, 0.2])
 def test_coverage_two_thousand_trials_per_source(delta: float) -> None:
     counts = _check_coverage(trials=2_600, delta=delta, first_seed=0)
@@ -216,6 +217,7 @@ def test_mixture_coverage_quick(delta: float) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 2,600 engines: minutes of CPU on a busy machine
 @pytest.mark.parametrize("delta", [0.5, 0.2])
 def test_mixture_coverage_two_thousand_trials(delta: float) -> None:
     counts = _check_coverage(trials=2_600, delta=delta, first_seed=0, trial=_mixture_trial)
