@@ -164,10 +164,8 @@ class Charges:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), denominator
         values = [_over(charges, denominator)[inverse] for _, inverse, charges in parts]
         cells = np.concatenate([c for c, _, _ in parts])
-        nums = _narrowed(np.concatenate(values))
-        # a cell is charged at most once per charge: past int64's room, sum in Python integers
-        if nums.dtype == np.int64 and int(nums.max()) * len(parts) >= _INT64_ROOM // 4:
-            nums = nums.astype(object)
+        # a cell is charged at most once per charge
+        nums = _summable(_narrowed(np.concatenate(values)), len(parts))
         unique, first, inverse = np.unique(cells, return_index=True, return_inverse=True)
         totals: Numerators = np.zeros(unique.size, dtype=nums.dtype)
         np.add.at(totals, inverse, nums)
@@ -227,6 +225,16 @@ def _narrowed(values: Numerators) -> Numerators:
     if max(abs(int(values.max())), abs(int(values.min()))) < _INT64_ROOM // 4:
         return values.astype(np.int64)
     return values.astype(object)
+
+
+def _summable(values: Numerators, count: int) -> Numerators:
+    """``values`` as Python integers if a sum of ``count`` of them might not fit int64.
+
+    Charges are never negative: the largest times ``count`` bounds every such sum.
+    """
+    if values.dtype == np.int64 and int(values.max(initial=0)) * count >= _INT64_ROOM // 4:
+        return values.astype(object)
+    return values
 
 
 def cell_charges(query: LinearQuery, budget: Fraction) -> Charges:
@@ -505,12 +513,8 @@ class CellBudget:
         priced, denominator = self._priced(charges)
         sums = []
         for axes, _, values in priced:
-            bound = int(values.max(initial=0)) * values.shape[0]  # charges are never negative
-            exact = values if values.dtype == np.int64 and bound < _INT64_ROOM // 4 else None
-            total = (values.astype(object) if exact is None else exact).sum(axis=0)
-            sums.append(
-                (axes, np.asarray(total, dtype=values.dtype if exact is not None else object))
-            )
+            values = _summable(values, values.shape[0])
+            sums.append((axes, np.asarray(values.sum(axis=0), dtype=values.dtype)))
         return _merged(sums), denominator
 
     def _priced(
