@@ -346,9 +346,22 @@ class BlockFronts:
         front = self._fronts.get(block)
         norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
         scale = max(front.scale if front is not None else 0.0, float(norms.max()), carried)
-        if front is None:
+        if front is None and rows.shape[0] <= stop - start:
+            # a new front over more coordinates than rows (a restart opens most so): the rows
+            # by decreasing norm, as _directions takes them; if they are independent they are
+            # the front's rows themselves, with no rotation and nothing passed on
+            order = np.argsort(-np.einsum("ij,ij->i", here, here), kind="stable")
+            here = here[order]
+            new, off_along = _directions(here, _RANK * scale, ordered=True)
+            if new.shape[0] == rows.shape[0]:
+                stack = (later_columns, rows, order)
+                self._opened(blocks, block, (new, off_along), stack, (lo, hi), scale)
+                return [], scale
+            rows, along, directions = rows[order], np.zeros((rows.shape[0], 0)), here[:0]
+        elif front is None:
             along, off = np.zeros((rows.shape[0], 0)), here
             directions = here[:0]
+            new, off_along = _directions(off, _RANK * scale)
         else:
             directions = front.directions
             along = here @ directions.T
@@ -356,7 +369,7 @@ class BlockFronts:
             again = off @ directions.T  # twice: off the front to rounding of the part off it
             off -= again @ directions
             along += again
-        new, off_along = _directions(off, _RANK * scale)
+            new, off_along = _directions(off, _RANK * scale)
         k, n = directions.shape[0], directions.shape[0] + new.shape[0]
         if n == 0:  # nothing fixes the block: the rows' parts there are rounding
             later = np.hstack([rows[:, :lo], rows[:, hi:]])
@@ -411,14 +424,58 @@ class BlockFronts:
             scale=scale,
         )
         if front is None:
-            self._sequence = None
-            for earlier, other in self._fronts.items():  # C_T in the directions: one more
-                if np.any(other.reaches == block):
-                    self._compressed.pop(earlier, None)
+            self._new_front(block)
         elif new.size:
             self._sequence = None
             self._compressed_extended(blocks, block, new, k)
         return _passed_on(blocks, merged, rows_below, scale), scale
+
+    def _opened(
+        self,
+        blocks: _Blocks,
+        block: int,
+        found: tuple[FloatArray, FloatArray],
+        stack: tuple[IntArray, FloatArray, IntArray],
+        cut: tuple[int, int],
+        scale: float,
+    ) -> None:
+        """A new front of independent rows: ``found`` (their directions and parts along them).
+
+        ``stack``: the later columns, the rows (``cut``: where their columns at the block
+        start and end) and their order by decreasing norm at the block, in which their parts along
+        the directions are lower triangular (the QR of their transpose): in reverse order,
+        rows and directions, upper triangular. So the rows are ``[R_T V_T | C_T]`` as they
+        are; rotated into an empty front (``dtpqrt``, ``dtpmqrt``) instead, their rest was
+        rounding over every later column.
+        """
+        directions, along = found
+        columns, rows, order = stack
+        lo, hi = cut
+        reverse = order[::-1]
+        below = np.empty((rows.shape[0], columns.size), order="F")
+        below[:, :lo] = rows[reverse, :lo]
+        below[:, lo:] = rows[reverse, hi:]
+        factor = np.asfortranarray(along[::-1, ::-1])
+        inverse, info = scipy.linalg.lapack.dtrtri(factor, lower=0)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"a front's factor is singular (LAPACK info {info})")
+        self._fronts[block] = _Front(
+            directions=np.ascontiguousarray(directions[::-1]),
+            factor=factor,
+            inverse=inverse,
+            columns=columns,
+            below=below,
+            reaches=np.unique(blocks.of(columns)),
+            scale=scale,
+        )
+        self._new_front(block)
+
+    def _new_front(self, block: int) -> None:
+        """Forget what a new front changes: the order, the products of fronts reaching it."""
+        self._sequence = None
+        for earlier, other in self._fronts.items():  # C_T in the directions: one more
+            if np.any(other.reaches == block):
+                self._compressed.pop(earlier, None)
 
     def _order(self) -> tuple[IntArray, IntArray]:
         """The blocks with fronts, in the order (highest order first); each block's rank."""
@@ -883,7 +940,9 @@ def _classed(known: _Touching | None, vectors: IntArray, parts: FloatArray) -> _
     return _Touching(vectors, classes, factors, room, total, keys)
 
 
-def _directions(off: FloatArray, threshold: float) -> tuple[FloatArray, FloatArray]:
+def _directions(
+    off: FloatArray, threshold: float, *, ordered: bool = False
+) -> tuple[FloatArray, FloatArray]:
     """Orthonormal directions of the rows ``off`` past ``threshold`` (singular values).
 
     And ``off`` along them. Both from a triangle of the smaller side: with fewer rows than
@@ -891,7 +950,9 @@ def _directions(off: FloatArray, threshold: float) -> tuple[FloatArray, FloatArr
     by ``Q^T``; else ``off^T off = R^T R``, whose directions are ``R``'s. Rows independent
     past ``threshold`` keep ``Q^T`` and ``L`` (or, as many as the coordinates, those) without
     an SVD. An SVD of ``off`` itself formed its left vectors too: a restart opens every
-    block so, 0.75 s of the wide cube's 4.6 s.
+    block so, 0.75 s of the wide cube's 4.6 s. ``ordered``: the rows are by decreasing norm
+    already, and ``off``'s lower triangle ``L`` is returned as it is (not as ``L`` with its
+    rows back in the order given) when they are independent.
     """
     rows, width = off.shape
     if rows == 1:  # a single row's singular value is its norm
@@ -903,10 +964,14 @@ def _directions(off: FloatArray, threshold: float) -> tuple[FloatArray, FloatArr
         # the rows by decreasing norm, so that the first directions are the largest rows':
         # in the order given, rows of precisions 1e6 apart solved 1.5e-6 off the copy's
         # solve after the front's rotation (tests/engine/test_batch_updates.py, seed 8)
-        order = np.argsort(-np.einsum("ij,ij->i", off, off), kind="stable")
-        q, upper = scipy.linalg.qr(off[order].T, mode="economic", check_finite=False)
-        triangle = np.empty_like(upper.T)  # L, its rows back in the order given
-        triangle[order] = upper.T
+        if ordered:
+            q, upper = scipy.linalg.qr(off.T, mode="economic", check_finite=False)
+            triangle = upper.T
+        else:
+            order = np.argsort(-np.einsum("ij,ij->i", off, off), kind="stable")
+            q, upper = scipy.linalg.qr(off[order].T, mode="economic", check_finite=False)
+            triangle = np.empty_like(upper.T)  # L, its rows back in the order given
+            triangle[order] = upper.T
     else:
         triangle = np.linalg.qr(off, mode="r")
     if np.linalg.svd(triangle, compute_uv=False)[-1] > threshold:  # all of them independent

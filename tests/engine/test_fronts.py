@@ -342,3 +342,36 @@ def test_a_blocks_directions_and_its_rows_along_them(rows: int, width: int, rank
     assert np.allclose(directions @ directions.T, np.eye(rank), rtol=0.0, atol=1e-13)
     error = np.linalg.norm(along @ directions - off, axis=1)
     assert np.all(error <= 1e-12 * np.linalg.norm(off, axis=1) + threshold)
+
+
+def test_a_new_front_of_independent_rows_is_those_rows() -> None:
+    """A block opened by fewer independent rows than its coordinates (most of a restart's)
+    keeps them as its front, ``[R_T V_T | C_T]`` (``R_T`` triangular): not rotated, so its
+    ``C_T`` is their parts over the later blocks themselves, and nothing is passed on."""
+    rng = np.random.default_rng(5)
+    shape = (4, 3, 5)
+    space = AnovaCoordinates(shape)
+    both = _Both(space, math.prod(n + 1 for n in shape))
+    weights2 = [1e-6, 4.0, 1.0, 2500.0, 0.25]  # (not by norm: the front takes them so)
+    for weight2 in weights2:
+        tensor = rng.integers(1, 4, shape).astype(float)  # weighs every block
+        both.weigh(both.add(space.of(LinearQuery.from_tensor(shape, tensor))), weight2)
+    fronts = both.fronts
+    assert fronts.rank == 5
+    rows = np.zeros((5, space.size))
+    for i, ((c, v), weight2) in enumerate(zip(both.vectors, weights2)):
+        rows[i, c] = math.sqrt(weight2) * v
+    blocks = fronts._table()
+    (top,) = [b for b in fronts._fronts if len(blocks.keys[b]) == 4]  # (kind, 0, 1, 2)
+    front = fronts._fronts[top]
+    start, stop = blocks.bounds(top)
+    assert stop - start > 5 and front.columns.size == space.size - (stop - start)
+    # the front's rows: the given ones by increasing norm at the block
+    order = np.argsort(-np.linalg.norm(rows[:, start:stop], axis=1), kind="stable")[::-1]
+    assert np.array_equal(front.below, rows[order][:, front.columns])
+    assert np.array_equal(front.factor, np.triu(front.factor))
+    scale = np.abs(rows).max()
+    here = front.factor @ front.directions
+    assert np.allclose(here, rows[order, start:stop], rtol=0.0, atol=1e-13 * scale)
+    assert len(fronts._fronts) == 1  # nothing passed on: the later blocks have no front
+    both.check([space.of(LinearQuery.from_tensor(shape, rng.random(shape))) for _ in range(3)])
