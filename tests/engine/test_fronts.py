@@ -375,3 +375,23 @@ def test_a_new_front_of_independent_rows_is_those_rows() -> None:
     assert np.allclose(here, rows[order, start:stop], rtol=0.0, atol=1e-13 * scale)
     assert len(fronts._fronts) == 1  # nothing passed on: the later blocks have no front
     both.check([space.of(LinearQuery.from_tensor(shape, rng.random(shape))) for _ in range(3)])
+
+
+@pytest.mark.parametrize("runs", [1, 3, 40])
+def test_rows_stacked_over_the_union_of_their_columns(runs: int) -> None:
+    """``_stacked``: each row's entries at its columns, zero elsewhere, whether its columns
+    are a few runs among the union's (copied as slices) or many (scattered)."""
+    rng = np.random.default_rng(runs)
+    size, incoming = 400, []
+    for _ in range(5):
+        starts = np.sort(rng.choice(np.arange(0, size, 8), runs, replace=False))
+        columns = np.concatenate([np.arange(s, s + int(rng.integers(1, 8))) for s in starts])
+        incoming.append((columns, rng.standard_normal((int(rng.integers(1, 4)), columns.size))))
+    columns, rows = fronts_module._stacked(incoming, size)
+    dense = np.zeros((rows.shape[0], size))
+    first = 0
+    for c, r in incoming:
+        dense[first : first + r.shape[0], c] = r
+        first += r.shape[0]
+    assert np.array_equal(columns, np.flatnonzero(np.any(dense, axis=0)))
+    assert np.array_equal(rows, dense[:, columns])
