@@ -341,8 +341,11 @@ class BlockFronts:
         columns, rows = _stacked(incoming, blocks.size)
         start, stop = blocks.bounds(block)
         lo, hi = np.searchsorted(columns, (start, stop)).tolist()  # the block's, in between
-        here = np.zeros((rows.shape[0], stop - start))
-        here[:, columns[lo:hi] - start] = rows[:, lo:hi]
+        if hi - lo == stop - start:  # every coordinate of the block (most rows weigh all)
+            here = np.ascontiguousarray(rows[:, lo:hi])
+        else:
+            here = np.zeros((rows.shape[0], stop - start))
+            here[:, columns[lo:hi] - start] = rows[:, lo:hi]
         later_columns = np.concatenate([columns[:lo], columns[hi:]])
         front = self._fronts.get(block)
         norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
@@ -925,10 +928,13 @@ def _classed(known: _Touching | None, vectors: IntArray, parts: FloatArray) -> _
         classes[i] = found
     room = known.rows if known is not None else _Room(np.empty((0, width)))
     room = room.grown((count, width), (count + len(firsts), width))
-    room.data[count : count + len(firsts)] = normal[firsts]
+    np.take(normal, firsts, axis=0, out=room.data[count : count + len(firsts)])
     total = count + len(firsts)
-    # a row that rounds as its class's but is farther from it: a class of its own
-    far = np.flatnonzero(np.abs(normal - room.data[classes]).max(axis=1) > 1e-13)
+    # a row that rounds as its class's but is farther from it: a class of its own (in place:
+    # a restart's parts are 73,000 rows)
+    gap = room.data[classes]
+    np.abs(np.subtract(normal, gap, out=gap), out=gap)
+    far = np.flatnonzero(gap.max(axis=1) > 1e-13)
     if far.size:
         room = room.grown((total, width), (total + far.size, width))
         room.data[total : total + far.size] = normal[far]
