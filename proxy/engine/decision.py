@@ -116,8 +116,13 @@ def round_up(value: float) -> Fraction:
     >>> round_up(1 / 3)
     Fraction(166666666667, 500000000000)
     """
-    unit = Fraction(10) ** (math.floor(math.log10(value)) - _BUDGET_DIGITS + 1)
-    return math.ceil(Fraction(value) / unit) * unit
+    exponent = math.floor(math.log10(value)) - _BUDGET_DIGITS + 1
+    numerator, denominator = value.as_integer_ratio()  # exact; integers, not Fraction's steps
+    if exponent >= 0:
+        unit = 10**exponent
+        return Fraction(-(-numerator // (denominator * unit)) * unit)
+    units = 10**-exponent  # per 1
+    return Fraction(-(-numerator * units // denominator), units)
 
 
 def _discrete_k(accuracy: AccuracyRequest, step: Fraction) -> int:

@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from proxy.engine.decision import decide, fresh_budget
+from proxy.engine.decision import decide, fresh_budget, round_up
 from proxy.engine.estimator import HistoryIndex
 from proxy.engine.noise import noise_step
 from proxy.engine.selection import error_terms
@@ -22,6 +22,21 @@ from tests.paper_examples import RUNNING_ALPHA, RUNNING_H
 def _fresh_miss(sensitivity: float, step: Fraction, budget: float, eps: float) -> float:
     k = math.floor(Fraction(repr(eps)) / step) + 1
     return discrete_laplace_tail(float(step) * budget / sensitivity, k)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_round_up_is_the_least_twelve_digit_decimal_at_or_above(seed: int) -> None:
+    """Budgets keep 12 significant digits, rounded up: ceil(value / unit) * unit, exactly."""
+    rng = np.random.default_rng(seed)
+    values = [0.125, 1 / 3, 1.0, 10.0, 1e-12, 1e12, 123456789012.0, 1234567890123.0, 0.1, 5e-324]
+    values += (rng.uniform(1, 10, 300) * 10.0 ** rng.integers(-300, 300, 300)).tolist()
+    values += [
+        float(Fraction(int(n), 10 ** int(e)))
+        for n, e in zip(rng.integers(1, 10**12, 300), rng.integers(0, 20, 300))
+    ]
+    for value in values:
+        unit = Fraction(10) ** (math.floor(math.log10(value)) - 11)
+        assert round_up(value) == math.ceil(Fraction(value) / unit) * unit
 
 
 @pytest.mark.parametrize("sensitivity", [1.0, 2.0, 0.5])
