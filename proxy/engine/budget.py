@@ -886,14 +886,18 @@ class _Box:
     Along each dimension it names, the classes where it is not zero (``picks``); along the
     others, every class.
 
-    Read and written with one index: the picks as an open mesh, slices elsewhere. NumPy puts
-    the picked dimensions first when they are not adjacent; :meth:`read` and :meth:`write`
-    hand over arrays in the grid's order of dimensions.
+    Read and written with one index: a pick of consecutive classes as a slice, the other picks
+    as an open mesh, slices elsewhere. A box of slices alone is a view of the grid, read and
+    added to in place (a GROUP BY over a range of age charges a third of the wide cube's grid:
+    gathered and scattered back, that took 2-6 ms of its commit and check). NumPy puts the
+    meshed dimensions first when they are not adjacent; :meth:`read` and :meth:`write` hand
+    over arrays in the grid's order of dimensions.
     """
 
     axes: tuple[int, ...]  # the dimensions picked from (a term's, unless it charges them all)
     picks: tuple[IntArray, ...]
     index: tuple[Any, ...]
+    meshed: tuple[int, ...]  # the dimensions of axes indexed by arrays (the rest by slices)
 
     @classmethod
     def of(cls, term: Numerators) -> _Box:
@@ -914,9 +918,15 @@ class _Box:
         axes = tuple(d for d, _ in picked)
         picks = tuple(p for _, p in picked)
         index: list[Any] = [slice(None)] * ndim
-        for d, mesh in zip(axes, np.ix_(*picks)):
+        meshed = []
+        for d, pick in picked:
+            if pick.size and int(pick[-1]) - int(pick[0]) == pick.size - 1:  # (picks increase)
+                index[d] = slice(int(pick[0]), int(pick[-1]) + 1)
+            else:
+                meshed.append((d, pick))
+        for (d, _), mesh in zip(meshed, np.ix_(*(pick for _, pick in meshed))):
             index[d] = mesh
-        return cls(axes, picks, tuple(index))
+        return cls(axes, picks, tuple(index), tuple(d for d, _ in meshed))
 
     def within(self, named: tuple[int, ...]) -> _Box:
         """The box's picks along the dimensions ``named`` only."""
@@ -931,25 +941,26 @@ class _Box:
 
     @property
     def _moved(self) -> bool:
-        """Whether NumPy moves the picked dimensions first (they are not adjacent)."""
-        return len(self.axes) > 1 and self.axes[-1] - self.axes[0] != len(self.axes) - 1
+        """Whether NumPy moves the meshed dimensions first (they are not adjacent)."""
+        meshed = self.meshed
+        return len(meshed) > 1 and meshed[-1] - meshed[0] != len(meshed) - 1
 
     def read(self, grid: Numerators) -> Numerators:
-        """The box's part of ``grid``: a copy, or the whole grid itself when nothing is picked."""
+        """The box's part of ``grid``: a copy, or a view when no pick is meshed (not to write)."""
         part = grid[self.index]
-        return np.moveaxis(part, range(len(self.axes)), self.axes) if self._moved else part
+        return np.moveaxis(part, range(len(self.meshed)), self.meshed) if self._moved else part
 
     def write(self, grid: Numerators, part: Numerators) -> None:
         """Set the box's part of ``grid`` to ``part`` (the box's shape)."""
         grid[self.index] = (
-            np.moveaxis(part, self.axes, range(len(self.axes))) if self._moved else part
+            np.moveaxis(part, self.meshed, range(len(self.meshed))) if self._moved else part
         )
 
     def add(self, grid: Numerators, term: Numerators) -> Numerators:
         """Add ``term`` (on the grid) to the box's part of ``grid``; that part, after."""
-        part = self.read(grid)  # a copy, or the whole grid when nothing is picked
+        part = self.read(grid)  # a copy, or a view of the grid when no pick is meshed
         np.add(part, self.restrict(term).astype(grid.dtype), out=part)
-        if self.axes:
+        if self.meshed:
             self.write(grid, part)
         return part
 
