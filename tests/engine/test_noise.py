@@ -67,6 +67,75 @@ def test_seeded_source_reproduces() -> None:
     assert first == [discrete_laplace(Fraction(10), SeededRandomSource(3)) for _ in range(3)]
 
 
+class _Recording(SeededRandomSource):
+    """A seeded source that lists the bounds it was asked for."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        self.asked: list[int] = []
+
+    def randbelow(self, n: int) -> int:
+        self.asked.append(n)
+        return super().randbelow(n)
+
+
+def _fraction_bernoulli_exp(gamma: Fraction, rng: SeededRandomSource) -> bool:
+    """CKS Algorithm 1 over ``Fraction``s, as the engine first wrote it."""
+    while gamma > 1:
+        if not _fraction_bernoulli_exp(Fraction(1), rng):
+            return False
+        gamma -= 1
+    k = 1
+    while rng.randbelow((gamma / k).denominator) < (gamma / k).numerator:
+        k += 1
+    return k % 2 == 1
+
+
+def _fraction_discrete_laplace(scale: Fraction, rng: SeededRandomSource) -> int:
+    """CKS Algorithm 2 over ``Fraction``s, as the engine first wrote it."""
+    t, s = scale.numerator, scale.denominator
+    while True:
+        u = rng.randbelow(t)
+        if not _fraction_bernoulli_exp(Fraction(u, t), rng):
+            continue
+        v = 0
+        while _fraction_bernoulli_exp(Fraction(1), rng):
+            v += 1
+        y = (u + t * v) // s
+        negative = rng.randbelow(2) == 1
+        if negative and y == 0:
+            continue
+        return -y if negative else y
+
+
+@pytest.mark.parametrize(
+    "scale",
+    [Fraction(1, 1000), Fraction(1, 2), Fraction(6, 4), Fraction(1000, 7), Fraction(10**6, 3)],
+)
+def test_integer_sampler_draws_as_the_fraction_one(scale: Fraction) -> None:
+    """The samplers work in integers: the same draws, asked with the same bounds, as CKS over
+    ``Fraction``s (whose ``gamma / k`` is in lowest terms), so a seeded engine's noise is
+    unchanged."""
+    for seed in range(40):
+        ours, theirs = _Recording(seed), _Recording(seed)
+        draws = [discrete_laplace(scale, ours) for _ in range(5)]
+        assert draws == [_fraction_discrete_laplace(scale, theirs) for _ in range(5)]
+        assert ours.asked == theirs.asked
+        ours, theirs = _Recording(seed), _Recording(seed)
+        gammas = [Fraction(seed, 7), Fraction(0), Fraction(1), Fraction(5, 2)]
+        assert [bernoulli_exp(g, ours) for g in gammas] == [
+            _fraction_bernoulli_exp(g, theirs) for g in gammas
+        ]
+        assert ours.asked == theirs.asked
+
+
+def test_public_numbers_and_steps_are_read_once() -> None:
+    """A statement's values share their weights and half-width: read and stepped once each."""
+    query = LinearQuery.from_dense([0.3, 0.6])
+    assert noise_step(query, 12.34) is noise_step(LinearQuery.from_dense([0.9, 0.3]), 12.34)
+    assert public_fraction(0.3) is public_fraction(0.3) == Fraction(3, 10)
+
+
 def test_granularity_reads_weights_as_written() -> None:
     assert granularity(LinearQuery.from_dense([0.1, 0.3])) == Fraction(1, 10)
     assert granularity(LinearQuery.from_dense([2.0, -4.0, 6.0])) == 2
