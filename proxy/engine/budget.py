@@ -723,6 +723,7 @@ class CellBudget:
 
     def _commit_tensors(self, charges: Charges) -> None:
         merged, denominator = self._summed(charges)
+        self._last_priced = None  # (kept for this commit only: a 378-group batch's are 18 MB)
         if not merged:
             return
         self._refine(merged.items())

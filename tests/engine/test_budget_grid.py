@@ -354,6 +354,7 @@ def test_a_commit_prices_what_its_check_priced_once() -> None:
     again = Charges(((first, Fraction(2, 6)), (second, Fraction(1, 7))))
     assert budget._priced(again) is priced
     budget.commit(again)
+    assert budget._last_priced is None  # (not held past the commit)
     plain = CellBudget("t", total=Fraction(1), shape=shape)
     plain.commit(Charges(((first, Fraction(1, 3)),)) + Charges(((second, Fraction(1, 7)),)))
     assert budget.per_cell() == plain.per_cell() and budget.spent == plain.spent
