@@ -317,3 +317,47 @@ def test_kept_maxima_split_with_the_grid(monkeypatch: pytest.MonkeyPatch) -> Non
         assert budget.spent_after(grouped) == max(after.values())
         charge(grouped)
     assert budget.per_cell() == spent
+
+
+def test_a_box_of_consecutive_classes_is_a_view_of_the_grid() -> None:
+    """Consecutive picks are slices: the box is read and added to in place, the same cells a
+    gather would reach; picks with a gap are still gathered, moved back to the grid's order."""
+    grid = np.arange(4 * 3 * 5).reshape(4, 3, 5)
+    term = np.zeros((4, 1, 5), dtype=np.int64)
+    term[1:3, 0, 2:5] = 7  # classes 1-2 and 2-4: slices
+    box = _Box.of(term)
+    assert box.meshed == () and np.shares_memory(box.read(grid), grid)
+    expected = grid.copy()
+    expected[1:3, :, 2:5] += 7
+    assert box.add(grid, term).tolist() == expected[1:3, :, 2:5].tolist()
+    assert grid.tolist() == expected.tolist()
+    gaps = np.zeros((4, 1, 5), dtype=np.int64)
+    gaps[0, 0, 1] = gaps[3, 0, 4] = 1  # dimensions 0 and 2 meshed, not adjacent: moved first
+    box = _Box.of(gaps)
+    assert box.meshed == (0, 2) and box.read(grid).tolist() == grid[::3, :, 1::3].tolist()
+    box.add(grid, gaps)
+    assert grid[3, :, 4].tolist() == (expected[3, :, 4] + 1).tolist()
+    assert grid[3, :, 1].tolist() == expected[3, :, 1].tolist()  # (a cell of the box)
+
+
+def test_a_commit_prices_what_its_check_priced_once() -> None:
+    """The charges a statement's check priced are not priced again by its commit (the same
+    queries at equal budgets, as the engine rebuilds them from the entries); other charges, or
+    the same after the denominator changed, are; the spend is the same either way."""
+    shape = (3, 4)
+    first = LinearQuery.from_tensor(shape, np.array([[1.0, 1.0, 0.0, 0.0]]).repeat(3, axis=0))
+    second = LinearQuery.from_tensor(shape, np.eye(3, 4))
+    charges = Charges(((first, Fraction(1, 3)), (second, Fraction(1, 7))))
+    budget = CellBudget("t", total=Fraction(1), shape=shape)
+    budget.check(charges, request="q")
+    priced = budget._priced(charges)
+    again = Charges(((first, Fraction(2, 6)), (second, Fraction(1, 7))))
+    assert budget._priced(again) is priced
+    budget.commit(again)
+    assert budget._last_priced is None  # (not held past the commit)
+    plain = CellBudget("t", total=Fraction(1), shape=shape)
+    plain.commit(Charges(((first, Fraction(1, 3)),)) + Charges(((second, Fraction(1, 7)),)))
+    assert budget.per_cell() == plain.per_cell() and budget.spent == plain.spent
+    assert budget._priced(charges) is not priced  # (priced over the grown denominator)
+    priced = budget._priced(charges)
+    assert budget._priced(Charges(((first, Fraction(1, 3)),))) is not priced

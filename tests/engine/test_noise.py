@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import math
 from collections import Counter
 from fractions import Fraction
@@ -65,6 +66,66 @@ def test_system_source_is_uniform_enough() -> None:
 def test_seeded_source_reproduces() -> None:
     first = [discrete_laplace(Fraction(10), SeededRandomSource(3)) for _ in range(3)]
     assert first == [discrete_laplace(Fraction(10), SeededRandomSource(3)) for _ in range(3)]
+
+
+class _Recording(SeededRandomSource):
+    """A seeded source that lists the bounds it was asked for."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        self.asked: list[int] = []
+
+    def randbelow(self, n: int) -> int:
+        self.asked.append(n)
+        return super().randbelow(n)
+
+
+def _fraction_bernoulli_exp(gamma: Fraction, rng: SeededRandomSource) -> bool:
+    """CKS Algorithm 1 over ``Fraction``s, as the engine first wrote it."""
+    while gamma > 1:
+        if not _fraction_bernoulli_exp(Fraction(1), rng):
+            return False
+        gamma -= 1
+    k = 1
+    while rng.randbelow((gamma / k).denominator) < (gamma / k).numerator:
+        k += 1
+    return k % 2 == 1
+
+
+@pytest.mark.parametrize(
+    ("scale", "digest"),
+    [
+        (Fraction(1, 1000), "4c2bca72a0d045aa"),
+        (Fraction(1, 2), "5294e48500810a6a"),
+        (Fraction(3, 2), "cba30d68c5813cb5"),
+        (Fraction(1000, 7), "2de3f0891879ae17"),
+        (Fraction(10**6, 3), "c9407146e647a893"),
+    ],
+)
+def test_integer_sampler_draws_as_the_fraction_one(scale: Fraction, digest: str) -> None:
+    """The samplers work in integers: the same draws, asked with the same bounds, as CKS over
+    ``Fraction``s (whose ``gamma / k`` is in lowest terms), so a seeded engine's noise is
+    unchanged. The Laplace draws and bounds of 40 seeds are those the ``Fraction`` sampler gave
+    (their digest, recorded at 78b2c53); Bernoulli draws are checked against it here."""
+    record = []
+    for seed in range(40):
+        rng = _Recording(seed)
+        record.append(([discrete_laplace(scale, rng) for _ in range(5)], rng.asked))
+    assert hashlib.sha256(repr(record).encode()).hexdigest()[:16] == digest
+    for seed in range(40):
+        ours, theirs = _Recording(seed), _Recording(seed)
+        gammas = [Fraction(seed, 7), Fraction(0), Fraction(1), Fraction(5, 2)]
+        assert [bernoulli_exp(g, ours) for g in gammas] == [
+            _fraction_bernoulli_exp(g, theirs) for g in gammas
+        ]
+        assert ours.asked == theirs.asked
+
+
+def test_public_numbers_and_steps_are_read_once() -> None:
+    """A statement's values share their weights and half-width: read and stepped once each."""
+    query = LinearQuery.from_dense([0.3, 0.6])
+    assert noise_step(query, 12.34) is noise_step(LinearQuery.from_dense([0.9, 0.3]), 12.34)
+    assert public_fraction(0.3) is public_fraction(0.3) == Fraction(3, 10)
 
 
 def test_granularity_reads_weights_as_written() -> None:
