@@ -146,7 +146,7 @@ class _Spreading:
     """The vectors' factors over their classes' values (:meth:`BlockFronts._classes_matrix`)."""
 
     matrix: sparse.csr_array  # vectors x the blocks' classes, each block's after its first
-    offsets: dict[int, int]  # each block's first column
+    offsets: dict[int, int]  # each block's first column (blocks in any order, gaps between)
     rooms: dict[int, int]  # each block's columns (its classes, and room for more)
     lengths: dict[int, int]  # each block's vectors in it
     vectors: int  # its rows: the vectors split when it was made
@@ -219,9 +219,9 @@ class BlockFronts:
         self._compressed: dict[int, tuple[_Front, FloatArray, IntArray, int]] = {}
         # the vectors' classes per block, as a matrix from the classes' values to the vectors'
         self._by_class: _Spreading | None = None
-        # _class_rows', with the sequence and the matrix they were taken with
+        # _class_rows', with the sequence, the matrix and the ranks they were taken with
         self._rows_of_classes: (
-            tuple[IntArray, _Spreading, dict[int, tuple[int, FloatArray]]] | None
+            tuple[IntArray, _Spreading, dict[int, tuple[int, FloatArray]], IntArray] | None
         ) = None
 
     def copy(self) -> BlockFronts:
@@ -640,69 +640,94 @@ class BlockFronts:
 
         The rows along the front's directions (:meth:`_projection`). Kept while no vector is
         split and no front gains a direction (its sequence is made again then): a solve reads
-        every front's, and looking each up again cost the wide cube's solves 0.4 ms of 4.
+        every front's, and looking each up again cost the wide cube's solves 0.4 ms of 4. Then
+        only the blocks whose rank, vectors or columns changed are looked up again (all of
+        them cost the wide cube's solve after a fresh value 0.5-1 ms).
         """
         by_class = self._classes_matrix()
-        sequence = self._order()[0]
+        sequence, ranks = self._order()
         kept = self._rows_of_classes
         if kept is not None and kept[0] is sequence and kept[1] is by_class:
             return by_class.matrix, kept[2]
-        rows = {
-            block: (at, self._projection(block))
-            for block, at in by_class.offsets.items()
-            if block in self._fronts
-        }
-        self._rows_of_classes = (sequence, by_class, rows)
+        offsets = by_class.offsets
+        if kept is None:
+            rows, changed = {}, list(offsets)
+        else:
+            _, before, known, known_ranks = kept
+            rows = dict(known)
+            ranked = np.flatnonzero(ranks[: known_ranks.size] != known_ranks).tolist()
+            ranked += range(known_ranks.size, ranks.size)  # (blocks the space met since)
+            changed = ranked + [
+                block
+                for block, at in offsets.items()
+                if at != before.offsets.get(block)
+                or by_class.lengths[block] != before.lengths.get(block)
+            ]
+        for block in changed:
+            if block in self._fronts and block in offsets:
+                rows[block] = (offsets[block], self._projection(block))
+        self._rows_of_classes = (sequence, by_class, rows, ranks)
         return by_class.matrix, rows
 
     def _classes_matrix(self) -> _Spreading:
         """Each vector's factor over each class of its parts, and where a block's classes start.
 
         The vectors' values are this matrix times the classes' (one product rather than a
-        gather per block). Vectors split since are rows added to it: a block's classes have
-        room to grow into (a quarter more), and the matrix is made again only when a block
-        outgrows it or is new (a fresh vector cost the wide cube's next solve 1.4-3 ms).
+        gather per block). Vectors split since are rows added to it; a block's classes have
+        room to grow into (a quarter more, and 8), and a block new or outgrowing its room is
+        given columns after the others (its entries moved there). Made again instead, the
+        matrix cost the wide cube's next solve 2.5-5 ms (a GROUP BY's new classes outgrow
+        rooms), and scipy's conversions of a fresh vector's few entries 0.7 ms. The columns a
+        block leaves stay empty: each room is a quarter larger than the one it left, so they
+        are at most four times the rooms. A row's entries are in the order of the blocks
+        (``_touching``'s), wherever their columns lie: its sum is rounded alike however the
+        columns moved.
         """
         kept = self._by_class
         if kept is not None and kept.vectors == self._split:
             return kept
         touching = self._touching
-        if kept is None or any(
-            block not in kept.offsets or t.count > kept.rooms[block]
-            for block, t in touching.items()
-        ):
-            offsets, rooms, total = {}, {}, 0
-            for block, t in touching.items():
+        offsets: dict[int, int] = {}
+        rooms: dict[int, int] = {}
+        lengths: dict[int, int] = {}
+        total, first, matrix = 0, 0, None
+        if kept is not None:
+            offsets, rooms, lengths = dict(kept.offsets), dict(kept.rooms), kept.lengths
+            total, first, matrix = kept.matrix.shape[1], kept.vectors, kept.matrix
+        moved = []  # (a block's first column before, its columns before, by how many moved)
+        for block, t in touching.items():
+            room = rooms.get(block)
+            if room is None or t.count > room:
+                if room is not None:
+                    moved.append((offsets[block], room, total - offsets[block]))
                 offsets[block], rooms[block] = total, t.count + t.count // 4 + 8
                 total += rooms[block]
-            lengths = dict.fromkeys(touching, 0)
-            first, matrix = 0, None
-        else:
-            offsets, rooms, lengths = kept.offsets, kept.rooms, kept.lengths
-            total, first, matrix = kept.matrix.shape[1], kept.vectors, kept.matrix
-        rows, columns = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        vectors, columns = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
         factors = [np.zeros(0)]
         for block, t in touching.items():
-            known = lengths[block]
+            known = lengths.get(block, 0)
             if known < t.vectors.size:  # (a few blocks: the new vectors')
-                rows.append(t.vectors[known:])
+                vectors.append(t.vectors[known:] - first)
                 columns.append(t.classes[known:] + offsets[block])
                 factors.append(t.factors[known:])
-        added = sparse.csr_array(
-            (np.concatenate(factors), (np.concatenate(rows) - first, np.concatenate(columns))),
-            shape=(self._split - first, total),
-        )
+        of_entry = np.concatenate(vectors)
+        by_vector = np.argsort(of_entry, kind="stable")  # each vector's in the blocks' order
+        indptr = np.zeros(self._split - first + 1, dtype=np.int64)
+        np.cumsum(np.bincount(of_entry, minlength=self._split - first), out=indptr[1:])
+        data, indices = np.concatenate(factors)[by_vector], np.concatenate(columns)[by_vector]
         if matrix is not None:  # (the new vectors' rows after the others')
-            added = sparse.csr_array(
-                (
-                    np.concatenate([matrix.data, added.data]),
-                    np.concatenate([matrix.indices, added.indices]),
-                    np.concatenate([matrix.indptr, added.indptr[1:] + matrix.indptr[-1]]),
-                ),
-                shape=(self._split, total),
-            )
+            before = matrix.indices.astype(np.int64)  # (a copy: copies share the matrix)
+            for start, width, shift in moved:
+                before[(before >= start) & (before < start + width)] += shift
+            data = np.concatenate([matrix.data, data])
+            indices = np.concatenate([before, indices])
+            indptr = np.concatenate([matrix.indptr, indptr[1:] + matrix.indptr[-1]])
         self._by_class = _Spreading(
-            added, offsets, rooms, {b: t.vectors.size for b, t in touching.items()}, self._split
+            sparse.csr_array((data, indices, indptr), shape=(self._split, total)),
+            offsets,
+            rooms,
+            {b: t.vectors.size for b, t in touching.items()},
+            self._split,
         )
         return self._by_class
 
