@@ -147,7 +147,7 @@ class _Spreading:
     """The vectors' factors over their classes' values (:meth:`BlockFronts._classes_matrix`)."""
 
     matrix: sparse.csr_array  # vectors x the blocks' classes, each block's after its first
-    offsets: dict[int, int]  # each block's first column
+    offsets: dict[int, int]  # each block's first column (blocks in any order, gaps between)
     rooms: dict[int, int]  # each block's columns (its classes, and room for more)
     lengths: dict[int, int]  # each block's vectors in it
     vectors: int  # its rows: the vectors split when it was made
@@ -220,9 +220,9 @@ class BlockFronts:
         self._compressed: dict[int, tuple[_Front, FloatArray, IntArray, int]] = {}
         # the vectors' classes per block, as a matrix from the classes' values to the vectors'
         self._by_class: _Spreading | None = None
-        # _class_rows', with the sequence and the matrix they were taken with
+        # _class_rows', with the sequence, the matrix and the ranks they were taken with
         self._rows_of_classes: (
-            tuple[IntArray, _Spreading, dict[int, tuple[int, FloatArray]]] | None
+            tuple[IntArray, _Spreading, dict[int, tuple[int, FloatArray]], IntArray] | None
         ) = None
 
     def copy(self) -> BlockFronts:
@@ -576,43 +576,49 @@ class BlockFronts:
         ``R_T^{-1} C_T z`` is read as ``R_T^{-1} C_T``'s columns in the later fronts' directions
         times their ``y`` (:meth:`_compressed_below`), a few times fewer numbers than ``C_T``;
         ``R_T^{-1}`` itself only for the fronts ``w`` reaches (few: the query's blocks').
+        A solve visits every front (most reach the grand mean's block), so each costs little:
+        those columns are kept negated, and ``y_T`` is one product written in place (then
+        ``R_T^{-1} w_T`` added where ``w`` reaches), by ``np.dot`` (``np.matmul`` costs twice
+        its overhead on a small matrix); a single query's ``y`` is a vector, not a column. The
+        wide cube's single values took 2.0 ms in it rather than 2.6.
         """
         order, ranks = self._order()
         count = next(iter(fitted.values())).shape[1]
+        if count == 1:
+            fitted = {block: w[:, 0] for block, w in fitted.items()}
         # y_T in the first rows of block T's coordinates
-        y = np.zeros((blocks.size, count))
+        y = np.zeros(blocks.size if count == 1 else (blocks.size, count))
         reached = 0  # the fronts given a y so far, as bits
         along: dict[int, FloatArray] = {}
         fronts, known = self._fronts, self._compressed
         backwards = order[::-1]
         for block, start in zip(backwards.tolist(), blocks.starts[backwards].tolist()):
-            w = fitted.get(block)
             front = fronts[block]
             below_of = known.get(block)
             if below_of is not None and below_of[0] is front:  # (_compressed_below's, kept)
-                _, reduced, positions, reads = below_of
+                _, negated, positions, reads = below_of
             else:
-                reduced, positions, reads = self._compressed_below(blocks, block, ranks)
+                negated, positions, reads = self._compressed_below(blocks, block, ranks)
+            w = fitted.get(block)
+            part = y[start : start + front.factor.shape[0]]
             if reached & reads:
-                part = reduced @ y[positions]
-                if w is None:
-                    np.negative(part, out=part)
-                else:
-                    np.subtract(front.inverse @ w, part, out=part)
+                np.dot(negated, y[positions], out=part)  # -R_T^{-1} C_T z
+                if w is not None:
+                    part += front.inverse @ w
             elif w is None:
                 continue
             else:
-                part = front.inverse @ w
-            along[block] = y[start : start + part.shape[0]] = part
+                np.dot(front.inverse, w, out=part)
+            along[block] = part
             reached |= 1 << block
         return along
 
     def _compressed_below(
         self, blocks: _Blocks, block: int, ranks: IntArray
     ) -> tuple[FloatArray, IntArray, int]:
-        """``R_T^{-1} C_T [V_S^T]_S`` over the later fronts ``S`` it reaches, where ``y_S`` lie.
+        """``-R_T^{-1} C_T [V_S^T]_S`` over the later fronts ``S`` it reaches, where ``y_S`` lie.
 
-        And those fronts' blocks as bits (``1 << S``).
+        And those fronts' blocks as bits (``1 << S``). (Negated: :meth:`_back` reads it so.)
 
         ``C_T z = sum_S C_T[S] V_S^T y_S`` exactly (``z`` is zero in blocks without a front).
         With ``R_T^{-1}`` taken in, a back substitution reads one matrix per front, not also
@@ -643,6 +649,7 @@ class BlockFronts:
             positions.append(np.arange(start, start + rank))
         k = front.factor.shape[0]
         reduced = front.inverse @ np.hstack(pieces) if pieces else np.zeros((k, 0))
+        np.negative(reduced, out=reduced)
         where = np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
         reads = sum(1 << b for b, rank in zip(front.reaches.tolist(), reached.tolist()) if rank)
         self._compressed[block] = (front, reduced, where, reads)
@@ -652,7 +659,7 @@ class BlockFronts:
         """The kept :meth:`_compressed_below` that read ``block``, given its new directions.
 
         ``R_T^{-1} C_T [V_S^T]_S`` for an earlier front ``T`` gains the columns
-        ``R_T^{-1} C_T[S] new^T``, where ``y_S`` gains rows (after the ``rank`` before): its
+        ``-R_T^{-1} C_T[S] new^T``, where ``y_S`` gains rows (after the ``rank`` before): its
         other columns are unchanged, as the fronts they read. Rebuilt instead, the products of
         most fronts (those reaching the grand mean's block) were made again after a wide
         cube's measuring GROUP BY: half of the time taking its rows in.
@@ -667,92 +674,121 @@ class BlockFronts:
             part = front.below[:, first:last] @ new[:, front.columns[first:last] - start].T
             self._compressed[earlier] = (
                 front,
-                np.hstack([reduced, front.inverse @ part]),
+                np.hstack([reduced, -(front.inverse @ part)]),
                 np.concatenate([positions, where]),
                 reads,
             )
 
     def _values(self, blocks: _Blocks, along: dict[int, FloatArray], count: int) -> FloatArray:
-        """``h_j^T z`` for every vector ``j`` (rows): ``sum_T (V_T h_j[T])^T y_T``."""
+        """``h_j^T z`` for every vector ``j`` (rows): ``sum_T (V_T h_j[T])^T y_T``.
+
+        ``along``: :meth:`_back`'s (vectors ``y_T`` for a single query).
+        """
         self._split_vectors(blocks)
         spread, rows = self._class_rows()
-        classes = np.zeros((spread.shape[1], count))  # h_c^T z per class (zero: no front)
+        # h_c^T z per class (zero: no front)
+        classes = np.zeros(spread.shape[1] if count == 1 else (spread.shape[1], count))
         for block, y in along.items():
             found = rows.get(block)
             if found is not None:
                 at, projection = found
-                np.matmul(projection, y, out=classes[at : at + projection.shape[0]])
+                np.dot(projection, y, out=classes[at : at + projection.shape[0]])
         values: FloatArray = spread @ classes
-        return values
+        return values.reshape(values.shape[0], count)
 
     def _class_rows(self) -> tuple[sparse.csr_array, dict[int, tuple[int, FloatArray]]]:
         """:meth:`_classes_matrix`; per block with a front, its classes' first and rows there.
 
         The rows along the front's directions (:meth:`_projection`). Kept while no vector is
         split and no front gains a direction (its sequence is made again then): a solve reads
-        every front's, and looking each up again cost the wide cube's solves 0.4 ms of 4.
+        every front's, and looking each up again cost the wide cube's solves 0.4 ms of 4. Then
+        only the blocks whose rank, vectors or columns changed are looked up again (all of
+        them cost the wide cube's solve after a fresh value 0.5-1 ms).
         """
         by_class = self._classes_matrix()
-        sequence = self._order()[0]
+        sequence, ranks = self._order()
         kept = self._rows_of_classes
         if kept is not None and kept[0] is sequence and kept[1] is by_class:
             return by_class.matrix, kept[2]
-        rows = {
-            block: (at, self._projection(block))
-            for block, at in by_class.offsets.items()
-            if block in self._fronts
-        }
-        self._rows_of_classes = (sequence, by_class, rows)
+        offsets = by_class.offsets
+        if kept is None:
+            rows, changed = {}, list(offsets)
+        else:
+            _, before, known, known_ranks = kept
+            rows = dict(known)
+            ranked = np.flatnonzero(ranks[: known_ranks.size] != known_ranks).tolist()
+            ranked += range(known_ranks.size, ranks.size)  # (blocks the space met since)
+            changed = ranked + [
+                block
+                for block, at in offsets.items()
+                if at != before.offsets.get(block)
+                or by_class.lengths[block] != before.lengths.get(block)
+            ]
+        for block in changed:
+            if block in self._fronts and block in offsets:
+                rows[block] = (offsets[block], self._projection(block))
+        self._rows_of_classes = (sequence, by_class, rows, ranks)
         return by_class.matrix, rows
 
     def _classes_matrix(self) -> _Spreading:
         """Each vector's factor over each class of its parts, and where a block's classes start.
 
         The vectors' values are this matrix times the classes' (one product rather than a
-        gather per block). Vectors split since are rows added to it: a block's classes have
-        room to grow into (a quarter more), and the matrix is made again only when a block
-        outgrows it or is new (a fresh vector cost the wide cube's next solve 1.4-3 ms).
+        gather per block). Vectors split since are rows added to it; a block's classes have
+        room to grow into (a quarter more, and 8), and a block new or outgrowing its room is
+        given columns after the others (its entries moved there). Made again instead, the
+        matrix cost the wide cube's next solve 2.5-5 ms (a GROUP BY's new classes outgrow
+        rooms), and scipy's conversions of a fresh vector's few entries 0.7 ms. The columns a
+        block leaves stay empty: each room is a quarter larger than the one it left, so they
+        are at most four times the rooms. A row's entries are in the order of the blocks
+        (``_touching``'s), wherever their columns lie: its sum is rounded alike however the
+        columns moved.
         """
         kept = self._by_class
         if kept is not None and kept.vectors == self._split:
             return kept
         touching = self._touching
-        if kept is None or any(
-            block not in kept.offsets or t.count > kept.rooms[block]
-            for block, t in touching.items()
-        ):
-            offsets, rooms, total = {}, {}, 0
-            for block, t in touching.items():
+        offsets: dict[int, int] = {}
+        rooms: dict[int, int] = {}
+        lengths: dict[int, int] = {}
+        total, first, matrix = 0, 0, None
+        if kept is not None:
+            offsets, rooms, lengths = dict(kept.offsets), dict(kept.rooms), kept.lengths
+            total, first, matrix = kept.matrix.shape[1], kept.vectors, kept.matrix
+        moved = []  # (a block's first column before, its columns before, by how many moved)
+        for block, t in touching.items():
+            room = rooms.get(block)
+            if room is None or t.count > room:
+                if room is not None:
+                    moved.append((offsets[block], room, total - offsets[block]))
                 offsets[block], rooms[block] = total, t.count + t.count // 4 + 8
                 total += rooms[block]
-            lengths = dict.fromkeys(touching, 0)
-            first, matrix = 0, None
-        else:
-            offsets, rooms, lengths = kept.offsets, kept.rooms, kept.lengths
-            total, first, matrix = kept.matrix.shape[1], kept.vectors, kept.matrix
-        rows, columns = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        vectors, columns = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
         factors = [np.zeros(0)]
         for block, t in touching.items():
-            known = lengths[block]
+            known = lengths.get(block, 0)
             if known < t.vectors.size:  # (a few blocks: the new vectors')
-                rows.append(t.vectors[known:])
+                vectors.append(t.vectors[known:] - first)
                 columns.append(t.classes[known:] + offsets[block])
                 factors.append(t.factors[known:])
-        added = sparse.csr_array(
-            (np.concatenate(factors), (np.concatenate(rows) - first, np.concatenate(columns))),
-            shape=(self._split - first, total),
-        )
+        of_entry = np.concatenate(vectors)
+        by_vector = np.argsort(of_entry, kind="stable")  # each vector's in the blocks' order
+        indptr = np.zeros(self._split - first + 1, dtype=np.int64)
+        np.cumsum(np.bincount(of_entry, minlength=self._split - first), out=indptr[1:])
+        data, indices = np.concatenate(factors)[by_vector], np.concatenate(columns)[by_vector]
         if matrix is not None:  # (the new vectors' rows after the others')
-            added = sparse.csr_array(
-                (
-                    np.concatenate([matrix.data, added.data]),
-                    np.concatenate([matrix.indices, added.indices]),
-                    np.concatenate([matrix.indptr, added.indptr[1:] + matrix.indptr[-1]]),
-                ),
-                shape=(self._split, total),
-            )
+            before = matrix.indices.astype(np.int64)  # (a copy: copies share the matrix)
+            for start, width, shift in moved:
+                before[(before >= start) & (before < start + width)] += shift
+            data = np.concatenate([matrix.data, data])
+            indices = np.concatenate([before, indices])
+            indptr = np.concatenate([matrix.indptr, indptr[1:] + matrix.indptr[-1]])
         self._by_class = _Spreading(
-            added, offsets, rooms, {b: t.vectors.size for b, t in touching.items()}, self._split
+            sparse.csr_array((data, indices, indptr), shape=(self._split, total)),
+            offsets,
+            rooms,
+            {b: t.vectors.size for b, t in touching.items()},
+            self._split,
         )
         return self._by_class
 

@@ -395,3 +395,35 @@ def test_rows_stacked_over_the_union_of_their_columns(runs: int) -> None:
         first += r.shape[0]
     assert np.array_equal(columns, np.flatnonzero(np.any(dense, axis=0)))
     assert np.array_equal(rows, dense[:, columns])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_classes_matrix_grown_in_place_gives_the_values_of_one_made_anew(seed: int) -> None:
+    """A block new or outgrowing its room takes columns after the others (its entries moved).
+
+    The values then are those of the matrix made from the blocks anew, to the bit (a row's
+    entries stay in the order of the blocks), and so are the classes' rows kept per block.
+    """
+    rng = np.random.default_rng(300 + seed)
+    shape = (6, 5, 4)
+    space = AnovaCoordinates(shape)
+    fronts = BlockFronts(space, residual=RESIDUAL)
+    moved = 0
+    for step in range(60):
+        j = fronts.add(*space.of(_random_vector(rng, shape)))
+        fronts.weigh(j, float(rng.choice([0.04, 1.0, 25.0])))
+        if step % 3 != 2:
+            continue
+        queries = [space.of(_random_vector(rng, shape)) for _ in range(3)]
+        queries.append(fronts._vectors[int(rng.integers(fronts.size))])
+        found, _ = fronts.solve_many(queries)
+        spreading = fronts._by_class
+        assert spreading is not None
+        moved += spreading.matrix.shape[1] > sum(spreading.rooms.values())  # (columns left)
+        anew = fronts.copy()
+        anew._by_class = anew._rows_of_classes = None
+        again, _ = anew.solve_many(queries)
+        for values, expected in zip(found, again):
+            assert (values is None) == (expected is None)
+            assert values is None or np.array_equal(values, expected)
+    assert moved
