@@ -354,7 +354,7 @@ class BlockFronts:
             # a new front over more coordinates than rows (a restart opens most so): the rows
             # by decreasing norm, as _directions takes them; if they are independent they are
             # the front's rows themselves, with no rotation and nothing passed on
-            order = np.argsort(-np.einsum("ij,ij->i", here, here), kind="stable")
+            order = _by_decreasing_norm(here)
             here = here[order]
             new, off_along = _directions(here, _RANK * scale, ordered=True)
             if new.shape[0] == rows.shape[0]:
@@ -1004,14 +1004,12 @@ def _directions(
     if not np.any(off):
         return off[:0], off[:, :0]
     if rows <= width:
-        # the rows by decreasing norm, so that the first directions are the largest rows':
-        # in the order given, rows of precisions 1e6 apart solved 1.5e-6 off the copy's
-        # solve after the front's rotation (tests/engine/test_batch_updates.py, seed 8)
+        # the rows by decreasing norm (_by_decreasing_norm), unless they are already
         if ordered:
             q, upper = scipy.linalg.qr(off.T, mode="economic", check_finite=False)
             triangle = upper.T
         else:
-            order = np.argsort(-np.einsum("ij,ij->i", off, off), kind="stable")
+            order = _by_decreasing_norm(off)
             q, upper = scipy.linalg.qr(off[order].T, mode="economic", check_finite=False)
             triangle = np.empty_like(upper.T)  # L, its rows back in the order given
             triangle[order] = upper.T
@@ -1028,6 +1026,17 @@ def _directions(
         return right[kept] @ q.T, left[:, kept] * singular[kept]
     directions = right[kept]
     return directions, off @ directions.T
+
+
+def _by_decreasing_norm(rows: FloatArray) -> IntArray:
+    """The rows' order by decreasing norm (ties as given), in which a block takes them.
+
+    So that the first directions are the largest rows': in the order given, rows of precisions
+    1e6 apart solved 1.5e-6 off the copy's solve after the front's rotation
+    (tests/engine/test_batch_updates.py, seed 8).
+    """
+    order: IntArray = np.argsort(-np.einsum("ij,ij->i", rows, rows), kind="stable")
+    return order
 
 
 def _bordered(
