@@ -526,7 +526,9 @@ class BlockFronts:
         """``w`` with ``R^T w = q`` per front reached, and the squares left unfitted.
 
         ``work``: the queries over the coordinates, as columns; taken (it ends as the part of
-        the queries no front fits). The squares only grow: at the queries' own blocks (where
+        the queries no front fits: at a front's block, the part off its directions, which
+        :meth:`solve_batch` keeps; forming it again there took 2 ms of the wide cube's first
+        GROUP BY). The squares only grow: at the queries' own blocks (where
         a new vector's part is not fitted), once every query is past ``residual`` of its
         ``norms`` the later blocks are not visited (``None``: every block reached is, for a
         batch whose far queries are solved again as values are measured).
@@ -548,8 +550,8 @@ class BlockFronts:
                 unfitted += np.einsum("ij,ij->j", part, part)
             else:
                 along = front.directions @ part
-                off = part - front.directions.T @ along
-                unfitted += np.einsum("ij,ij->j", off, off)
+                part -= front.directions.T @ along  # (a view: work's part off the front)
+                unfitted += np.einsum("ij,ij->j", part, part)
             if (
                 norms is not None
                 and block in own
@@ -888,7 +890,6 @@ class BlockFronts:
         bounds = np.stack([blocks.starts[held], blocks.starts[held + 1]]).T.tolist()
         rows = np.concatenate([np.arange(start, stop) for start, stop in bounds])
         remainders = work[rows]
-        at = dict(zip(held.tolist(), np.cumsum([0] + [b - a for a, b in bounds]).tolist()))
         # the batch's coordinates t = y = w are the fitted fronts' alone: the others' are zero
         # for every query, and stay so as values are measured (corrections combine them)
         positions, end = [], 0
@@ -897,9 +898,6 @@ class BlockFronts:
             if w is not None:
                 positions.append((block, end, end + w.shape[0]))
                 end += w.shape[0]
-                directions = self._fronts[block].directions
-                part = remainders[at[block] : at[block] + directions.shape[1]]
-                part -= directions.T @ (directions @ part)  # its part off the front
         target = np.zeros((end, count))
         for block, start, stop in positions:
             target[start:stop] = fitted[block]

@@ -398,6 +398,37 @@ def test_rows_stacked_over_the_union_of_their_columns(runs: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
+def test_the_forward_substitution_leaves_the_parts_off_the_fronts(seed: int) -> None:
+    """``work`` after :meth:`_forward`: ``q - R^T w``, off each fitted front's directions.
+
+    (:meth:`solve_batch` reads it as the queries' remainders; a dense ``R`` checks it.)
+    """
+    rng = np.random.default_rng(300 + seed)
+    shape = tuple(int(n) for n in rng.integers(2, 5, 3))
+    space = AnovaCoordinates(shape)
+    both = _Both(space, math.prod(n + 1 for n in shape))
+    for _ in range(30):
+        _random_history_step(rng, both, shape)
+    fronts = both.fronts
+    fronts._absorb()
+    blocks = fronts._table()
+    queries = _queries(rng, both, shape)
+    work, _ = fronts_module._columns(blocks, queries)
+    q = work.copy()
+    fitted, _ = fronts._forward(blocks, work, queries, None)
+    assert fitted
+    r_transpose_w = np.zeros_like(q)
+    for block, w in fitted.items():
+        front = fronts._fronts[block]
+        start, stop = blocks.bounds(block)
+        r_transpose_w[start:stop] += front.directions.T @ (front.factor.T @ w)
+        r_transpose_w[front.columns] += front.below.T @ w
+        scale = np.abs(q).max()
+        assert np.allclose(front.directions @ work[start:stop], 0.0, atol=1e-12 * scale)
+    assert np.allclose(work, q - r_transpose_w, atol=1e-12 * np.abs(q).max())
+
+
+@pytest.mark.parametrize("seed", range(4))
 def test_the_classes_matrix_grown_in_place_gives_the_values_of_one_made_anew(seed: int) -> None:
     """A block new or outgrowing its room takes columns after the others (its entries moved).
 
