@@ -429,6 +429,34 @@ def test_the_forward_substitution_leaves_the_parts_off_the_fronts(seed: int) -> 
 
 
 @pytest.mark.parametrize("seed", range(4))
+def test_the_back_substitution_holds_y_over_the_fronts_rows(seed: int) -> None:
+    """``y`` has a row per direction of a front, not per coordinate, kept across solves.
+
+    (Its values: the solves against the span solver and the dense reference, elsewhere.)
+    """
+    rng = np.random.default_rng(400 + seed)
+    shape = tuple(int(n) for n in rng.integers(2, 5, 3))
+    space = AnovaCoordinates(shape)
+    both = _Both(space, math.prod(n + 1 for n in shape))
+    for step in range(30):
+        _random_history_step(rng, both, shape)
+        if step % 10 == 9:
+            both.check(_queries(rng, both, shape))  # (rows of y kept, then made again)
+    fronts = both.fronts
+    fronts._absorb()
+    blocks = fronts._table()
+    queries = _queries(rng, both, shape)
+    work, _ = fronts_module._columns(blocks, queries)
+    fitted, _ = fronts._forward(blocks, work, queries, None)
+    along = fronts._back(blocks, fitted)
+    y = next(iter(along.values())).base
+    assert y is not None and y.shape[0] == fronts.rank < blocks.size
+    firsts = fronts._rows_of_y(blocks)[0]
+    for block, part in along.items():
+        assert part.base is y and np.shares_memory(part, y[firsts[block] :])
+
+
+@pytest.mark.parametrize("seed", range(4))
 def test_the_classes_matrix_grown_in_place_gives_the_values_of_one_made_anew(seed: int) -> None:
     """A block new or outgrowing its room takes columns after the others (its entries moved).
 
