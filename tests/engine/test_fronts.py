@@ -397,22 +397,27 @@ def test_rows_stacked_over_the_union_of_their_columns(runs: int) -> None:
     assert np.array_equal(rows, dense[:, columns])
 
 
+def _history_and_batch(seed: int, *, checks: bool) -> tuple[BlockFronts, list[Coordinates]]:
+    """Fronts of 30 random history steps (solved every 10th, with ``checks``), and a batch."""
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(n) for n in rng.integers(2, 5, 3))
+    both = _Both(AnovaCoordinates(shape), math.prod(n + 1 for n in shape))
+    for step in range(30):
+        _random_history_step(rng, both, shape)
+        if checks and step % 10 == 9:
+            both.check(_queries(rng, both, shape))
+    both.fronts._absorb()
+    return both.fronts, _queries(rng, both, shape)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_the_forward_substitution_leaves_the_parts_off_the_fronts(seed: int) -> None:
     """``work`` after :meth:`_forward`: ``q - R^T w``, off each fitted front's directions.
 
     (:meth:`solve_batch` reads it as the queries' remainders; a dense ``R`` checks it.)
     """
-    rng = np.random.default_rng(300 + seed)
-    shape = tuple(int(n) for n in rng.integers(2, 5, 3))
-    space = AnovaCoordinates(shape)
-    both = _Both(space, math.prod(n + 1 for n in shape))
-    for _ in range(30):
-        _random_history_step(rng, both, shape)
-    fronts = both.fronts
-    fronts._absorb()
+    fronts, queries = _history_and_batch(300 + seed, checks=False)
     blocks = fronts._table()
-    queries = _queries(rng, both, shape)
     work, _ = fronts_module._columns(blocks, queries)
     q = work.copy()
     fitted, _ = fronts._forward(blocks, work, queries, None)
@@ -434,18 +439,8 @@ def test_the_back_substitution_holds_y_over_the_fronts_rows(seed: int) -> None:
 
     (Its values: the solves against the span solver and the dense reference, elsewhere.)
     """
-    rng = np.random.default_rng(400 + seed)
-    shape = tuple(int(n) for n in rng.integers(2, 5, 3))
-    space = AnovaCoordinates(shape)
-    both = _Both(space, math.prod(n + 1 for n in shape))
-    for step in range(30):
-        _random_history_step(rng, both, shape)
-        if step % 10 == 9:
-            both.check(_queries(rng, both, shape))  # (rows of y kept, then made again)
-    fronts = both.fronts
-    fronts._absorb()
+    fronts, queries = _history_and_batch(400 + seed, checks=True)
     blocks = fronts._table()
-    queries = _queries(rng, both, shape)
     work, _ = fronts_module._columns(blocks, queries)
     fitted, _ = fronts._forward(blocks, work, queries, None)
     along = fronts._back(blocks, fitted)
