@@ -61,6 +61,8 @@ _COMBINED_MARGIN = 1e-9
 # The root search for a combined budget: steps at most, and the relative step that settles it.
 _ROOT_STEPS = 200
 _ROOT_RTOL = 1e-9
+# Grid points per power of ten: mantissas 10^11 .. 10^12 - 1.
+_DECADE: int = 9 * 10 ** (_BUDGET_DIGITS - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,13 +277,82 @@ def _combined(
     )
     if root is None:
         return None  # not reached (the slack keeps the two bounds consistent); fresh is safe
-    budget = round_up(root)
-    while budget < ceiling and miss(float(budget))[0] > target:
-        budget = round_up(float(budget) * (1 + 1e-9))
-    if budget >= ceiling:
+    budget = _least_on_grid(lambda b: miss(float(b))[0] <= target, round_up(root), ceiling)
+    if budget is None or budget >= ceiling:
         return None
     bound, weight = miss(float(budget))
     return Decision("combined", budget, step, history, weight, accuracy.eps, 1.0 - bound, basis)
+
+
+def _grid_index(budget: Fraction) -> int:
+    """The place of a 12-digit budget (:func:`round_up`'s grid) among all of them, in order.
+
+    ``m 10^(e - 11)`` with ``10^11 <= m < 10^12`` is ``e (9 10^11) + m - 10^11``: neighbours
+    on the grid are neighbouring integers, across powers of ten too.
+    """
+    exponent = math.floor(math.log10(budget))  # corrected below where the float rounds over
+    if _power_of_ten(exponent) > budget:
+        exponent -= 1
+    elif _power_of_ten(exponent + 1) <= budget:
+        exponent += 1
+    mantissa = budget / _power_of_ten(exponent - _BUDGET_DIGITS + 1)
+    if mantissa.denominator != 1:
+        raise ValueError(f"{budget} has more than {_BUDGET_DIGITS} significant digits")
+    return exponent * _DECADE + mantissa.numerator - _DECADE // 9
+
+
+def _grid_budget(index: int) -> Fraction:
+    """The budget at ``index`` (:func:`_grid_index`'s inverse)."""
+    exponent, offset = divmod(index, _DECADE)
+    return (offset + _DECADE // 9) * _power_of_ten(exponent - _BUDGET_DIGITS + 1)
+
+
+def _power_of_ten(exponent: int) -> Fraction:
+    return Fraction(10**exponent) if exponent >= 0 else Fraction(1, 10**-exponent)
+
+
+def _least_on_grid(
+    meets: Callable[[Fraction], bool], start: Fraction, ceiling: Fraction
+) -> Fraction | None:
+    """The budget on the grid where ``meets`` turns true, found from ``start``; ``ceiling`` meets.
+
+    The answer meets and its neighbour below misses (the least that meets, for a bound that
+    falls with the budget): it depends on the bound at those two grid points only, not on
+    where the search began or how it went, so a budget moves only if the bound crosses the
+    target at a grid point (one step, if the bound is evaluated a rounding apart). From
+    ``start`` the steps double away from it until the target is bracketed (one step when
+    ``start`` is the rounded root), then bisect. None if the steps down pass ``2^-60`` of
+    the ceiling or ``_ROOT_STEPS`` do not settle it (not reached: the history alone misses).
+    """
+    top = _grid_index(ceiling)
+    bottom = _grid_index(round_up(float(ceiling) * 2.0**-60))
+    at = min(_grid_index(start), top)
+    low: int | None = None  # the greatest index known to miss
+    high = top  # the least known to meet
+    first: bool | None = None  # whether ``start`` met
+    stride = 1  # 0 once bracketed
+    for _ in range(_ROOT_STEPS):
+        met = at == top or meets(_grid_budget(at))
+        if met:
+            high = at
+        else:
+            low = at
+        if low is not None and high - low == 1:
+            return _grid_budget(high)
+        if first is None:
+            first = met
+        if met == first and stride > 0:  # away from ``start``, doubling
+            after = at - stride if met else at + stride
+            stride *= 2
+            if after < bottom:
+                return None
+            if (low is None or after > low) and after < high:
+                at = after
+                continue
+        stride = 0
+        assert low is not None  # a miss is known once bracketed
+        at = (low + high) // 2
+    return None
 
 
 def _least_budget(

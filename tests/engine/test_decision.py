@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from proxy.engine.decision import decide, fresh_budget, round_up
+from proxy.engine.decision import _least_on_grid, decide, fresh_budget, round_up
 from proxy.engine.estimator import HistoryIndex
 from proxy.engine.noise import noise_step
 from proxy.engine.selection import error_terms
@@ -178,4 +178,58 @@ def test_a_combined_budget_is_the_least_that_meets_the_request(
 
     target = accuracy.delta * (1 - 1e-9)
     assert miss(float(decision.budget)) <= target
-    assert miss(float(decision.budget) * (1 - 1e-9)) > target
+    assert miss(float(_grid_below(decision.budget))) > target  # the next 12-digit budget down
+
+
+def _grid_below(budget: Fraction) -> Fraction:
+    """The 12-significant-digit decimal just below ``budget`` (one itself)."""
+    unit = Fraction(10) ** (math.floor(math.log10(budget * (1 - Fraction(1, 10**13)))) - 11)
+    return budget - unit
+
+
+@pytest.mark.parametrize(
+    "crossing",
+    [Fraction(1), Fraction(10**11 + 1, 10**14), Fraction(999999999999, 10**12), Fraction(1, 8)],
+)
+def test_a_combined_budget_is_where_the_bound_crosses_on_the_grid_from_any_start(
+    crossing: Fraction,
+) -> None:
+    """The search ends at the grid point that meets above one that misses, wherever it began.
+
+    A secant root a rounding step either side of the crossing (a tail evaluated another way)
+    starts it one grid point off: the budget must not follow (rounding up the start and then
+    stepping up by 1e-9 did, by one step or a thousand).
+    """
+    ceiling = round_up(float(crossing) * 3.0)
+    tried: list[Fraction] = []
+
+    def meets(budget: Fraction) -> bool:
+        tried.append(budget)
+        return budget >= crossing
+
+    starts = [crossing, round_up(float(crossing) / 2), ceiling]
+    for steps in (1, 2, 5, 1000, 10**6):
+        starts += [_grid_above(crossing, steps), _grid_below_by(crossing, steps)]
+    for start in starts:
+        tried.clear()
+        assert _least_on_grid(meets, start, ceiling) == crossing
+        assert _grid_below(crossing) in tried and crossing in tried
+    tried.clear()
+    assert _least_on_grid(meets, crossing, ceiling) == crossing
+    assert tried == [crossing, _grid_below(crossing)]  # from the rounded root: two tails
+
+
+def _grid_above(budget: Fraction, steps: int) -> Fraction:
+    for _ in range(min(steps, 8)):
+        budget = round_up(float(budget) * (1 + 1e-12))  # one step each
+    if steps > 8:
+        budget = round_up(float(budget) * (1 + 1e-12 * steps))
+    return budget
+
+
+def _grid_below_by(budget: Fraction, steps: int) -> Fraction:
+    for _ in range(min(steps, 8)):
+        budget = _grid_below(budget)
+    if steps > 8:
+        budget = round_up(float(budget) * (1 - 1e-12 * steps))
+    return budget
