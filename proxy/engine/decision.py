@@ -39,7 +39,15 @@ from proxy.engine.selection import (
     lattice_interval,
     meets,
 )
-from proxy.engine.tails import EXACT, ExactTail, Runs, Scales, TailMethod, discrete_laplace_tail
+from proxy.engine.tails import (
+    EXACT,
+    ExactTail,
+    Runs,
+    ScaledTails,
+    Scales,
+    TailMethod,
+    discrete_laplace_tail,
+)
 from sqlmap.accuracy import AccuracyRequest
 from sqlmap.vector import LinearQuery
 
@@ -249,21 +257,57 @@ def _combined(
     if terms is None and isinstance(tail, ExactTail):
         terms = error_terms(history)
     known: dict[float, tuple[float, float]] = {}  # by budget: each is tried once
+    # Divided by 1 - w, the combination's error is E + r L: the history's error and the fresh
+    # noise at r = V b / S, and its threshold grows with b too (while eps exceeds the step), so
+    # one node set, log phi_E on it computed once, serves the budgets of a range
+    shared = isinstance(tail, ExactTail) and terms is not None and terms.size >= 2
+    node_sets: list[ScaledTails] = []
+
+    def combination(budget: float) -> tuple[float, float, float, float]:
+        """The weight, the error's threshold, and ``r`` and the threshold on ``E + r L``.
+
+        At ``budget``; the threshold is eps less the lattice shift.
+        """
+        fresh_scale = sensitivity / budget
+        weight = history_var / (history_var + fresh_scale**2)
+        x = accuracy.eps - ((1.0 - weight) * history.shift + weight * float(step))
+        if weight == 1.0:  # the history's share rounds away: no node set serves
+            return weight, x, math.inf, math.inf
+        return weight, x, weight * fresh_scale / (1.0 - weight), x / (1.0 - weight)
+
+    def nodes_for(budget: float, r: float, y: float) -> ScaledTails | None:
+        """A node set that serves ``budget``: one placed for it and those near, if none does."""
+        nonlocal shared
+        found = next((nodes for nodes in node_sets if nodes.serves(r, y)), None)
+        if found is None and y > 0.0:
+            ends = [combination(b)[2:] for b in (budget / 2, min(2 * budget, float(ceiling)))]
+            ys = [y] + [end[1] for end in ends if end[1] > 0.0]
+            assert isinstance(tail, ExactTail) and terms is not None
+            rs = (min(r, ends[0][0]), max(r, ends[1][0]))
+            found = tail.scaled(terms, rs, (min(ys), max(ys)))
+            if found is None:
+                shared = False  # too many nodes: the budgets' own from now on
+            else:
+                node_sets.append(found)
+        return found
 
     def miss(budget: float) -> tuple[float, float]:
         """(bound on P(miss), weight of the new measurement) at ``budget``."""
         if budget in known:
             return known[budget]
+        weight, x, r, y = combination(budget)
+        nodes = nodes_for(budget, r, y) if shared else None
+        if nodes is not None:
+            found = known[budget] = (nodes.tail(r, y) + TAIL_SLACK, weight)
+            return found
         fresh_scale = sensitivity / budget
-        weight = history_var / (history_var + fresh_scale**2)
         # the history's terms sorted once for every budget tried (the fresh one is the largest)
         scales: Scales | None = (
             None if terms is None else terms.joined(1.0 - weight, weight * fresh_scale)
         )
         if scales is None:
             scales = np.append((1.0 - weight) * history_scales, weight * fresh_scale)
-        shift = (1.0 - weight) * history.shift + weight * float(step)
-        found = known[budget] = (tail.tail(scales, accuracy.eps - shift) + TAIL_SLACK, weight)
+        found = known[budget] = (tail.tail(scales, x) + TAIL_SLACK, weight)
         return found
 
     if miss(float(ceiling))[0] > target:
