@@ -120,8 +120,9 @@ def test_a_restarted_engine_holds_and_decides_as_the_one_that_released_its_histo
         # once), so their BLUEs agree to rounding (half-widths to ~1e-12), not bitwise. A
         # combined answer's budget is where its miss bound crosses the target on the 12-digit
         # grid (decision._least_on_grid); a bound within rounding of the target at a grid
-        # point can put it one step higher on one side. (When a root rounded up was then
-        # raised by 1e-9 while it missed, seeds 0-9 gave budgets apart by 4e-12 to 9.998e-10.)
+        # point can put it one step higher on one side: over seeds 0-9 two budgets were one
+        # step apart (1.0e-12, 1.1e-12), the rest equal. (When a root rounded up was raised by
+        # 1e-9 while it missed, they were apart by 4e-12 to 9.998e-10.)
         for a, b in zip(planned.decisions, replanned.decisions, strict=True):
             sources.add(a.source)
             assert b.source == a.source
