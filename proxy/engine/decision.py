@@ -39,7 +39,15 @@ from proxy.engine.selection import (
     lattice_interval,
     meets,
 )
-from proxy.engine.tails import EXACT, ExactTail, Runs, Scales, TailMethod, discrete_laplace_tail
+from proxy.engine.tails import (
+    EXACT,
+    ExactTail,
+    Runs,
+    ScaledTails,
+    Scales,
+    TailMethod,
+    discrete_laplace_tail,
+)
 from sqlmap.accuracy import AccuracyRequest
 from sqlmap.vector import LinearQuery
 
@@ -61,6 +69,8 @@ _COMBINED_MARGIN = 1e-9
 # The root search for a combined budget: steps at most, and the relative step that settles it.
 _ROOT_STEPS = 200
 _ROOT_RTOL = 1e-9
+# Grid points per power of ten: mantissas 10^11 .. 10^12 - 1.
+_DECADE: int = 9 * 10 ** (_BUDGET_DIGITS - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,21 +257,57 @@ def _combined(
     if terms is None and isinstance(tail, ExactTail):
         terms = error_terms(history)
     known: dict[float, tuple[float, float]] = {}  # by budget: each is tried once
+    # Divided by 1 - w, the combination's error is E + r L: the history's error and the fresh
+    # noise at r = V b / S, and its threshold grows with b too (while eps exceeds the step), so
+    # one node set, log phi_E on it computed once, serves the budgets of a range
+    shared = isinstance(tail, ExactTail) and terms is not None and terms.size >= 2
+    node_sets: list[ScaledTails] = []
+
+    def combination(budget: float) -> tuple[float, float, float, float]:
+        """The weight, the error's threshold, and ``r`` and the threshold on ``E + r L``.
+
+        At ``budget``; the threshold is eps less the lattice shift.
+        """
+        fresh_scale = sensitivity / budget
+        weight = history_var / (history_var + fresh_scale**2)
+        x = accuracy.eps - ((1.0 - weight) * history.shift + weight * float(step))
+        if weight == 1.0:  # the history's share rounds away: no node set serves
+            return weight, x, math.inf, math.inf
+        return weight, x, weight * fresh_scale / (1.0 - weight), x / (1.0 - weight)
+
+    def nodes_for(budget: float, r: float, y: float) -> ScaledTails | None:
+        """A node set that serves ``budget``: one placed for it and those near, if none does."""
+        nonlocal shared
+        found = next((nodes for nodes in node_sets if nodes.serves(r, y)), None)
+        if found is None and y > 0.0:
+            ends = [combination(b)[2:] for b in (budget / 2, min(2 * budget, float(ceiling)))]
+            ys = [y] + [end[1] for end in ends if end[1] > 0.0]
+            assert isinstance(tail, ExactTail) and terms is not None
+            rs = (min(r, ends[0][0]), max(r, ends[1][0]))
+            found = tail.scaled(terms, rs, (min(ys), max(ys)))
+            if found is None:
+                shared = False  # too many nodes: the budgets' own from now on
+            else:
+                node_sets.append(found)
+        return found
 
     def miss(budget: float) -> tuple[float, float]:
         """(bound on P(miss), weight of the new measurement) at ``budget``."""
         if budget in known:
             return known[budget]
+        weight, x, r, y = combination(budget)
+        nodes = nodes_for(budget, r, y) if shared else None
+        if nodes is not None:
+            found = known[budget] = (nodes.tail(r, y) + TAIL_SLACK, weight)
+            return found
         fresh_scale = sensitivity / budget
-        weight = history_var / (history_var + fresh_scale**2)
         # the history's terms sorted once for every budget tried (the fresh one is the largest)
         scales: Scales | None = (
             None if terms is None else terms.joined(1.0 - weight, weight * fresh_scale)
         )
         if scales is None:
             scales = np.append((1.0 - weight) * history_scales, weight * fresh_scale)
-        shift = (1.0 - weight) * history.shift + weight * float(step)
-        found = known[budget] = (tail.tail(scales, accuracy.eps - shift) + TAIL_SLACK, weight)
+        found = known[budget] = (tail.tail(scales, x) + TAIL_SLACK, weight)
         return found
 
     if miss(float(ceiling))[0] > target:
@@ -275,13 +321,82 @@ def _combined(
     )
     if root is None:
         return None  # not reached (the slack keeps the two bounds consistent); fresh is safe
-    budget = round_up(root)
-    while budget < ceiling and miss(float(budget))[0] > target:
-        budget = round_up(float(budget) * (1 + 1e-9))
-    if budget >= ceiling:
+    budget = _least_on_grid(lambda b: miss(float(b))[0] <= target, round_up(root), ceiling)
+    if budget is None or budget >= ceiling:
         return None
     bound, weight = miss(float(budget))
     return Decision("combined", budget, step, history, weight, accuracy.eps, 1.0 - bound, basis)
+
+
+def _grid_index(budget: Fraction) -> int:
+    """The place of a 12-digit budget (:func:`round_up`'s grid) among all of them, in order.
+
+    ``m 10^(e - 11)`` with ``10^11 <= m < 10^12`` is ``e (9 10^11) + m - 10^11``: neighbours
+    on the grid are neighbouring integers, across powers of ten too.
+    """
+    exponent = math.floor(math.log10(budget))  # corrected below where the float rounds over
+    if _power_of_ten(exponent) > budget:
+        exponent -= 1
+    elif _power_of_ten(exponent + 1) <= budget:
+        exponent += 1
+    mantissa = budget / _power_of_ten(exponent - _BUDGET_DIGITS + 1)
+    if mantissa.denominator != 1:
+        raise ValueError(f"{budget} has more than {_BUDGET_DIGITS} significant digits")
+    return exponent * _DECADE + mantissa.numerator - _DECADE // 9
+
+
+def _grid_budget(index: int) -> Fraction:
+    """The budget at ``index`` (:func:`_grid_index`'s inverse)."""
+    exponent, offset = divmod(index, _DECADE)
+    return (offset + _DECADE // 9) * _power_of_ten(exponent - _BUDGET_DIGITS + 1)
+
+
+def _power_of_ten(exponent: int) -> Fraction:
+    return Fraction(10**exponent) if exponent >= 0 else Fraction(1, 10**-exponent)
+
+
+def _least_on_grid(
+    meets: Callable[[Fraction], bool], start: Fraction, ceiling: Fraction
+) -> Fraction | None:
+    """The budget on the grid where ``meets`` turns true, found from ``start``; ``ceiling`` meets.
+
+    The answer meets and its neighbour below misses (the least that meets, for a bound that
+    falls with the budget): it depends on the bound at those two grid points only, not on
+    where the search began or how it went, so a budget moves only if the bound crosses the
+    target at a grid point (one step, if the bound is evaluated a rounding apart). From
+    ``start`` the steps double away from it until the target is bracketed (one step when
+    ``start`` is the rounded root), then bisect. None if the steps down pass ``2^-60`` of
+    the ceiling or ``_ROOT_STEPS`` do not settle it (not reached: the history alone misses).
+    """
+    top = _grid_index(ceiling)
+    bottom = _grid_index(round_up(float(ceiling) * 2.0**-60))
+    at = min(_grid_index(start), top)
+    low: int | None = None  # the greatest index known to miss
+    high = top  # the least known to meet
+    first: bool | None = None  # whether ``start`` met
+    stride = 1  # 0 once bracketed
+    for _ in range(_ROOT_STEPS):
+        met = at == top or meets(_grid_budget(at))
+        if met:
+            high = at
+        else:
+            low = at
+        if low is not None and high - low == 1:
+            return _grid_budget(high)
+        if first is None:
+            first = met
+        if met == first and stride > 0:  # away from ``start``, doubling
+            after = at - stride if met else at + stride
+            stride *= 2
+            if after < bottom:
+                return None
+            if (low is None or after > low) and after < high:
+                at = after
+                continue
+        stride = 0
+        assert low is not None  # a miss is known once bracketed
+        at = (low + high) // 2
+    return None
 
 
 def _least_budget(

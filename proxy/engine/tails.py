@@ -30,6 +30,7 @@ from scipy import fft, optimize
 __all__ = [
     "TailMethod",
     "ExactTail",
+    "ScaledTails",
     "MonteCarloTail",
     "ConvolutionTail",
     "EXACT",
@@ -51,6 +52,9 @@ IntArray = npt.NDArray[np.intp]
 # to 1e-9 are right to ~1e-4 relative; round-off in the node sum is ~1e-15.
 _ALIAS_TOL = 1e-13
 _TRUNC_TOL = 1e-13
+# A sum's tails with one more term at many scales share one node set up to this many nodes
+# (:meth:`ExactTail.scaled`); past it each tail's own nodes are cheaper.
+_SHARED_NODES = 2000
 # Terms whose scale times the largest node frequency is below this go through a power series in
 # s^2 (cost independent of their number); the series ratio is then <= 0.25.
 _SERIES_RADIUS = 0.5
@@ -545,6 +549,33 @@ class _Nodes:
 
 
 @dataclass(frozen=True, slots=True)
+class ScaledTails:
+    """``P(|E + r L| > x)`` for one sum ``E`` and ``r``, ``x`` in ranges (:meth:`ExactTail.scaled`).
+
+    Midpoint nodes ``s_j = (j + 1/2) h`` and ``log phi_E(s_j)``; each tail is
+    :class:`_Nodes`' sum with ``phi_E(s_j) / (1 + r^2 s_j^2)``, within the same error bounds
+    as :meth:`ExactTail.tail`'s.
+    """
+
+    s: FloatArray
+    j_half: FloatArray
+    log_phi: FloatArray
+    r_range: tuple[float, float]
+    x_range: tuple[float, float]
+
+    def serves(self, r: float, x: float) -> bool:
+        """Whether ``r`` and ``x`` lie in the ranges the nodes were placed for."""
+        return self.r_range[0] <= r <= self.r_range[1] and self.x_range[0] <= x <= self.x_range[1]
+
+    def tail(self, r: float, x: float) -> float:
+        """``P(|E + r L| > x)``; ``r`` and ``x`` served (:meth:`serves`)."""
+        if not self.serves(r, x):
+            raise ValueError(f"r = {r}, x = {x} outside the ranges {self.r_range}, {self.x_range}")
+        log_terms = self.log_phi - np.log1p(np.square(r * self.s))
+        return _Nodes(self.s, np.exp(log_terms) / self.j_half).tail(x)
+
+
+@dataclass(frozen=True, slots=True)
 class ExactTail:
     """``P(|X| > x)`` to ~1e-12 absolute: closed forms, else Gil-Pelaez with Davies' midpoint rule.
 
@@ -774,18 +805,62 @@ class ExactTail:
             w = math.nextafter(w * (1 + 1e-15), math.inf)
         return w
 
+    def scaled(
+        self,
+        b: Runs,
+        r_range: tuple[float, float],
+        x_range: tuple[float, float],
+        most: int = _SHARED_NODES,
+    ) -> ScaledTails | None:
+        """The tails of ``E + r L`` for every ``r`` and ``x`` in the ranges, on one node set.
+
+        ``E`` has the scales ``b``, ``L`` is one more standard Laplace.
+        ``phi_r(s) = phi_E(s) / (1 + r^2 s^2)``, so ``log phi_E`` at the nodes serves every
+        ``r`` and each tail then costs one pass over the nodes; the error bounds hold for all
+        of them at once: the Chernoff extent at the largest ``r`` bounds the aliasing at any
+        smaller one (the MGF grows with a scale), and ``phi`` at the least ``r`` bounds the
+        truncation at any larger one, at the least ``x`` (:meth:`_nodes`). None if that set
+        would have more than ``most`` nodes: one term then dominates much of the range, or
+        there are only a few (``phi`` decays slowly), or ``x`` gets small; each tail's own
+        nodes, or its closed form, then cost less.
+        """
+        (r_lo, r_hi), (x_lo, x_hi) = r_range, x_range
+        if b.size == 0 or not 0.0 < r_lo <= r_hi or not 0.0 < x_lo <= x_hi:
+            raise ValueError("a term or more, and positive ranges")
+        widest, narrowest = b.joined(1.0, r_hi), b.joined(1.0, r_lo)
+        if widest is None or narrowest is None:
+            return None
+        h, count = self._spacing(widest, narrowest, x_lo, x_hi)
+        if count > most:
+            return None
+        j_half = np.arange(count, dtype=np.float64) + 0.5
+        s = j_half * h
+        return ScaledTails(s, j_half, _log_phi(b, s), r_range, x_range)
+
     def _nodes(self, b: Runs, x_lo: float, x_hi: float) -> _Nodes:
-        a = tail_extent(b, self.alias_tol)
+        h, count = self._spacing(b, b, x_lo, x_hi)
+        j_half = np.arange(count, dtype=np.float64) + 0.5
+        s = j_half * h
+        return _Nodes(s, np.exp(_log_phi(b, s)) / j_half)
+
+    def _spacing(
+        self, widest: Runs, narrowest: Runs, x_lo: float, x_hi: float
+    ) -> tuple[float, int]:
+        """The midpoint rule's step and number of nodes for thresholds in ``[x_lo, x_hi]``.
+
+        The step keeps the aliasing below ``alias_tol`` for any sum no wider than ``widest``
+        (its Chernoff extent), the last node the truncation below ``trunc_tol`` for any whose
+        ``phi`` is at most ``narrowest``'s.
+        """
+        a = tail_extent(widest, self.alias_tol)
         h = math.pi / max(x_hi, a)
         sin_half = math.sin(h * x_lo / 2.0)
         scale = (2.0 / math.pi) * h / (sin_half * self.trunc_tol)
-        s_cap = _node_cap(h, scale, b.largest(16))
+        s_cap = _node_cap(h, scale, narrowest.largest(16))
         grid = _geometric(h, s_cap, 64)
-        log_bound = math.log(scale) + _log_phi_above(b, grid) - np.log(grid)
+        log_bound = math.log(scale) + _log_phi_above(narrowest, grid) - np.log(grid)
         s_stop = grid[int(np.argmax(log_bound <= 0.0))] if s_cap > h else h
-        j_half = np.arange(int(math.ceil(s_stop / h)) + 1, dtype=np.float64) + 0.5
-        s = j_half * h
-        return _Nodes(s, np.exp(_log_phi(b, s)) / j_half)
+        return h, int(math.ceil(s_stop / h)) + 1
 
 
 EXACT = ExactTail()

@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from proxy.engine.decision import decide, fresh_budget, round_up
+from proxy.engine.decision import _least_on_grid, decide, fresh_budget, round_up
 from proxy.engine.estimator import HistoryIndex
 from proxy.engine.noise import noise_step
 from proxy.engine.selection import error_terms
@@ -148,9 +148,12 @@ def test_a_combined_decision_sorts_the_history_once_and_decides_as_the_arrays_do
     sorted_once = decide(query, accuracy, history)
     arrays = decide(query, accuracy, history, _ArraysOnly())
     assert sorted_once.source == arrays.source == "combined"
-    assert sorted_once.budget == arrays.budget
-    assert sorted_once.fresh_weight == arrays.fresh_weight
-    assert sorted_once.confidence == pytest.approx(arrays.confidence, rel=1e-13)
+    # the sorted terms' tails share one node set over the budgets tried (ExactTail.scaled),
+    # the arrays' each their own: bounds a rounding apart, which may cross the target one
+    # grid point apart
+    assert abs(sorted_once.budget - arrays.budget) <= arrays.budget - _grid_below(arrays.budget)
+    assert sorted_once.fresh_weight == pytest.approx(arrays.fresh_weight, rel=1e-10)
+    assert sorted_once.confidence == pytest.approx(arrays.confidence, abs=1e-12)
     # and the sorted terms served it: the fresh term is the largest at the budget bought
     weight, fresh = sorted_once.fresh_weight, 1.0 / float(sorted_once.budget)
     assert error_terms(history).joined(1.0 - weight, weight * fresh) is not None
@@ -165,7 +168,7 @@ def test_a_combined_budget_is_the_least_that_meets_the_request(
     history = _running_index().solve(query)
     assert history is not None
     accuracy = AccuracyRequest(eps, confidence)
-    decision = decide(query, accuracy, history)
+    decision = decide(query, accuracy, history, _ArraysOnly())  # each budget's tail as below
     assert decision.source == "combined"
     history_var = float(np.square(history.scales).sum())
 
@@ -178,4 +181,61 @@ def test_a_combined_budget_is_the_least_that_meets_the_request(
 
     target = accuracy.delta * (1 - 1e-9)
     assert miss(float(decision.budget)) <= target
-    assert miss(float(decision.budget) * (1 - 1e-9)) > target
+    assert miss(float(_grid_below(decision.budget))) > target  # the next 12-digit budget down
+    # on one node set for the budgets tried: the bound a rounding apart, the budget a step
+    shared = decide(query, accuracy, history)
+    assert abs(shared.budget - decision.budget) <= decision.budget - _grid_below(decision.budget)
+
+
+def _grid_below(budget: Fraction) -> Fraction:
+    """The 12-significant-digit decimal just below ``budget`` (one itself)."""
+    unit = Fraction(10) ** (math.floor(math.log10(budget * (1 - Fraction(1, 10**13)))) - 11)
+    return budget - unit
+
+
+@pytest.mark.parametrize(
+    "crossing",
+    [Fraction(1), Fraction(10**11 + 1, 10**14), Fraction(999999999999, 10**12), Fraction(1, 8)],
+)
+def test_a_combined_budget_is_where_the_bound_crosses_on_the_grid_from_any_start(
+    crossing: Fraction,
+) -> None:
+    """The search ends at the grid point that meets above one that misses, wherever it began.
+
+    A secant root a rounding step either side of the crossing (a tail evaluated another way)
+    starts it one grid point off: the budget must not follow (rounding up the start and then
+    stepping up by 1e-9 did, by one step or a thousand).
+    """
+    ceiling = round_up(float(crossing) * 3.0)
+    tried: list[Fraction] = []
+
+    def meets(budget: Fraction) -> bool:
+        tried.append(budget)
+        return budget >= crossing
+
+    starts = [crossing, round_up(float(crossing) / 2), ceiling]
+    for steps in (1, 2, 5, 1000, 10**6):
+        starts += [_grid_above(crossing, steps), _grid_below_by(crossing, steps)]
+    for start in starts:
+        tried.clear()
+        assert _least_on_grid(meets, start, ceiling) == crossing
+        assert _grid_below(crossing) in tried and crossing in tried
+    tried.clear()
+    assert _least_on_grid(meets, crossing, ceiling) == crossing
+    assert tried == [crossing, _grid_below(crossing)]  # from the rounded root: two tails
+
+
+def _grid_above(budget: Fraction, steps: int) -> Fraction:
+    for _ in range(min(steps, 8)):
+        budget = round_up(float(budget) * (1 + 1e-12))  # one step each
+    if steps > 8:
+        budget = round_up(float(budget) * (1 + 1e-12 * steps))
+    return budget
+
+
+def _grid_below_by(budget: Fraction, steps: int) -> Fraction:
+    for _ in range(min(steps, 8)):
+        budget = _grid_below(budget)
+    if steps > 8:
+        budget = round_up(float(budget) * (1 - 1e-12 * steps))
+    return budget

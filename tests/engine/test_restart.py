@@ -29,8 +29,8 @@ AGES = (17, 25, 35, 45, 55, 65, 91)
 RACES = ("White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other")
 EDUCATION = ("HS-grad", "Some-college", "Bachelors", "Masters", "Doctorate", "11th")
 STATEMENTS, PROBES = 120, 20
-# one step of a combined budget's search (1e-9), with the 12-digit rounding of its ends
-_ONE_STEP = 1.01e-9
+# one step of the 12-digit grid a combined budget is found on (at most 1e-11 of it)
+_ONE_STEP = 1.01e-11
 
 
 def _filter(rng: random.Random) -> str:
@@ -118,11 +118,11 @@ def test_a_restarted_engine_holds_and_decides_as_the_one_that_released_its_histo
         # Inherent, not a defect of either side: the two engines factor the same history in
         # different orders (the live one bordered K^-1 term by term, the restart inverts K at
         # once), so their BLUEs agree to rounding (half-widths to ~1e-12), not bitwise. A
-        # combined answer's budget is a float search's result put on a grid
-        # (decision._combined: a root to 1e-10, rounded up to 12 digits, then steps of 1e-9
-        # while the miss bound exceeds its target); a bound within rounding of the target can
-        # take one step more on one side. Over seeds 0-9 the budgets were equal but for a few
-        # combined ones, apart by 4e-12 to 9.998e-10: one step at most.
+        # combined answer's budget is where its miss bound crosses the target on the 12-digit
+        # grid (decision._least_on_grid); a bound within rounding of the target at a grid
+        # point can put it one step higher on one side: over seeds 0-9 two budgets were one
+        # step apart (1.0e-12, 1.1e-12), the rest equal. (When a root rounded up was raised by
+        # 1e-9 while it missed, they were apart by 4e-12 to 9.998e-10.)
         for a, b in zip(planned.decisions, replanned.decisions, strict=True):
             sources.add(a.source)
             assert b.source == a.source

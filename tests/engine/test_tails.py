@@ -472,3 +472,89 @@ def test_a_table_of_powers_sums_the_series_as_horner_does() -> None:
         for r in range(_SERIES_TERMS - 2, -1, -1):
             horner = (horner + coefficients[r]) * u
         assert np.allclose(_polynomial(u, coefficients), horner, rtol=1e-14, atol=1e-300)
+
+
+def _scaled_cases() -> list[tuple[str, np.ndarray, tuple[float, float], float]]:
+    """(name, E's scales, the range of r, the largest threshold) of a combined decision's sums."""
+    rng = np.random.default_rng(11)
+    history = np.repeat(rng.gamma(2.0, 0.3, 300), rng.integers(1, 6, 300))
+    return [
+        ("a history, r near its scales", history, (0.5, 2.0), 40.0),
+        ("tiny r", history, (1e-6, 1e-3), 40.0),
+        ("huge r", history, (20.0, 60.0), 400.0),
+        ("one dominant term", np.append(rng.uniform(0.01, 0.05, 40), 3.0), (0.1, 0.8), 30.0),
+        ("many equal scales", np.full(500, 0.2), (0.3, 3.0), 30.0),
+        ("two terms", np.array([1.0, 0.4]), (0.05, 2.5), 25.0),
+    ]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_scaled_tails_agree_with_each_sums_own_within_their_error_bounds(case: int) -> None:
+    """One node set for ``E + r L`` over ranges of ``r`` and ``x``, against each sum's own tail.
+
+    Both are within alias_tol + trunc_tol of the truth: they agree within twice that and
+    rounding, at the ends of the ranges and inside.
+    """
+    from proxy.engine.tails import error_terms
+
+    _, scales, (r_lo, r_hi), x_hi = _scaled_cases()[case]
+    terms = error_terms(scales)
+    rng = np.random.default_rng(case)
+    x_lo = x_hi / 3
+    shared = EXACT.scaled(terms, (r_lo, r_hi), (x_lo, x_hi), most=10**6)
+    assert shared is not None
+    bound = 2 * (EXACT.alias_tol + EXACT.trunc_tol) + 1e-14
+    rs = np.concatenate([[r_lo, r_hi], np.exp(rng.uniform(math.log(r_lo), math.log(r_hi), 12))])
+    xs = np.concatenate([[x_lo, x_hi], rng.uniform(x_lo, x_hi, 12)])
+    for r, x in zip(rs, xs, strict=True):
+        own = EXACT.tail(np.append(scales, r), x)
+        assert abs(shared.tail(r, x) - own) <= bound, (r, x, shared.tail(r, x), own)
+    with pytest.raises(ValueError, match="outside"):
+        shared.tail(r_hi * 1.01, x_hi)
+    with pytest.raises(ValueError, match="outside"):
+        shared.tail(r_lo, x_lo * 0.99)
+
+
+@pytest.mark.parametrize(
+    ("history", "r"),
+    [([1.0], 0.3), ([1.0], 3.0), ([2.0, 0.5], 1e-3), ([2.0, 0.5], 0.7), ([0.01, 0.02], 5.0)],
+)
+def test_scaled_tails_are_the_true_tail_within_their_error_bound(
+    history: list[float], r: float
+) -> None:
+    """Against partial fractions at 60 digits (distinct scales: one or two terms and ``r``)."""
+    from proxy.engine.tails import error_terms
+
+    total = float(np.sum(history) + r)
+    x_range = (0.5 * total, 6.0 * total)
+    # few terms: phi decays slowly, too many nodes for a decision (``most``), right all the same
+    shared = EXACT.scaled(error_terms(np.array(history)), (r, 1.5 * r), x_range, most=10**6)
+    assert shared is not None
+    for x in np.linspace(*x_range, 7):
+        true = _distinct_scales_tail([*history, r], float(x))
+        error = shared.tail(r, float(x)) - float(true)
+        assert abs(error) <= EXACT.alias_tol + EXACT.trunc_tol + 1e-15, (x, error)
+
+
+def test_many_equal_scales_and_r_among_them_are_the_true_tail() -> None:
+    from proxy.engine.tails import error_terms
+
+    shared = EXACT.scaled(error_terms(np.full(30, 0.5)), (0.4, 0.6), (2.0, 12.0), most=10**6)
+    assert shared is not None
+    for x in (2.0, 5.0, 12.0):
+        error = shared.tail(0.5, x) - float(_equal_scales_tail(31, 0.5, x))
+        assert abs(error) <= EXACT.alias_tol + EXACT.trunc_tol + 1e-15, (x, error)
+
+
+def test_a_shared_node_set_is_refused_where_one_term_dominates() -> None:
+    """The fresh term far above the history's: phi decays as its alone (1/s^2) for a long way,
+    tens of thousands of nodes shared; each sum's own tail has a closed form then."""
+    from proxy.engine.tails import _SHARED_NODES, error_terms
+
+    terms = error_terms(np.full(50, 1e-4))
+    assert EXACT.scaled(terms, (1.0, 4.0), (5.0, 20.0)) is None
+    many = EXACT.scaled(terms, (1.0, 4.0), (5.0, 20.0), most=10**6)
+    assert many is not None and many.s.size > _SHARED_NODES
+    for r, x in ((1.0, 5.0), (4.0, 20.0), (2.0, 11.0)):
+        value, error = dominant_tail(np.append(np.full(50, 1e-4), r), x)
+        assert abs(many.tail(r, x) - value) <= error + EXACT.alias_tol + EXACT.trunc_tol
