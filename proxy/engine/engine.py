@@ -295,7 +295,8 @@ class PrivacyEngine:
             return known
 
         rows = [(e.query, as_float(e.budget), as_float(e.step)) for e in history]
-        self.restart = self._load(rows, factorization, shape)
+        # how the history was loaded (a service logs it), and the rows a factorization covered
+        self.restart, self.restored_rows = self._load(rows, factorization, shape)
         self._answers = np.zeros(max(16, len(history)))
         self._answers[: len(history)] = [e.noisy_answer for e in history]
         self._budget.commit(Charges.of(history))  # one charge per distinct vector
@@ -305,10 +306,10 @@ class PrivacyEngine:
         rows: list[tuple[LinearQuery, float, float]],
         factorization: Factorization | None,
         shape: tuple[int, ...] | None,
-    ) -> str:
+    ) -> tuple[str, int]:
         """Load the history into the index, from ``factorization`` if it is the history's.
 
-        Returns how: what a service logs at a restart.
+        Returns how (what a service logs at a restart) and the rows restored (0: factored).
         """
         if factorization is not None:
             if factorization.meta.get("measures") != [list(m) for m in self.measures]:
@@ -319,14 +320,14 @@ class PrivacyEngine:
                     return (
                         f"restored {factorization.rows} rows' factorization, folded "
                         f"{len(rows) - factorization.rows} after it"
-                    )
+                    ), factorization.rows
                 except FactorizationMismatch as mismatch:
                     why = str(mismatch)
             self._index = HistoryIndex(self.n_cells, shape=shape)
             self._index.load(rows)
-            return f"factored {len(rows)} rows: the factorization given was ignored: {why}"
+            return f"factored {len(rows)} rows: the factorization given was ignored: {why}", 0
         self._index.load(rows)
-        return f"factored {len(rows)} rows"
+        return f"factored {len(rows)} rows", 0
 
     def factorization(self) -> Factorization | None:
         """The history's factorization, for a restart to take (None: nothing worth keeping).

@@ -9,7 +9,7 @@ a missing, unreadable or mismatched checkpoint is ignored (the restart factors a
 one, and says why), never trusted over the ledger.
 
 Where: one file per table in a directory the config names (``ledger.checkpoints``), not the
-ledger's schema. A checkpoint is large (~300 MB on the wide cube at 10,000 answers, fronts
+ledger's schema. A checkpoint is large (~220 MB on the wide cube at 10,000 answers, fronts
 and products) and rewritten every ``ledger.checkpoint_every`` rows: in PostgreSQL each write
 would pass through its write-ahead log and backups, and each start read it over the wire, for
 a cache that any process can rebuild from the ledger. Every process on a shared ledger keeps
