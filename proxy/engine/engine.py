@@ -323,6 +323,8 @@ class PrivacyEngine:
                     ), factorization.rows
                 except FactorizationMismatch as mismatch:
                     why = str(mismatch)
+                except Exception as error:  # a cache never stops a restart: factored instead
+                    why = f"restoring it failed: {error!r}"
             self._index = HistoryIndex(self.n_cells, shape=shape)
             self._index.load(rows)
             return f"factored {len(rows)} rows: the factorization given was ignored: {why}", 0

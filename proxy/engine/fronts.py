@@ -350,6 +350,7 @@ class BlockFronts:
             k = front.factor.shape[0]
             if (
                 front.directions.shape != (k, stop - start)
+                or front.factor.shape != (k, k)
                 or front.inverse.shape != (k, k)
                 or front.below.shape != (k, front.columns.size)
                 or (front.columns.size and front.columns.max() >= blocks.size)
@@ -380,7 +381,13 @@ class BlockFronts:
         ]
         for block, v, c, f, rows in zip(touching, *members, strict=True):
             start, stop = blocks.bounds(block)
-            if rows.ndim != 2 or rows.shape[1] != stop - start or not v.size == c.size == f.size:
+            if (
+                rows.ndim != 2
+                or rows.shape[1] != stop - start
+                or not v.size == c.size == f.size
+                or (v.size and not (0 <= v.min() and v.max() < len(vectors)))
+                or (c.size and not (0 <= c.min() and c.max() < rows.shape[0]))
+            ):
                 raise FactorizationMismatch(f"classes of block {blocks.keys[block]}: malformed")
             fronts._touching[block] = _Touching(
                 v, c, f, _Room(rows), rows.shape[0], _class_keys(rows)
