@@ -223,9 +223,17 @@ def _history(
 
 
 def restarted(
-    cube: Cube, history: list[HistoryEntry], seed: int, *, factored: bool = True
+    cube: Cube,
+    history: list[HistoryEntry],
+    seed: int,
+    *,
+    factored: bool = True,
+    factorization: Factorization | None = None,
 ) -> PrivacyEngine:
-    """An engine loaded from ``history``, as a restart loads it (budget ample, noise seeded)."""
+    """An engine loaded from ``history``, as a restart loads it (budget ample, noise seeded).
+
+    ``factorization``: a checkpoint's, taken if it is the history's.
+    """
     return PrivacyEngine(
         "adult",
         cube.n_coordinates,
@@ -234,6 +242,7 @@ def restarted(
         rng=SeededRandomSource(seed),
         measures=cube.measure_reach,
         shape=cube.shape if factored else None,
+        factorization=factorization,
     )
 
 
@@ -259,20 +268,9 @@ def _through_checkpoint(
         give_back_free_heap()
         start = time.perf_counter()
 
-        def load() -> PrivacyEngine:
-            read = store.read("adult").factorization
-            return PrivacyEngine(
-                "adult",
-                cube.n_coordinates,
-                total_budget=Fraction(10**9),
-                history=history,
-                rng=SeededRandomSource(seed),
-                measures=cube.measure_reach,
-                shape=cube.shape,
-                factorization=read,
-            )
-
-        load_cpu, restored = _cpu_ms(load)
+        load_cpu, restored = _cpu_ms(
+            lambda: restarted(cube, history, seed, factorization=store.read("adult").factorization)
+        )
         load_wall = time.perf_counter() - start
     assert isinstance(restored, PrivacyEngine) and restored.restored_rows == len(history)
     figures = (
