@@ -9,7 +9,9 @@ Adult's values: ten dimensions, 4,354,560 cells): range counts and sums over 1-3
 (``WHERE age BETWEEN 25 AND 44 AND education IN (...)``) and GROUP BYs over 1-3 dimensions
 with an optional range. A pool of statements is translated once; a history of ``m`` answers is
 drawn from it (a dashboard asks its statements again and again), with the budgets a fresh answer
-at its accuracy would spend; the engine is loaded from those entries (the restart).
+at its accuracy would spend; the engine is loaded from those entries (the restart), its
+factorization written to a checkpoint file, and the engine loaded again from the entries and
+that file (the restart from a checkpoint, whose engine answers what follows).
 Then a stream of statements, half new and half from the pool, at accuracies from 20 to 500, is
 planned and, when it measures, executed (noise drawn, history grown): CPU time per statement
 (``time.process_time``) by the source of its answers, and separately ``SELECT race, sex,
@@ -27,6 +29,7 @@ import argparse
 import os
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from fractions import Fraction
@@ -44,7 +47,9 @@ from proxy.engine import (
 )
 from proxy.engine.decision import fresh_budget
 from proxy.engine.noise import noise_step
+from proxy.engine.snapshot import Factorization
 from proxy.heap import give_back_free_heap
+from proxy.storage.factorization_checkpoints import Checkpoint, FactorizationCheckpoints
 from sqlmap.cube import CategoricalDimension, Cube
 from sqlmap.translate import AnswerSpec, Translator
 from sqlmap.vector import LinearQuery
@@ -218,9 +223,17 @@ def _history(
 
 
 def restarted(
-    cube: Cube, history: list[HistoryEntry], seed: int, *, factored: bool = True
+    cube: Cube,
+    history: list[HistoryEntry],
+    seed: int,
+    *,
+    factored: bool = True,
+    factorization: Factorization | None = None,
 ) -> PrivacyEngine:
-    """An engine loaded from ``history``, as a restart loads it (budget ample, noise seeded)."""
+    """An engine loaded from ``history``, as a restart loads it (budget ample, noise seeded).
+
+    ``factorization``: a checkpoint's, taken if it is the history's.
+    """
     return PrivacyEngine(
         "adult",
         cube.n_coordinates,
@@ -229,7 +242,42 @@ def restarted(
         rng=SeededRandomSource(seed),
         measures=cube.measure_reach,
         shape=cube.shape if factored else None,
+        factorization=factorization,
     )
+
+
+def _through_checkpoint(
+    cube: Cube, history: list[HistoryEntry], seed: int, engine: PrivacyEngine
+) -> tuple[PrivacyEngine, str]:
+    """The restart again, from a checkpoint of ``engine``'s factorization (as the service's).
+
+    Export (what the service holds the engine's gate for), write to a file and read back
+    (``proxy.storage.factorization_checkpoints``), then an engine from the history and it:
+    that one answers the stream (bitwise as ``engine`` would). Returns it and the figures.
+    """
+    export_cpu, factorization = _cpu_ms(engine.factorization)
+    if factorization is None:
+        return engine, "-"
+    assert isinstance(factorization, Factorization)
+    with tempfile.TemporaryDirectory() as directory:
+        store = FactorizationCheckpoints(Path(directory))
+        start = time.perf_counter()
+        size = store.write("adult", Checkpoint(len(history), factorization))
+        write_wall = time.perf_counter() - start
+        del engine, factorization
+        give_back_free_heap()
+        start = time.perf_counter()
+
+        load_cpu, restored = _cpu_ms(
+            lambda: restarted(cube, history, seed, factorization=store.read("adult").factorization)
+        )
+        load_wall = time.perf_counter() - start
+    assert isinstance(restored, PrivacyEngine) and restored.restored_rows == len(history)
+    figures = (
+        f"{export_cpu:.0f}, {write_wall:.2f}, {size / 1e6:.0f}; "
+        f"{load_wall:.2f} ({load_cpu / 1e3:.2f})"
+    )
+    return restored, figures
 
 
 def requests_of(translator: Translator, sql: str) -> list[QueryRequest]:
@@ -262,6 +310,7 @@ def run(
     load_cpu, engine = _cpu_ms(lambda: restarted(cube, history, seed, factored=factored))
     load_wall = time.perf_counter() - start
     assert isinstance(engine, PrivacyEngine)
+    engine, checkpointed = _through_checkpoint(cube, history, seed, engine)
 
     measuring = [0.0]  # CPU ms of the stand-in for the database, left out of the engine's
 
@@ -318,7 +367,7 @@ def run(
         return f"{np.percentile(values, 50):.1f} / {np.percentile(values, 95):.0f} ({len(values)})"
 
     return [
-        f"| {name} | {m:,} | {load_wall:.2f} ({load_cpu / 1e3:.2f}) | "
+        f"| {name} | {m:,} | {load_wall:.2f} ({load_cpu / 1e3:.2f}) | {checkpointed} | "
         f"{first_ms:.1f} ({first_source}) | {cell(singles)} | {cell(times['history'])} | "
         f"{cell(times['combined'])} | {cell(times['fresh'])} | "
         f"{group_by[0]:.1f} / {np.percentile(group_by[1:], 50):.1f} ({measured} measured); "
@@ -346,13 +395,14 @@ def main() -> None:
     names = ["demo"] if args.quick else names
     sizes = [1_000] if args.quick else [int(v) for v in args.m.split(",")]
     print(
-        "| cube | m | load s wall (CPU) | first statement CPU ms | single value p50 / p95 ms (n) "
+        "| cube | m | load s wall (CPU) | checkpoint: export CPU ms, write s wall, MB; load "
+        "from it s wall (CPU) | first statement CPU ms | single value p50 / p95 ms (n) "
         "| history p50 / p95 (n) | combined | fresh "
         "| GROUP BY 20 groups ms, first / again p50 (again that measured); the last twice more "
         "| RSS MB at the end, then trimmed (before load) | distinct vectors / rank "
         "| translation p50 / p95 ms (n) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
         for m in sizes:
             pool = max(50, min(m // 5, args.pool))

@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 _TOP_KEYS = {"privacy", "tables", "listen", "backend", "users", "ledger", "limits"}
-_LEDGER_KEYS = {"dsn", "schema"}
+_LEDGER_KEYS = {"dsn", "schema", "checkpoints", "checkpoint_every"}
 _PRIVACY_KEYS = {"total_budget", "default_accuracy", "default_confidence", "user_budget"}
 _USER_KEYS = {"verifier", "user_budget"}
 _LISTEN_KEYS = {
@@ -214,13 +214,27 @@ class LedgerConfig:
         dsn: a role that may create and write ``schema``; None: the reader role, in the
             analyst database (where analysts read the ``dp`` views).
         schema: the ledger's schema; analysts' pass-through roles have no rights on it.
+        checkpoints: a directory for each table's factorization checkpoint, which a restart
+            takes rather than factoring the ledger's history again; None: none kept.
+        checkpoint_every: ledger rows after which a table's checkpoint is written again.
     """
 
     dsn: str | None = None
     schema: str = "dpproxy"
+    checkpoints: Path | None = None
+    checkpoint_every: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_every < 1:
+            raise ConfigError(
+                f"ledger.checkpoint_every: must be positive, got {self.checkpoint_every}"
+            )
 
     def __repr__(self) -> str:  # DSNs may hold passwords
-        return f"LedgerConfig(dsn={'...' if self.dsn else None}, schema={self.schema!r})"
+        return (
+            f"LedgerConfig(dsn={'...' if self.dsn else None}, schema={self.schema!r}, "
+            f"checkpoints={self.checkpoints!r}, checkpoint_every={self.checkpoint_every})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +358,7 @@ def _parse(data: object, source: str) -> Config:
         _listen(data.get("listen"), base),
         backend,
         users,
-        _ledger(data.get("ledger")),
+        _ledger(data.get("ledger"), base),
         MappingProxyType(user_budgets),
         _limits(data.get("limits")),
     )
@@ -404,7 +418,7 @@ def _limits(spec: object) -> LimitsConfig:
     )
 
 
-def _ledger(spec: object) -> LedgerConfig:
+def _ledger(spec: object, base: Path) -> LedgerConfig:
     if spec is None:
         return LedgerConfig()
     if not isinstance(spec, Mapping):
@@ -413,7 +427,13 @@ def _ledger(spec: object) -> LedgerConfig:
     dsn = _text(spec, "dsn", "ledger")
     if dsn is not None:
         _check_dsn(dsn, "ledger.dsn")
-    return LedgerConfig(dsn, _text(spec, "schema", "ledger") or "dpproxy")
+    checkpoints = _text(spec, "checkpoints", "ledger")
+    return LedgerConfig(
+        dsn,
+        _text(spec, "schema", "ledger") or "dpproxy",
+        None if checkpoints is None else base / checkpoints,
+        _integer(spec, "checkpoint_every", "ledger", LedgerConfig().checkpoint_every),
+    )
 
 
 def dsn_with(dsn: str, **changes: str | None) -> str:

@@ -168,6 +168,8 @@ def test_valid_config_values() -> None:
         ("limits", {"planning_timeout": 0}, "limits.planning_timeout: must be a positive number"),
         ("limits", {"max_statement_bytes": 0}, "limits.max_statement_bytes: must be positive"),
         ("limits", {"workers": 0}, "limits.workers: must be between 1 and 64"),
+        ("ledger", {"checkpoint_every": 0}, "ledger.checkpoint_every: must be positive"),
+        ("ledger", {"checkpoints": 3}, "ledger.checkpoints: expected a string"),
     ],
 )
 def test_malformed_config_names_key(path: str, value: Any, message: str) -> None:
@@ -231,3 +233,14 @@ def test_limits_default_and_override() -> None:
     assert config.limits.query.max_values == 50 and config.limits.query.max_weight == 1e9
     assert config.limits.planning_timeout == 2.5 and config.limits.workers == 4
     assert config.translator().limits is config.limits.query
+
+
+def test_ledger_checkpoints_default_off_and_relative_to_the_config() -> None:
+    ledger = parse_config(VALID).ledger
+    assert ledger.checkpoints is None and ledger.checkpoint_every == 1000
+    config = parse_config(
+        with_change("ledger", {"checkpoints": "state/checkpoints", "checkpoint_every": 50}),
+        source="/etc/dpproxy/config.yaml",
+    )
+    assert config.ledger.checkpoints == Path("/etc/dpproxy/state/checkpoints")
+    assert config.ledger.checkpoint_every == 50

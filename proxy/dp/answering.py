@@ -24,6 +24,7 @@ from proxy.engine.history import HistoryEntry
 from proxy.engine.noise import RandomSource
 from proxy.engine.posterior import comparison, feasible_range
 from proxy.engine.ratio import Ratio, RatioRounds
+from proxy.engine.snapshot import Factorization
 from proxy.errors import (
     BudgetExhausted,
     DomainViolation,
@@ -33,6 +34,11 @@ from proxy.errors import (
 )
 from proxy.heap import give_back_free_heap
 from proxy.logs import event
+from proxy.storage.factorization_checkpoints import (
+    Checkpoint,
+    CheckpointUnusable,
+    FactorizationCheckpoints,
+)
 from proxy.storage.ledger_store import (
     AnswerRecord,
     LedgerStore,
@@ -202,6 +208,11 @@ class DpService:
         caps: per-user budgets on top of the tables' totals.
         workers: the threads engine work runs in (a pool of its own if None).
         planning_timeout: seconds the engine may plan one statement.
+        factorizations: per table, the factorization of its ``history``'s first rows that a
+            checkpoint held (taken if the engine finds it is theirs).
+        checkpoints: where each table's factorization is kept for the next restart: written
+            once ``checkpoint_every`` rows are new since the last (and after a restart that
+            factored them, and at :meth:`close`); None: not kept.
     """
 
     def __init__(
@@ -217,7 +228,12 @@ class DpService:
         caps: UserCaps | None = None,
         workers: Workers | None = None,
         planning_timeout: float = 10.0,
+        factorizations: Mapping[str, Factorization] | None = None,
+        checkpoints: FactorizationCheckpoints | None = None,
+        checkpoint_every: int = 1000,
     ) -> None:
+        self._cubes = list(cubes)
+        cubes = self._cubes
         self.workers = workers or Workers()
         self._planning_timeout = planning_timeout
         self._source = source
@@ -237,11 +253,18 @@ class DpService:
                 carried=(carried or {}).get(c.qualified_name, Fraction(0)),
                 measures=c.measure_reach,
                 shape=c.shape,
+                factorization=(factorizations or {}).get(c.qualified_name),
             )
             for c in cubes
         }
         self._locks = {name: asyncio.Lock() for name in self._engines}
         self._gates = {name: asyncio.Lock() for name in self._engines}
+        self._checkpoints = checkpoints
+        self._checkpoint_every = checkpoint_every
+        # per table, the rows its checkpoint covers (what a restart took, else none), and the
+        # write under way
+        self._checkpointed = {name: e.restored_rows for name, e in self._engines.items()}
+        self._writing: dict[str, asyncio.Task[None]] = {}
 
     @classmethod
     async def open_durable(
@@ -253,14 +276,38 @@ class DpService:
         caps: UserCaps | None = None,
         workers: Workers | None = None,
         planning_timeout: float = 10.0,
+        checkpoints: FactorizationCheckpoints | None = None,
+        checkpoint_every: int = 1000,
     ) -> DpService:
-        """A service whose engines start from, and spend through, the durable ledger."""
+        """A service whose engines start from, and spend through, the durable ledger.
+
+        With ``checkpoints``, each engine starts from its table's checkpoint if the ledger's
+        rows up to its last id are the ones it covers (the engine checks their digest), and
+        logs which way it started and why.
+        """
         cubes = list(cubes)
         last_ids = {}
         stored = {}
+        factorizations = {}
+        unused: dict[str, str] = {}
         for cube in cubes:
-            loaded = stored[cube.qualified_name] = await ledger.load(cube)
-            last_ids[cube.qualified_name] = loaded[-1].id if loaded else 0
+            name = cube.qualified_name
+            loaded = stored[name] = await ledger.load(cube)
+            last_ids[name] = loaded[-1].id if loaded else 0
+            if checkpoints is not None:
+                try:
+                    checkpoint = await asyncio.to_thread(checkpoints.read, name)
+                except CheckpointUnusable as why:
+                    unused[name] = str(why)
+                else:
+                    covered = sum(1 for s in loaded if s.id <= checkpoint.last_id)
+                    if covered == checkpoint.factorization.meta.get("rows"):
+                        factorizations[name] = checkpoint.factorization
+                    else:
+                        unused[name] = (
+                            f"the ledger has {covered} rows up to id {checkpoint.last_id}, "
+                            f"the checkpoint covers {checkpoint.factorization.meta.get('rows')}"
+                        )
             del loaded  # the entries are dropped once charged, before the trim
         service = cls(
             cubes,
@@ -273,12 +320,94 @@ class DpService:
             caps=caps,
             workers=workers,
             planning_timeout=planning_timeout,
+            factorizations=factorizations,
+            checkpoints=checkpoints,
+            checkpoint_every=checkpoint_every,
         )
+        del factorizations
         for cube in cubes:
             outdated = await ledger.load_outdated(cube)
             service._charge_loaded(cube, stored.pop(cube.qualified_name), outdated)
+            if checkpoints is not None:
+                name = cube.qualified_name
+                event(
+                    "engine_restarted",
+                    table=name,
+                    how=service.engine(cube).restart,
+                    checkpoint=unused.get(name, "read"),
+                )
+                service._checkpoint_if_due(cube)  # (a restart that factored: at once)
         give_back_free_heap()  # the rows and entries read: the load's transient heap
         return service
+
+    def _checkpoint_if_due(self, cube: Cube) -> None:
+        """Write the table's checkpoint in the background if enough rows are new since the last.
+
+        After a restart that factored its history (none covered), that is at once.
+        """
+        name = cube.qualified_name
+        if self._checkpoints is None or name in self._writing:
+            return
+        engine = self._engines[name]
+        covered = self._checkpointed[name]
+        if engine.history_size and (
+            not covered or engine.history_size - covered >= self._checkpoint_every
+        ):
+            task = asyncio.get_running_loop().create_task(self._checkpoint(cube))
+            self._writing[name] = task
+            task.add_done_callback(lambda _: self._writing.pop(name, None))
+
+    async def _checkpoint(self, cube: Cube) -> None:
+        """Write the table's factorization, taken under its gate, to its checkpoint file.
+
+        The engine exports views of what it holds (the gate held only for that); they are laid
+        out and written in another thread, while the engine answers on. A failed write is
+        logged, never raised: the ledger is the record, the checkpoint a cache.
+        """
+        assert self._checkpoints is not None
+        name = cube.qualified_name
+        engine = self._engines[name]
+        gate = await self._enter(cube)
+        last_id = self._last_ids.get(name, 0)  # (fixed while the gate is held: see _spend)
+
+        def export() -> tuple[Factorization | None, float]:
+            started = time.perf_counter()
+            return engine.factorization(), time.perf_counter() - started
+
+        factorization, held = await asyncio.shield(self._start(gate, export))
+        if factorization is None:  # (nothing worth keeping: a small history)
+            self._checkpointed[name] = engine.history_size
+            return
+        started = time.perf_counter()
+        try:
+            size = await asyncio.to_thread(
+                self._checkpoints.write, name, Checkpoint(last_id, factorization)
+            )
+        except OSError as error:
+            event("checkpoint_failed", logging.WARNING, table=name, error=str(error))
+            return
+        self._checkpointed[name] = factorization.rows
+        event(
+            "checkpoint_written",
+            table=name,
+            rows=factorization.rows,
+            last_id=last_id,
+            bytes=size,
+            held_ms=round(held * 1000, 1),
+            write_ms=round((time.perf_counter() - started) * 1000, 1),
+        )
+
+    async def close(self) -> None:
+        """Write the checkpoints that are behind their engines (a clean shutdown's)."""
+        if self._checkpoints is None:
+            return
+        await asyncio.gather(*self._writing.values(), return_exceptions=True)
+        for cube in self._cubes:
+            if (
+                self._engines[cube.qualified_name].history_size
+                != self._checkpointed[cube.qualified_name]
+            ):
+                await self._checkpoint(cube)
 
     def _charge_loaded(
         self, cube: Cube, stored: list[StoredEntry], outdated: list[StoredEntry]
@@ -612,7 +741,9 @@ class DpService:
         gate = held
         self._charge_user(cube, user, planned.charges)
         recording = self._start(gate, lambda: engine.record(planned, entries))
-        return await asyncio.shield(recording)  # once committed, a cancel does not stop it
+        replies = await asyncio.shield(recording)  # once committed, a cancel does not stop it
+        self._checkpoint_if_due(cube)
+        return replies
 
     def _user_ledger(self, cube: Cube, user: str | None) -> CellBudget | None:
         """The user's share of the table, if the user has a cap."""

@@ -56,6 +56,7 @@ from proxy.engine.posterior import (
     probability,
 )
 from proxy.engine.selection import intervals
+from proxy.engine.snapshot import Factorization, FactorizationMismatch
 from proxy.engine.tails import EXACT, TailMethod
 from proxy.errors import InvalidParameterValue
 from sqlmap.accuracy import AccuracyRequest
@@ -250,6 +251,10 @@ class PrivacyEngine:
             :mod:`proxy.engine.factored`'s coordinates, the budget as a tensor over the cells),
             so that a decision never enumerates the cells a query covers (a wide cube's
             millions). Measure coordinates are one more axis of those tensors.
+        factorization: the factorization of the first rows of ``history`` that an engine
+            exported (:meth:`factorization`, a checkpoint's): taken rather than factoring
+            those rows again if it is theirs (its watermark matches), else ignored.
+            :attr:`restart` says which, and why.
     """
 
     def __init__(
@@ -265,6 +270,7 @@ class PrivacyEngine:
         carried: Fraction = Fraction(0),
         measures: tuple[tuple[int, int], ...] = (),
         shape: tuple[int, ...] | None = None,
+        factorization: Factorization | None = None,
     ) -> None:
         self.table = table
         self.n_cells = n_cells
@@ -288,10 +294,54 @@ class PrivacyEngine:
                 known = floats[id(value)] = float(value)
             return known
 
-        self._index.load([(e.query, as_float(e.budget), as_float(e.step)) for e in history])
+        rows = [(e.query, as_float(e.budget), as_float(e.step)) for e in history]
+        # how the history was loaded (a service logs it), and the rows a factorization covered
+        self.restart, self.restored_rows = self._load(rows, factorization, shape)
         self._answers = np.zeros(max(16, len(history)))
         self._answers[: len(history)] = [e.noisy_answer for e in history]
         self._budget.commit(Charges.of(history))  # one charge per distinct vector
+
+    def _load(
+        self,
+        rows: list[tuple[LinearQuery, float, float]],
+        factorization: Factorization | None,
+        shape: tuple[int, ...] | None,
+    ) -> tuple[str, int]:
+        """Load the history into the index, from ``factorization`` if it is the history's.
+
+        Returns how (what a service logs at a restart) and the rows restored (0: factored).
+        """
+        if factorization is not None:
+            if factorization.meta.get("measures") != [list(m) for m in self.measures]:
+                why = "another cube's (its measures differ)"
+            else:
+                try:
+                    self._index.load(rows, factorization)
+                    return (
+                        f"restored {factorization.rows} rows' factorization, folded "
+                        f"{len(rows) - factorization.rows} after it"
+                    ), factorization.rows
+                except FactorizationMismatch as mismatch:
+                    why = str(mismatch)
+                except Exception as error:  # a cache never stops a restart: factored instead
+                    why = f"restoring it failed: {error!r}"
+            self._index = HistoryIndex(self.n_cells, shape=shape)
+            self._index.load(rows)
+            return f"factored {len(rows)} rows: the factorization given was ignored: {why}", 0
+        self._index.load(rows)
+        return f"factored {len(rows)} rows", 0
+
+    def factorization(self) -> Factorization | None:
+        """The history's factorization, for a restart to take (None: nothing worth keeping).
+
+        A function of public inputs only (the vectors, budgets and steps: never a noisy
+        value). The arrays are views that nothing changes later: copy or write them after
+        releasing whatever lock serialises this engine (:mod:`proxy.engine.snapshot`).
+        """
+        found = self._index.factorization()
+        if found is None:
+            return None
+        return found.with_meta(measures=[list(m) for m in self.measures])
 
     @property
     def budget(self) -> CellBudget:

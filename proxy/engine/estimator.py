@@ -28,6 +28,16 @@ import numpy.typing as npt
 
 from proxy.engine.factored import AnovaCoordinates
 from proxy.engine.fronts import BlockFronts
+from proxy.engine.snapshot import (
+    FORMAT,
+    Array,
+    Factorization,
+    FactorizationMismatch,
+    Members,
+    RowsDigest,
+    pack,
+    unpack,
+)
 from proxy.engine.solver import MinNormSolver
 from proxy.engine.span import BatchUpdates, SpanSolver
 from sqlmap.vector import LinearQuery
@@ -702,6 +712,7 @@ class HistoryIndex:
         self._classes = _RowClasses()
         self._every: EveryRow | None = None
         self._squared: tuple[FloatArray | None, int] = (None, 0)  # (buffer, rows in it)
+        self._digest = RowsDigest()  # of the rows so far: a factorization's watermark
 
     @property
     def size(self) -> int:
@@ -755,6 +766,7 @@ class HistoryIndex:
         other._classes = self._classes.copy()
         other._every = self._every  # the same rows, until either appends one
         other._squared = (None, 0)  # (its own buffer: the rows each appends differ)
+        other._digest = self._digest.copy()
         return other
 
     def append(
@@ -787,6 +799,7 @@ class HistoryIndex:
         self._group[row] = group
         self._weights.append(weights)
         self._by_support[support] = self._by_support.get(support, ()) + (row,)
+        self._digest.add(query.key, alpha, step)
         self._size += 1
         self._stamp = next(_STAMPS)
         return row
@@ -804,28 +817,40 @@ class HistoryIndex:
                 )
 
     def _grouped(
-        self, query: LinearQuery, known: dict[bytes, tuple[IntArray, FloatArray]] | None = None
+        self,
+        query: LinearQuery,
+        known: dict[bytes, tuple[IntArray, FloatArray]] | None = None,
+        restored: Sequence[tuple[IntArray, FloatArray, bool]] = (),
     ) -> tuple[LinearQuery, FloatArray, float, bytes, int]:
         """A new row's vector as this index holds it, with what its row records.
 
         Its non-zero weights, its factor (the first of them), its support and its group (a new
         distinct vector, queued in the span, if not yet seen). ``known``: coordinates of
-        vectors decomposed ahead, by key.
+        vectors decomposed ahead, by key. ``restored``: the first groups' coordinates,
+        direction and whether its factor was 1, as a factorization held them (the rows
+        numbered the groups in their order).
         """
         query = self._held(query)
         weights, factor, support, key = self._group_key(query)
         group = self._groups.get(key)
         if group is None:
-            found = None if known is None else known.get(query.key)
-            coords, values = self._vector(query) if found is None else found
-            group = self._groups[key] = len(self._group_vectors)
-            # (shared, read-only, when the factor is 1: a count's; the wide cube's restart
-            # held 68 MB of copies)
-            direction = values if factor == 1.0 else values / factor
+            group = len(self._group_vectors)
+            if group < len(restored):  # (never placed in the span: the fronts hold them)
+                coords, direction, plain = restored[group]
+                if plain != (factor == 1.0):
+                    raise FactorizationMismatch(f"vector {group} is not the history's")
+            else:
+                found = None if known is None else known.get(query.key)
+                coords, values = self._vector(query) if found is None else found
+                # (shared, read-only, when the factor is 1: a count's; the wide cube's restart
+                # held 68 MB of copies)
+                direction = values if factor == 1.0 else values / factor
+                plain = factor == 1.0
+                if self._span is not None:
+                    self._span.add(coords, direction, scaled_from=(values, factor))
+            self._groups[key] = group
             self._group_vectors.append((coords, direction))
-            self._plain.append(factor == 1.0)
-            if self._span is not None:
-                self._span.add(coords, direction, scaled_from=(values, factor))
+            self._plain.append(plain)
             if self._fronts is not None:
                 self._fronts.add(coords, direction)
             self._covered[coords] = True
@@ -1051,13 +1076,69 @@ class HistoryIndex:
         held = (self._held(query) for query in queries)
         return self._decompose({query.key: query for query in held})
 
-    def load(self, rows: Sequence[tuple[LinearQuery, float, float]]) -> None:
+    def factorization(self) -> Factorization | None:
+        """The history's factorization as plain arrays, with its watermark (a restart's).
+
+        None unless the fronts factor the history (a smaller one is placed in the span
+        solver in well under a second, and one over cells has none). The arrays are views of
+        what the index holds, none changed later in place: the caller may lay them out (a
+        store's write) after releasing its lock. :mod:`proxy.engine.snapshot` says why.
+        """
+        fronts = self._fronts
+        if fronts is None or self._coordinates is None or self._span is not None:
+            return None
+        # pending rows rotated in and every product formed, as a restart's prepare forms them
+        # (formed lazily here and at once there, later extensions of them would round apart)
+        fronts.prepare()
+        arrays: dict[str, Array | Members] = {}
+        structure = fronts.export(arrays)
+        # vectors over every coordinate of the same axes share their coordinates (a GROUP BY's
+        # groups, a load's): each such array once
+        shared: dict[int, int] = {}
+        coordinates: list[IntArray] = []
+        for coords, _ in self._group_vectors:
+            if id(coords) not in shared:
+                shared[id(coords)] = len(coordinates)
+                coordinates.append(coords)
+        arrays["vectors.coordinates_of"] = np.array(
+            [shared[id(coords)] for coords, _ in self._group_vectors], dtype=np.int64
+        )
+        pack("vectors.coordinates", coordinates, np.int64, arrays)
+        pack("vectors.directions", [d for _, d in self._group_vectors], np.float64, arrays)
+        arrays["vectors.plain"] = np.array(self._plain, dtype=bool)
+        meta = {
+            "format": FORMAT,
+            "rows": self._size,
+            "digest": self._digest.hexdigest(),
+            "n_cells": self.n_cells,
+            "shape": list(self._coordinates.shape),
+            "blocks": [[list(key), first] for key, first in self._coordinates.blocks()],
+            "fronts": structure,
+        }
+        return Factorization(meta, arrays)
+
+    def load(
+        self,
+        rows: Sequence[tuple[LinearQuery, float, float]],
+        factorization: Factorization | None = None,
+    ) -> None:
         """Append a restart's history (``(query, alpha, step)`` per row) and factor it now.
 
         What :meth:`append` of each row, then :meth:`prepare`, would hold, with the vectors
         decomposed together and the span placed by :meth:`SpanSolver.place_all`, so that the
         first solve after a restart costs what later ones do.
+
+        ``factorization``: one an index exported (:meth:`factorization`) over the first rows
+        of these; taken as this index's, the rows after it folded in as appends fold them.
+        Only into an empty index.
+
+        Raises:
+            FactorizationMismatch: ``factorization`` is not of these rows, or malformed. The
+                index is then partly loaded: load into a new one without it.
         """
+        if factorization is not None:
+            self._restore(rows, factorization)
+            return
         self._append_all(rows, self._decomposed([query for query, _, _ in rows]))
         if self._span is not None and self._coordinates is not None:
             if self.distinct > _FRONTS_FIRST:
@@ -1068,16 +1149,78 @@ class HistoryIndex:
             self._span.place_all()
         self.prepare()  # (past _FRONTS_RANK, to the fronts)
 
+    def _restore(
+        self, rows: Sequence[tuple[LinearQuery, float, float]], factorization: Factorization
+    ) -> None:
+        """:meth:`load` from ``factorization``: its fronts, then the rows after its watermark."""
+        meta, arrays = factorization.meta, factorization.arrays
+        if self._size or self._coordinates is None or self._coordinates.size:
+            raise ValueError("a factorization is restored into an empty factored index")
+        if meta.get("format") != FORMAT:
+            raise FactorizationMismatch(f"format {meta.get('format')!r}, not {FORMAT}")
+        if meta.get("n_cells") != self.n_cells or meta.get("shape") != list(
+            self._coordinates.shape
+        ):
+            raise FactorizationMismatch("another cube's (its cells or shape differ)")
+        covered = factorization.rows
+        if not 0 < covered <= len(rows):
+            raise FactorizationMismatch(f"it covers {covered} rows, the history has {len(rows)}")
+        try:
+            numbering = [(tuple(key), first) for key, first in meta["blocks"]]  # type: ignore[attr-defined]
+            space = AnovaCoordinates.numbered(self._coordinates.shape, numbering)
+            coordinates = unpack("vectors.coordinates", arrays, np.int64)
+            coordinates_of = arrays["vectors.coordinates_of"]
+            directions = unpack("vectors.directions", arrays, np.float64)
+            plain = arrays["vectors.plain"]
+            if not (coordinates_of.size == len(directions) == plain.size):
+                raise FactorizationMismatch("its vectors' parts disagree")
+            vectors = [
+                (coordinates[at], direction)
+                for at, direction in zip(coordinates_of.tolist(), directions)
+            ]
+            if any(
+                c.size != d.size or (c.size and not 0 <= c[0] <= c[-1] < space.size)
+                for c, d in vectors
+            ):
+                raise FactorizationMismatch("a vector outside its space")
+            fronts = BlockFronts.restored(
+                space,
+                list(vectors),
+                meta["fronts"],  # type: ignore[arg-type]
+                arrays,
+                residual=ESTIMABLE_RESIDUAL,
+            )
+        except (KeyError, IndexError, TypeError, ValueError) as error:
+            if isinstance(error, FactorizationMismatch):
+                raise
+            raise FactorizationMismatch(f"malformed: {error!r}") from error
+        self._coordinates = space
+        self._space = max(self._space, space.size)
+        self._covered = np.zeros(self._space, dtype=bool)
+        self._span = None
+        restored = [(c, d, bool(p)) for (c, d), p in zip(vectors, plain.tolist())]
+        self._append_all(rows[:covered], {}, restored)
+        if self._digest.hexdigest() != meta.get("digest"):
+            raise FactorizationMismatch(f"its {covered} rows are not the history's first")
+        if self.distinct != len(vectors):
+            raise FactorizationMismatch("its vectors are not the history's")
+        self._fronts = fronts
+        later = rows[covered:]
+        self._append_all(later, self._decomposed([query for query, _, _ in later]))
+        self.prepare()
+
     def _append_all(
         self,
         rows: Sequence[tuple[LinearQuery, float, float]],
         known: dict[bytes, tuple[IntArray, FloatArray]],
+        restored: Sequence[tuple[IntArray, FloatArray, bool]] = (),
     ) -> None:
         """:meth:`append` of each row, a vector's work done once for the rows that share it.
 
         A ledger's load gives the rows of one stored vector one :class:`LinearQuery`, so rows
         are matched to their vector by identity; the per-row arrays are filled at once. The
-        rows are checked before any is added.
+        rows are checked before any is added. ``restored``: the first groups' vectors, as a
+        factorization held them (:meth:`_grouped`).
         """
         m = len(rows)
         for query in {id(query): query for query, _, _ in rows}.values():
@@ -1089,17 +1232,26 @@ class HistoryIndex:
             raise ValueError("alpha and step must be positive")
         start, end = self._size, self._size + m
         self._room(end)
-        # per distinct query object: (weights, factor, support, group, sensitivity)
-        vectors: dict[int, tuple[FloatArray, float, bytes, int, float]] = {}
+        # per distinct query object: (weights, factor, support, group, sensitivity, key)
+        vectors: dict[int, tuple[FloatArray, float, bytes, int, float, bytes]] = {}
         factors, sensitivities = np.zeros(m), np.zeros(m)
         groups = np.zeros(m, dtype=np.int64)
         by_support: dict[bytes, list[int]] = {}
+        keys: list[bytes] = []
         for row, (query, _, _) in enumerate(rows, start):
             vector = vectors.get(id(query))
             if vector is None:
-                held, weights, factor, support, group = self._grouped(query, known)
-                vector = vectors[id(query)] = (weights, factor, support, group, held.sensitivity)
-            weights, factor, support, group, sensitivity = vector
+                held, weights, factor, support, group = self._grouped(query, known, restored)
+                vector = vectors[id(query)] = (
+                    weights,
+                    factor,
+                    support,
+                    group,
+                    held.sensitivity,
+                    held.key,
+                )
+            weights, factor, support, group, sensitivity, key = vector
+            keys.append(key)
             factors[row - start], sensitivities[row - start] = factor, sensitivity
             groups[row - start] = group
             self._weights.append(weights)
@@ -1117,6 +1269,7 @@ class HistoryIndex:
         self._group[start:end] = groups
         for support, added in by_support.items():
             self._by_support[support] = self._by_support.get(support, ()) + tuple(added)
+        self._digest.add_all(keys, alphas.tolist(), steps.tolist())
         self._size = end
         self._stamp = next(_STAMPS)
 

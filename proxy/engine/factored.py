@@ -63,6 +63,31 @@ class AnovaCoordinates:
         self._blocks: dict[tuple[int, ...], int] = {}  # (kind, *S) -> its first coordinate
         self.size = 0  # coordinates numbered so far
 
+    @classmethod
+    def numbered(
+        cls, shape: tuple[int, ...], blocks: list[tuple[tuple[int, ...], int]]
+    ) -> AnovaCoordinates:
+        """The space over ``shape`` with ``blocks`` numbered (another's :meth:`blocks`).
+
+        Raises:
+            ValueError: the blocks are not a numbering of this cube's (one after another, each
+                ``(kind, *S)`` with ``prod_{d in S} n_d`` coordinates).
+        """
+        space = cls(shape)
+        for key, first in blocks:
+            kind, *dims = key
+            if (
+                first != space.size
+                or kind < 0
+                or key in space._blocks
+                or dims != sorted(set(dims))
+                or any(not 0 <= d < len(space.shape) for d in dims)
+            ):
+                raise ValueError(f"not a numbering of a cube of shape {shape}: block {key}")
+            space._blocks[tuple(key)] = first
+            space.size += math.prod(space.shape[d] for d in dims)
+        return space
+
     def blocks(self) -> list[tuple[tuple[int, ...], int]]:
         """The blocks numbered so far: ``((kind, *S), first coordinate)``, in their order.
 

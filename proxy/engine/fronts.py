@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +62,7 @@ import scipy.linalg.lapack
 from scipy import sparse
 
 from proxy.engine.factored import AnovaCoordinates
+from proxy.engine.snapshot import Array, FactorizationMismatch, Members, pack, unpack
 from proxy.engine.span import BatchUpdates
 
 __all__ = ["BlockFronts"]
@@ -245,6 +246,182 @@ class BlockFronts:
         other._projected = dict(self._projected)
         other._compressed = dict(self._compressed)
         return other
+
+    def export(self, into: dict[str, Array | Members]) -> dict[str, object]:
+        """Everything this solver holds but its vectors, as ``into``'s arrays; the rest returned.
+
+        Its fronts, the weights not yet rotated in, and the products solves read (each as it
+        is: restored, they are read and extended as here, so answers are the same bitwise).
+        Nothing is changed, and nothing exported is changed later in place (fronts and
+        products are replaced; rooms are written past their holders' shapes only), so the
+        arrays may be laid out after the caller's lock is released: ``into`` gets views.
+        """
+        fronts = self._fronts
+        blocks = list(fronts)
+        for name in ("directions", "factor", "inverse", "below"):
+            pack(f"fronts.{name}", [getattr(fronts[b], name) for b in blocks], np.float64, into)
+        for name in ("columns", "reaches"):
+            pack(f"fronts.{name}", [getattr(fronts[b], name) for b in blocks], np.int64, into)
+        into["fronts.block"] = np.array(blocks, dtype=np.int64)
+        into["fronts.scale"] = np.array([fronts[b].scale for b in blocks])
+        into["pending.vector"] = np.fromiter(self._pending, dtype=np.int64)
+        into["pending.weight2"] = np.fromiter(self._pending.values(), dtype=np.float64)
+        # the products of the current fronts (one whose front was replaced is not read again)
+        compressed = [b for b, kept in self._compressed.items() if fronts.get(b) is kept[0]]
+        kept = [self._compressed[b] for b in compressed]
+        into["compressed.block"] = np.array(compressed, dtype=np.int64)
+        pack("compressed.reduced", [k[1] for k in kept], np.float64, into)
+        pack("compressed.where", [k[2] for k in kept], np.int64, into)
+        reads = [[b for b in k[0].reaches.tolist() if k[3] >> b & 1] for k in kept]
+        pack("compressed.reads", [np.array(r, dtype=np.int64) for r in reads], np.int64, into)
+        touching = list(self._touching.values())
+        into["touching.block"] = np.array(list(self._touching), dtype=np.int64)
+        for name in ("vectors", "classes"):
+            pack(f"touching.{name}", [getattr(t, name) for t in touching], np.int64, into)
+        pack("touching.factors", [t.factors for t in touching], np.float64, into)
+        pack("touching.rows", [t.rows.data[: t.count] for t in touching], np.float64, into)
+        into["projected.block"] = np.array(list(self._projected), dtype=np.int64)
+        pack("projected.rows", [p[2] for p in self._projected.values()], np.float64, into)
+        spreading = self._by_class
+        if spreading is not None:
+            matrix = spreading.matrix
+            into["by_class.data"] = matrix.data
+            into["by_class.indices"] = matrix.indices
+            into["by_class.indptr"] = matrix.indptr
+            for name in ("offsets", "rooms", "lengths"):
+                held: dict[int, int] = getattr(spreading, name)
+                into[f"by_class.{name}"] = np.array(list(held.items()), dtype=np.int64)
+        return {
+            "vectors": self.size,
+            "split": self._split,
+            "by_class": None if spreading is None else [spreading.vectors, matrix.shape[1]],
+        }
+
+    @classmethod
+    def restored(
+        cls,
+        space: AnovaCoordinates,
+        vectors: list[Rows],
+        meta: dict[str, object],
+        arrays: Mapping[str, Array],
+        *,
+        residual: float,
+    ) -> BlockFronts:
+        """The solver :meth:`export` described, over ``space`` with ``vectors`` (``h_j``).
+
+        Raises:
+            FactorizationMismatch: the arrays do not describe fronts over these vectors.
+        """
+        fronts = cls(space, residual=residual)
+        blocks = fronts._blocks
+        count = len(blocks.keys)
+        if meta.get("vectors") != len(vectors):
+            raise FactorizationMismatch("its vectors are not the history's")
+        fronts._vectors, fronts.size = vectors, len(vectors)
+        split = meta.get("split")
+        if not isinstance(split, int) or not 0 <= split <= len(vectors):
+            raise FactorizationMismatch("malformed split")
+        fronts._split = split
+
+        def numbers(name: str, dtype: type, bound: int | None = None) -> Array:
+            array = arrays.get(name)
+            if array is None or array.dtype != dtype or array.ndim != 1:
+                raise FactorizationMismatch(f"no {name}")
+            if bound is not None and array.size and not (0 <= array.min() and array.max() < bound):
+                raise FactorizationMismatch(f"{name}: out of range")
+            return array
+
+        front_blocks = numbers("fronts.block", np.int64, count).tolist()
+        parts = {
+            name: unpack(f"fronts.{name}", arrays, dtype)
+            for name, dtype in (
+                ("directions", np.float64),
+                ("factor", np.float64),
+                ("inverse", np.float64),
+                ("below", np.float64),
+                ("columns", np.int64),
+                ("reaches", np.int64),
+            )
+        }
+        scales = numbers("fronts.scale", np.float64).tolist()
+        if any(len(p) != len(front_blocks) for p in parts.values()) or len(scales) != len(
+            front_blocks
+        ):
+            raise FactorizationMismatch("fronts: their parts disagree")
+        for at, block in enumerate(front_blocks):
+            start, stop = blocks.bounds(block)
+            front = _Front(scale=scales[at], **{name: p[at] for name, p in parts.items()})
+            k = front.factor.shape[0]
+            if (
+                front.directions.shape != (k, stop - start)
+                or front.factor.shape != (k, k)
+                or front.inverse.shape != (k, k)
+                or front.below.shape != (k, front.columns.size)
+                or (front.columns.size and front.columns.max() >= blocks.size)
+                or (front.reaches.size and front.reaches.max() >= count)
+            ):
+                raise FactorizationMismatch(f"front of block {blocks.keys[block]}: malformed")
+            fronts._fronts[block] = front
+        pending = numbers("pending.vector", np.int64, len(vectors))
+        fronts._pending = dict(zip(pending.tolist(), numbers("pending.weight2", np.float64)))
+        compressed = numbers("compressed.block", np.int64, count).tolist()
+        reduced = unpack("compressed.reduced", arrays, np.float64)
+        where = unpack("compressed.where", arrays, np.int64)
+        reads = unpack("compressed.reads", arrays, np.int64)
+        for block, r, w, bits in zip(compressed, reduced, where, reads, strict=True):
+            if block not in fronts._fronts:
+                raise FactorizationMismatch("a product of no front")
+            bitset = sum(1 << b for b in bits.tolist())
+            fronts._compressed[block] = (fronts._fronts[block], r, w, bitset)
+        touching = numbers("touching.block", np.int64, count).tolist()
+        members = [
+            unpack(f"touching.{name}", arrays, dtype)
+            for name, dtype in (
+                ("vectors", np.int64),
+                ("classes", np.int64),
+                ("factors", np.float64),
+                ("rows", np.float64),
+            )
+        ]
+        for block, v, c, f, rows in zip(touching, *members, strict=True):
+            start, stop = blocks.bounds(block)
+            if (
+                rows.ndim != 2
+                or rows.shape[1] != stop - start
+                or not v.size == c.size == f.size
+                or (v.size and not (0 <= v.min() and v.max() < len(vectors)))
+                or (c.size and not (0 <= c.min() and c.max() < rows.shape[0]))
+            ):
+                raise FactorizationMismatch(f"classes of block {blocks.keys[block]}: malformed")
+            fronts._touching[block] = _Touching(
+                v, c, f, _Room(rows), rows.shape[0], _class_keys(rows)
+            )
+        projected = numbers("projected.block", np.int64, count).tolist()
+        for block, rows in zip(
+            projected, unpack("projected.rows", arrays, np.float64), strict=True
+        ):
+            if block not in fronts._touching or block not in fronts._fronts:
+                raise FactorizationMismatch("a projection of no front")
+            fronts._projected[block] = (_Room(rows), rows.shape, rows)
+        spread = meta.get("by_class")
+        if spread is not None:
+            if not (isinstance(spread, list) and len(spread) == 2):
+                raise FactorizationMismatch("malformed by_class")
+            by_vectors, columns = spread
+            matrix = sparse.csr_array(
+                (
+                    numbers("by_class.data", np.float64),
+                    arrays["by_class.indices"],
+                    arrays["by_class.indptr"],
+                ),
+                shape=(by_vectors, columns),
+            )
+            offsets, rooms, lengths = (
+                dict(arrays[f"by_class.{name}"].tolist())
+                for name in ("offsets", "rooms", "lengths")
+            )
+            fronts._by_class = _Spreading(matrix, offsets, rooms, lengths, by_vectors)
+        return fronts
 
     @property
     def rank(self) -> int:
@@ -1019,6 +1196,20 @@ def _classed(known: _Touching | None, vectors: IntArray, parts: FloatArray) -> _
         classes = np.concatenate([known.classes, classes])
         factors = np.concatenate([known.factors, factors])
     return _Touching(vectors, classes, factors, room, total, keys)
+
+
+def _class_keys(rows: FloatArray) -> dict[int, int]:
+    """The keys :func:`_classed` made for classes whose rows are ``rows`` (normal, in order).
+
+    A class is keyed by its row rounded unless an earlier class has that key (one far from
+    it: a class of its own); the hash of bytes is the process's own, so a restored solver
+    keys its classes again.
+    """
+    keys: dict[int, int] = {}
+    rounded = np.ascontiguousarray(np.round(rows, 9) + 0.0)
+    for at, row in enumerate(rounded):
+        keys.setdefault(hash(row.tobytes()), at)
+    return keys
 
 
 def _directions(

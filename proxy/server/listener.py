@@ -41,6 +41,7 @@ from proxy.server.connection import Connection
 from proxy.server.context import SessionContext
 from proxy.server.loops import loop_factory, loop_name
 from proxy.server.session import Session
+from proxy.storage.factorization_checkpoints import FactorizationCheckpoints
 from proxy.storage.postgres_ledger import PostgresLedgerStore
 from proxy.storage.provision import (
     FORBIDDEN_MEMBERSHIPS,
@@ -132,6 +133,7 @@ class Server:
                 event("shutdown_cancel", logging.WARNING, sessions=len(pending))
                 self.force()
                 await asyncio.wait(pending, timeout=5)
+        await self.ctx.service.close()  # (its checkpoints: the next start's factorizations)
         await self.reader.close()
         if self.ledger is not None:
             await self.ledger.close()
@@ -343,6 +345,7 @@ async def open_server(
             ledger = await PostgresLedgerStore.open(
                 backend.ledger_dsn, config.cubes, backend.ledger_schema, PASSTHROUGH_ROLE
             )
+            checkpoints = config.ledger.checkpoints
             service = await DpService.open_durable(
                 config.cubes,
                 reader,
@@ -350,6 +353,8 @@ async def open_server(
                 caps=config.caps(),
                 workers=workers,
                 planning_timeout=timeout,
+                checkpoints=None if checkpoints is None else FactorizationCheckpoints(checkpoints),
+                checkpoint_every=config.ledger.checkpoint_every,
             )
             for cube in config.cubes:
                 event(

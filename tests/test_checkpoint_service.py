@@ -1,0 +1,100 @@
+"""A service restarted beside its checkpoints takes them, and answers as before it stopped.
+
+With the real PostgreSQL ledger: the service writes a table's checkpoint every
+``checkpoint_every`` new rows and at :meth:`DpService.close`; the next start finds the ledger's
+rows up to the checkpoint's last id are the ones it covers and restores the engine's
+factorization (``engine.restart``), answering bitwise as the closed one would. An unreadable
+checkpoint is logged and the history factored.
+
+The demo cube's history is small: the fronts are forced (``_FRONTS_RANK`` = 0), as the wide
+cube's 10,000 answers have them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+
+from proxy.dp.answering import DpService
+from proxy.storage.factorization_checkpoints import FactorizationCheckpoints
+from proxy.storage.postgres_ledger import PostgresLedgerStore
+from proxy.storage.provision import BackendRoles
+from proxy.storage.reader import Reader
+from tests.test_durable_service import CUBE, TRANSLATOR
+
+STATEMENTS = [
+    "SELECT sex, COUNT(*) FROM adult GROUP BY sex WITH ACCURACY 30",
+    "SELECT race, COUNT(*) FROM adult WHERE age >= 45 GROUP BY race WITH ACCURACY 40",
+    "SELECT income, SUM(hours_per_week) FROM adult GROUP BY income WITH ACCURACY 5000",
+    "SELECT COUNT(*) FROM adult WHERE education = 'Bachelors' WITH ACCURACY 20",
+    "SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race WITH ACCURACY 60",
+]
+AGAIN = "SELECT COUNT(*) FROM adult WHERE sex = 'Male' WITH ACCURACY 100"  # from history
+
+
+async def _open(
+    dsn: str, roles: BackendRoles, schema: str, checkpoints: FactorizationCheckpoints
+) -> tuple[DpService, PostgresLedgerStore, Reader]:
+    ledger = await PostgresLedgerStore.open(dsn, [CUBE], schema)
+    reader = await Reader.connect(roles.reader_dsn)
+    service = await DpService.open_durable(
+        [CUBE], reader, ledger, checkpoints=checkpoints, checkpoint_every=8
+    )
+    return service, ledger, reader
+
+
+def test_a_restart_takes_the_checkpoint_written_at_close_and_answers_as_before(
+    pg_dsn: str,
+    roles: BackendRoles,
+    ledger_schema: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr("proxy.engine.estimator._FRONTS_RANK", 0)
+    checkpoints = FactorizationCheckpoints(tmp_path / "checkpoints")
+    path = checkpoints.path(CUBE.qualified_name)
+
+    async def run() -> None:
+        service, ledger, reader = await _open(pg_dsn, roles, ledger_schema, checkpoints)
+        engine = service.engine(CUBE)
+        assert engine.restart == "factored 0 rows"
+        for sql in STATEMENTS:
+            await service.answer(TRANSLATOR.translate(sql), user="analyst", sql=sql)
+        await asyncio.gather(*service._writing.values())
+        assert engine.history_size > 8
+        assert 8 <= service._checkpointed[CUBE.qualified_name] and path.exists()  # every 8 rows
+        await service.close()  # the checkpoint written every 8 rows, and now the rest
+        assert service._checkpointed[CUBE.qualified_name] == engine.history_size
+        before = await service.answer(TRANSLATOR.translate(AGAIN), user="analyst", sql=AGAIN)
+        rows = engine.history_size
+        await ledger.close()
+        await reader.close()
+
+        service, ledger, reader = await _open(pg_dsn, roles, ledger_schema, checkpoints)
+        engine = service.engine(CUBE)
+        assert engine.restart == f"restored {rows} rows' factorization, folded 0 after it"
+        after = await service.answer(TRANSLATOR.translate(AGAIN), user="analyst", sql=AGAIN)
+        assert {r.source for r in after.replies} == {"history"}
+        assert [(r.estimate, r.low, r.high) for r in after.replies] == [
+            (r.estimate, r.low, r.high) for r in before.replies
+        ]
+        await service.close()
+        await ledger.close()
+        await reader.close()
+
+        path.write_bytes(path.read_bytes()[:1000])  # torn: the next start factors, and says so
+        with caplog.at_level(logging.INFO):
+            service, ledger, reader = await _open(pg_dsn, roles, ledger_schema, checkpoints)
+        assert service.engine(CUBE).restart == f"factored {rows} rows"
+        assert any("unreadable" in str(r.__dict__.get("fields")) for r in caplog.records)
+        await asyncio.gather(*service._writing.values())  # a restart that factored writes one
+        assert service._checkpointed[CUBE.qualified_name] == rows
+        await ledger.close()
+        await reader.close()
+
+    asyncio.run(run())
+    assert path.stat().st_size > 0
