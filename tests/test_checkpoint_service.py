@@ -36,7 +36,7 @@ AGAIN = "SELECT COUNT(*) FROM adult WHERE sex = 'Male' WITH ACCURACY 100"  # fro
 
 
 async def _open(
-    dsn: str, roles: BackendRoles, schema: str, checkpoints: FactorizationCheckpoints
+    dsn: str, roles: BackendRoles, schema: str, checkpoints: FactorizationCheckpoints | None
 ) -> tuple[DpService, PostgresLedgerStore, Reader]:
     ledger = await PostgresLedgerStore.open(dsn, [CUBE], schema)
     reader = await Reader.connect(roles.reader_dsn)
@@ -98,3 +98,21 @@ def test_a_restart_takes_the_checkpoint_written_at_close_and_answers_as_before(
 
     asyncio.run(run())
     assert path.stat().st_size > 0
+
+
+def test_a_restart_without_checkpoints_says_so(
+    pg_dsn: str, roles: BackendRoles, ledger_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The DBA of a slow restart learns from the log which setting would shorten it."""
+
+    async def run() -> None:
+        with caplog.at_level(logging.INFO):
+            service, ledger, reader = await _open(pg_dsn, roles, ledger_schema, None)
+        assert not service._writing
+        await service.close()
+        await ledger.close()
+        await reader.close()
+
+    asyncio.run(run())
+    restarts = [r.__dict__.get("fields") for r in caplog.records if "engine_restarted" in r.msg]
+    assert restarts and "ledger.checkpoints is not set" in str(restarts[0])

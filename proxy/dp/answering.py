@@ -328,15 +328,16 @@ class DpService:
         for cube in cubes:
             outdated = await ledger.load_outdated(cube)
             service._charge_loaded(cube, stored.pop(cube.qualified_name), outdated)
-            if checkpoints is not None:
-                name = cube.qualified_name
-                event(
-                    "engine_restarted",
-                    table=name,
-                    how=service.engine(cube).restart,
-                    checkpoint=unused.get(name, "read"),
-                )
-                service._checkpoint_if_due(cube)  # (a restart that factored: at once)
+            name = cube.qualified_name
+            event(
+                "engine_restarted",
+                table=name,
+                how=service.engine(cube).restart,
+                checkpoint="off: ledger.checkpoints is not set"
+                if checkpoints is None
+                else unused.get(name, "read"),
+            )
+            service._checkpoint_if_due(cube)  # (a restart that factored: at once)
         give_back_free_heap()  # the rows and entries read: the load's transient heap
         return service
 
