@@ -116,3 +116,34 @@ def test_a_restart_without_checkpoints_says_so(
     asyncio.run(run())
     restarts = [r.__dict__.get("fields") for r in caplog.records if "engine_restarted" in r.msg]
     assert restarts and "ledger.checkpoints is not set" in str(restarts[0])
+
+
+def test_a_checkpoint_that_cannot_be_written_is_logged_and_serving_goes_on(
+    pg_dsn: str,
+    roles: BackendRoles,
+    ledger_schema: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr("proxy.engine.estimator._FRONTS_RANK", 0)
+    occupied = tmp_path / "checkpoints"
+    occupied.write_text("a file where the directory should be")
+
+    async def run() -> None:
+        service, ledger, reader = await _open(
+            pg_dsn, roles, ledger_schema, FactorizationCheckpoints(occupied)
+        )
+        with caplog.at_level(logging.INFO):
+            for sql in STATEMENTS:
+                await service.answer(TRANSLATOR.translate(sql), user="analyst", sql=sql)
+            await asyncio.gather(*service._writing.values())
+            await service.close()
+        again = await service.answer(TRANSLATOR.translate(AGAIN), user="analyst", sql=AGAIN)
+        assert again.replies
+        await ledger.close()
+        await reader.close()
+
+    asyncio.run(run())
+    failed = [r.__dict__.get("fields") for r in caplog.records if r.msg == "checkpoint_failed"]
+    assert failed and occupied.is_file()

@@ -384,8 +384,8 @@ class DpService:
             size = await asyncio.to_thread(
                 self._checkpoints.write, name, Checkpoint(last_id, factorization)
             )
-        except OSError as error:
-            event("checkpoint_failed", logging.WARNING, table=name, error=str(error))
+        except Exception as error:  # (a disk full, or a bug): logged; a cache never stops serving
+            event("checkpoint_failed", logging.WARNING, table=name, error=repr(error))
             return
         self._checkpointed[name] = factorization.rows
         event(
