@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias
 
 import numpy as np
@@ -568,10 +568,16 @@ class _Nodes:
 
     s: FloatArray
     coefficients: FloatArray
+    # tails by threshold: a root search evaluates its bracket's ends again, and often its root
+    # (a sixth of the evaluations in a quantile of a few terms)
+    found: dict[float, float] = field(default_factory=dict, repr=False, compare=False)
 
     def tail(self, x: float) -> float:
-        inside = (2.0 / math.pi) * math.fsum((np.sin(self.s * x) * self.coefficients).tolist())
-        return min(1.0, max(0.0, 1.0 - inside))
+        found = self.found.get(x)
+        if found is None:
+            inside = (2.0 / math.pi) * math.fsum((np.sin(self.s * x) * self.coefficients).tolist())
+            found = self.found[x] = min(1.0, max(0.0, 1.0 - inside))
+        return found
 
 
 @dataclass(frozen=True, slots=True)

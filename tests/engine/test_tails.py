@@ -330,6 +330,22 @@ def test_counted_runs_from_any_starting_order_are_the_sorted_ones_to_the_bit() -
                 assert np.all(np.diff(scaled[last]) <= 0)
 
 
+def test_a_node_set_sums_each_threshold_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Brent's method evaluates the bracket's ends the quantile has just checked, and the safe
+    # side its root again: the node set keeps each threshold's tail, the value summed
+    from proxy.engine.tails import Runs
+
+    b = Runs.of([3.0, 1.0, 0.7, 0.2, 0.2, 0.05])
+    x = ExactTail().quantile(b, 0.05)
+    nodes = ExactTail()._nodes(b, 0.5 * x, 2.0 * x)
+    summed = ExactTail()._nodes(b, 0.5 * x, 2.0 * x).tail(x)
+    sums: list[int] = []
+    fsum = math.fsum
+    monkeypatch.setattr(math, "fsum", lambda terms: sums.append(len(terms)) or fsum(terms))
+    assert nodes.tail(x) == summed == nodes.tail(x) and len(sums) == 1
+    assert nodes.tail(1.5 * x) < summed and len(sums) == 2
+
+
 def test_merged_columns_are_exactly_the_distinct_columns() -> None:
     rng = np.random.default_rng(5)
     base = rng.exponential(1.0, (6, 40))
