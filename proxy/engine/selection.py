@@ -39,6 +39,7 @@ from proxy.engine.estimator import Solution, combine
 from proxy.engine.tails import (
     EXACT,
     ExactTail,
+    IntArray,
     Runs,
     Scales,
     TailMethod,
@@ -276,12 +277,17 @@ def choose(
     def mixture(lam: float) -> Solution:
         return combine([(1.0 - lam, anchor.estimator), (lam, held)])
 
+    order: IntArray | None = None  # the mixture's terms in order at the last lam tried
+
     def miss(lam: float) -> float:
-        terms: tuple[Scales, float] | None = _mixture_terms(anchor.estimator, held, lam)
+        nonlocal order
+        scales: Scales
+        terms = _mixture_terms(anchor.estimator, held, lam, order)
         if terms is None:
             estimate = mixture(lam)
-            terms = estimate.scales, estimate.shift
-        scales, shift = terms
+            scales, shift = estimate.scales, estimate.shift
+        else:
+            scales, shift, order = terms
         return tail.tail(scales, accuracy.eps - shift) + TAIL_SLACK
 
     lam = _descend(miss, delta)
@@ -290,7 +296,9 @@ def choose(
     return meets(interval(mixture(lam), delta, tail, "mixture"), accuracy.eps, delta, tail) or best
 
 
-def _mixture_terms(anchor: Solution, blue: Solution, lam: float) -> tuple[Runs, float] | None:
+def _mixture_terms(
+    anchor: Solution, blue: Solution, lam: float, order: IntArray | None = None
+) -> tuple[Runs, float, IntArray] | None:
     """The error terms and shift of ``combine([(1 - lam, anchor), (lam, blue)])``, to the bit.
 
     ``blue`` weighs every row, a class of rows alike (:attr:`Solution.columns`); the mixture
@@ -299,6 +307,10 @@ def _mixture_terms(anchor: Solution, blue: Solution, lam: float) -> tuple[Runs, 
     back with their own scales: the runs of every row's scale without sorting every row. The
     shift is summed row by row as :class:`~proxy.engine.estimator.Solution` sums it. None
     unless ``blue`` has classes and weighs the anchor's rows (:func:`combine` then differs).
+
+    ``order`` sorted these terms at another ``lam`` (returned with them): the classes keep
+    their order as ``lam`` scales them all, but for rounding, so it is tried first
+    (:meth:`~proxy.engine.tails.Runs.of_counted_near`).
     """
     columns, rows, n = blue.columns, anchor.rows, blue.rows.size
     if columns is None or n == 0 or blue.rows[-1] != n - 1 or (rows.size and rows[-1] >= n):
@@ -316,7 +328,7 @@ def _mixture_terms(anchor: Solution, blue: Solution, lam: float) -> tuple[Runs, 
     shift = float(np.abs(summed) @ steps)
     precisions = blue.precisions
     first = columns.first
-    runs = Runs.of_counted(
+    runs, order = Runs.of_counted_near(
         np.concatenate(
             [
                 np.abs(lam * weights[first]) / precisions[first],
@@ -325,8 +337,9 @@ def _mixture_terms(anchor: Solution, blue: Solution, lam: float) -> tuple[Runs, 
             ]
         ),
         np.concatenate([columns.counts, np.full(rows.size, -1.0), np.ones(rows.size)]),
+        order,
     )
-    return runs, shift
+    return runs, shift, order
 
 
 def _out_of_reach(blue: Solution, accuracy: AccuracyRequest) -> bool:

@@ -202,12 +202,14 @@ def test_a_mixtures_terms_by_class_are_its_rows_terms_to_the_bit() -> None:
     assert blue is not None and blue.columns is not None
     held = blue.with_weights()
     for anchor in index.repeats(query):
-        for lam in (0.0, 0.25, 0.618, 1.0):
+        order = None  # each lam sorted from the last one's order, as the search does
+        for lam in (0.0, 0.25, 0.618, 1.0, 0.3):
             mixture = combine([(1.0 - lam, anchor), (lam, held)])
-            found = _mixture_terms(anchor, held, lam)
-            assert found is not None
-            runs, shift = found
             expected = Runs.of(mixture.scales)
-            assert np.array_equal(runs.values, expected.values)
-            assert np.array_equal(runs.counts, expected.counts)
-            assert shift == mixture.shift
+            for hint in (None, order):
+                found = _mixture_terms(anchor, held, lam, hint)
+                assert found is not None
+                runs, shift, order = found
+                assert np.array_equal(runs.values, expected.values)
+                assert np.array_equal(runs.counts, expected.counts)
+                assert shift == mixture.shift

@@ -304,6 +304,48 @@ def test_batched_quantiles_of_counted_columns_match_the_expanded_rows() -> None:
         EXACT.quantiles(np.ones((2, 3)), 0.05, np.ones(2))
 
 
+def test_counted_runs_from_any_starting_order_are_the_sorted_ones_to_the_bit() -> None:
+    # A mixture's classes at the next lam, sorted from the last lam's order: whether that
+    # order still sorts them, nearly does, or is any permutation, the runs and the order
+    # returned are what a fresh sort gives (zeros dropped, negative counts taken off).
+    from proxy.engine.tails import Runs
+
+    rng = np.random.default_rng(41)
+    for trial in range(40):
+        n = int(rng.integers(1, 400))
+        values = rng.choice(rng.exponential(1.0, max(1, n // 3)), n)  # repeats to merge
+        values[rng.random(n) < 0.1] = 0.0
+        counts = rng.integers(1, 9, n).astype(np.float64)
+        counts[rng.random(n) < 0.1] = -1.0
+        last = None
+        for lam in (0.3, 0.3 + 1e-9, 0.7, float(rng.random())):
+            scaled = lam * values
+            scaled[: 1 + trial % 4] *= 1.5  # a few entries move (the anchor's rows)
+            fresh = Runs.of_counted(scaled, counts)
+            starts = [None, last, rng.permutation(n)]
+            for start in starts:
+                runs, last = Runs.of_counted_near(scaled, counts, start)
+                assert np.array_equal(runs.values, fresh.values)
+                assert np.array_equal(runs.counts, fresh.counts)
+                assert np.all(np.diff(scaled[last]) <= 0)
+
+
+def test_a_node_set_sums_each_threshold_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Brent's method evaluates the bracket's ends the quantile has just checked, and the safe
+    # side its root again: the node set keeps each threshold's tail, the value summed
+    from proxy.engine.tails import Runs
+
+    b = Runs.of([3.0, 1.0, 0.7, 0.2, 0.2, 0.05])
+    x = ExactTail().quantile(b, 0.05)
+    nodes = ExactTail()._nodes(b, 0.5 * x, 2.0 * x)
+    summed = ExactTail()._nodes(b, 0.5 * x, 2.0 * x).tail(x)
+    sums: list[int] = []
+    fsum = math.fsum
+    monkeypatch.setattr(math, "fsum", lambda terms: sums.append(len(terms)) or fsum(terms))
+    assert nodes.tail(x) == summed == nodes.tail(x) and len(sums) == 1
+    assert nodes.tail(1.5 * x) < summed and len(sums) == 2
+
+
 def test_merged_columns_are_exactly_the_distinct_columns() -> None:
     rng = np.random.default_rng(5)
     base = rng.exponential(1.0, (6, 40))
