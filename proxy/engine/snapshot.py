@@ -137,8 +137,7 @@ class RowsDigest:
 
     def add(self, key: bytes, alpha: float, step: float) -> None:
         """One more row (``key``: its vector's)."""
-        self._hash.update(hashlib.blake2b(key, digest_size=16).digest())
-        self._hash.update(struct.pack("<dd", alpha, step))
+        self._row(_short(key), alpha, step)
 
     def add_all(
         self, keys: Sequence[bytes], alphas: Sequence[float], steps: Sequence[float]
@@ -148,13 +147,23 @@ class RowsDigest:
         for key, alpha, step in zip(keys, alphas, steps):
             short = hashed.get(key)
             if short is None:
-                short = hashed[key] = hashlib.blake2b(key, digest_size=16).digest()
-            self._hash.update(short)
-            self._hash.update(struct.pack("<dd", alpha, step))
+                short = hashed[key] = _short(key)
+            self._row(short, alpha, step)
+
+    def _row(self, short: bytes, alpha: float, step: float) -> None:
+        # the one encoding of a row: an appended row (add) and a loaded one (add_all) must
+        # hash alike, or no restart would ever take a checkpoint
+        self._hash.update(short)
+        self._hash.update(struct.pack("<dd", alpha, step))
 
     def hexdigest(self) -> str:
         """The digest so far."""
         return self._hash.hexdigest()
+
+
+def _short(key: bytes) -> bytes:
+    """A vector's key, hashed to the 16 bytes a row's digest takes."""
+    return hashlib.blake2b(key, digest_size=16).digest()
 
 
 def pack(
