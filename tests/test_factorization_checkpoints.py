@@ -3,12 +3,16 @@
 A restart takes what :meth:`FactorizationCheckpoints.read` returns only if the engine finds it
 is the history's (tests/engine/test_checkpoint.py); here, that the file round-trips the
 arrays bitwise (so the restarted engine answers as the writer), and that a missing, truncated
-or corrupted file is reported as unusable, never returned.
+or corrupted file is reported as unusable, never returned; and that of processes sharing the
+directory one writes, the holder of its writer lock, until it lets go or exits.
 """
 
 from __future__ import annotations
 
+import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +21,7 @@ import pytest
 from proxy.engine.snapshot import Factorization
 from proxy.storage.factorization_checkpoints import (
     Checkpoint,
+    CheckpointsHeldElsewhere,
     CheckpointUnusable,
     FactorizationCheckpoints,
 )
@@ -43,7 +48,8 @@ def test_a_checkpoint_round_trips_bitwise_and_privately(tmp_path: Path) -> None:
     store, factorization, path = _written_file(tmp_path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
+    # no temporary left; the lock that makes this process the directory's writer
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name, "writer.lock"]
     read = store.read("public.adult")
     assert read.last_id == 41
     assert read.factorization.meta == factorization.meta
@@ -86,3 +92,36 @@ def test_a_missing_truncated_or_corrupted_checkpoint_is_unusable(tmp_path: Path)
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointUnusable, match="unreadable"):
         store.read("public.adult")
+
+
+def test_one_process_writes_a_shared_directory_and_the_others_only_read(tmp_path: Path) -> None:
+    store, factorization, path = _written_file(tmp_path)  # the writer: it holds the lock
+    lock = path.parent / "writer.lock"
+    assert lock.read_text() == f"{os.getpid()}\n" and stat.S_IMODE(lock.stat().st_mode) == 0o600
+    other = FactorizationCheckpoints(path.parent)  # (flock: another open of the file conflicts)
+    assert other.claim() == os.getpid()
+    with pytest.raises(CheckpointsHeldElsewhere, match=f"process {os.getpid()} holds"):
+        other.write("public.adult", Checkpoint(42, factorization))
+    assert other.read("public.adult").last_id == 41  # reading takes no lock
+    store.release()
+    assert other.claim() is None
+    assert other.write("public.adult", Checkpoint(42, factorization)) == path.stat().st_size
+    other.release()
+
+    # a writer that exits without letting go: the kernel drops its lock
+    claim = (
+        "import sys, time; from pathlib import Path; "
+        "from proxy.storage.factorization_checkpoints import FactorizationCheckpoints; "
+        f"assert FactorizationCheckpoints(Path({str(path.parent)!r})).claim() is None; "
+        "print('held', flush=True); time.sleep(60)"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", claim], cwd=Path(__file__).parents[1], stdout=subprocess.PIPE
+    ) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+            assert store.claim() == holder.pid
+        finally:
+            holder.kill()
+    assert store.claim() is None
+    store.release()

@@ -264,6 +264,11 @@ class DpService:
         # per table, the rows its checkpoint covers (what a restart took, else none), and the
         # write under way
         self._checkpointed = {name: e.restored_rows for name, e in self._engines.items()}
+        # per table, the history's size when a write last failed or another process held the
+        # directory: tried again only checkpoint_every rows later (each try exports under the
+        # gate)
+        self._tried: dict[str, int] = {}
+        self._writer_elsewhere: int | None = None  # the pid last found holding the directory
         self._writing: dict[str, asyncio.Task[None]] = {}
 
     @classmethod
@@ -350,9 +355,9 @@ class DpService:
         if self._checkpoints is None or name in self._writing:
             return
         engine = self._engines[name]
-        covered = self._checkpointed[name]
+        last = max(self._checkpointed[name], self._tried.get(name, 0))
         if engine.history_size and (
-            not covered or engine.history_size - covered >= self._checkpoint_every
+            not last or engine.history_size - last >= self._checkpoint_every
         ):
             task = asyncio.get_running_loop().create_task(self._checkpoint(cube))
             self._writing[name] = task
@@ -363,11 +368,32 @@ class DpService:
 
         The engine exports views of what it holds (the gate held only for that); they are laid
         out and written in another thread, while the engine answers on. A failed write is
-        logged, never raised: the ledger is the record, the checkpoint a cache.
+        logged, never raised: the ledger is the record, the checkpoint a cache. Only the
+        directory's writer writes (:meth:`FactorizationCheckpoints.claim`): another process on
+        the same directory is logged once and left to it.
         """
-        assert self._checkpoints is not None
+        checkpoints = self._checkpoints
+        assert checkpoints is not None
         name = cube.qualified_name
         engine = self._engines[name]
+        try:
+            holder = await asyncio.to_thread(checkpoints.claim)
+        except OSError as error:
+            self._tried[name] = engine.history_size
+            event("checkpoint_failed", logging.WARNING, table=name, error=repr(error))
+            return
+        if holder is not None:
+            self._tried[name] = engine.history_size
+            if holder != self._writer_elsewhere:
+                event(
+                    "checkpoint_skipped",
+                    table=name,
+                    directory=str(checkpoints.directory),
+                    reason=f"process {holder or '(unknown)'} writes the checkpoints here "
+                    "(it holds writer.lock); this one reads them when it starts",
+                )
+            self._writer_elsewhere = holder
+            return
         gate = await self._enter(cube)
         last_id = self._last_ids.get(name, 0)  # (fixed while the gate is held: see _spend)
 
@@ -382,9 +408,10 @@ class DpService:
         started = time.perf_counter()
         try:
             size = await asyncio.to_thread(
-                self._checkpoints.write, name, Checkpoint(last_id, factorization)
+                checkpoints.write, name, Checkpoint(last_id, factorization)
             )
         except Exception as error:  # (a disk full, or a bug): logged; a cache never stops serving
+            self._tried[name] = engine.history_size
             event("checkpoint_failed", logging.WARNING, table=name, error=repr(error))
             return
         self._checkpointed[name] = factorization.rows
@@ -399,7 +426,10 @@ class DpService:
         )
 
     async def close(self) -> None:
-        """Write the checkpoints that are behind their engines (a clean shutdown's)."""
+        """Write the checkpoints that are behind their engines (a clean shutdown's).
+
+        Then the directory's writer lock is released, for the process that starts next.
+        """
         if self._checkpoints is None:
             return
         await asyncio.gather(*self._writing.values(), return_exceptions=True)
@@ -409,6 +439,7 @@ class DpService:
                 != self._checkpointed[cube.qualified_name]
             ):
                 await self._checkpoint(cube)
+        self._checkpoints.release()
 
     def _charge_loaded(
         self, cube: Cube, stored: list[StoredEntry], outdated: list[StoredEntry]

@@ -23,10 +23,18 @@ the new, never a torn one. It is read by mapping it: each array a view of its zi
 (a corrupted file is refused). ``np.load`` copies each array twice (the member, then the
 array): 0.49 s CPU for the wide cube's 221 MB, the mapped read 0.10 s, and its pages are the
 page cache's, not the heap's.
+
+Processes on one ledger may share the directory (one config on a host): each reads the
+checkpoints at its start, but only one writes them, the one holding the directory's
+``writer.lock`` (an ``flock``, which the kernel drops when its holder exits; the file names its
+pid). Two writers would each rewrite ~220 MB every ``checkpoint_every`` rows, the later rename
+wins, and each file covers the rows its own writer had folded: readers stay correct (the
+watermark is checked) but the writes are wasted.
 """
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import math
@@ -44,16 +52,30 @@ import numpy as np
 
 from proxy.engine.snapshot import Factorization
 
-__all__ = ["Checkpoint", "CheckpointUnusable", "FactorizationCheckpoints"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointUnusable",
+    "CheckpointsHeldElsewhere",
+    "FactorizationCheckpoints",
+]
 
 _META = "checkpoint.meta"  # the factorization's metadata and the ledger's last id, as JSON
 _SUFFIX = ".factorization.npz"
 _PADDING = 0x6470  # the id of the extra field that aligns a member's numbers ("dp")
 _HEADER = 1 << 16  # the most an npy header takes (its length is a 2- or 4-byte field: ample)
+_WRITER_LOCK = "writer.lock"
 
 
 class CheckpointUnusable(Exception):
     """No checkpoint to take: missing or unreadable (the message says which)."""
+
+
+class CheckpointsHeldElsewhere(Exception):
+    """Another process writes this directory's checkpoints (it holds ``writer.lock``)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(f"process {pid or '(unknown)'} holds the writer lock")
+        self.pid = pid
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +97,40 @@ class FactorizationCheckpoints:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        self._lock: int | None = None  # the writer lock's descriptor, while this one holds it
+
+    def claim(self) -> int | None:
+        """Make this the directory's writer unless another holds it; None once this one does.
+
+        Returns the pid the holder wrote in the lock file (0 if unreadable) when another
+        holds it. Held until :meth:`release` or the process's exit.
+
+        Raises:
+            OSError: the directory or its lock file cannot be made.
+        """
+        if self._lock is not None:
+            return None
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        descriptor = os.open(self.directory / _WRITER_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(descriptor, 32).strip()
+            os.close(descriptor)
+            return int(holder) if holder.isdigit() else 0
+        except BaseException:
+            os.close(descriptor)
+            raise
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
+        self._lock = descriptor
+        return None
+
+    def release(self) -> None:
+        """Let another process write the checkpoints (closing the lock's descriptor drops it)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def path(self, table: str) -> Path:
         """The table's checkpoint file (``schema.table``, other characters escaped)."""
@@ -83,8 +139,14 @@ class FactorizationCheckpoints:
         )
 
     def write(self, table: str, checkpoint: Checkpoint) -> int:
-        """Replace the table's checkpoint, atomically and durably; returns the file's size."""
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        """Replace the table's checkpoint, atomically and durably; returns the file's size.
+
+        Raises:
+            CheckpointsHeldElsewhere: another process is the directory's writer.
+        """
+        holder = self.claim()
+        if holder is not None:
+            raise CheckpointsHeldElsewhere(holder)
         path = self.path(table)
         meta = json.dumps(
             {"last_id": checkpoint.last_id, "factorization": checkpoint.factorization.meta}
