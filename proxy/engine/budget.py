@@ -325,11 +325,15 @@ class CellBudget:
         # the charges last priced, the denominator they were priced for and their prices: a
         # statement's commit prices what its check priced (see _priced)
         self._last_priced: tuple[Charges, int, _Prices] | None = None
+        # the charges the grid was last refined for (a check's, a spent_after's): classes only
+        # split, so their commit's refinement would split none (see _commit_tensors)
+        self._refined: Charges | None = None
 
     def __getstate__(self) -> dict[str, object]:
         """The budget's state for a copy: the spend, not the pricing kept for a commit."""
         state = dict(self.__dict__)
         state["_last_priced"] = None
+        state["_refined"] = None
         return state
 
     @property
@@ -448,6 +452,7 @@ class CellBudget:
             most = 0
             if merged:
                 self._refine(merged.items())  # a finer grid of the same spend: nothing charged
+                self._refined = charges
                 most = self._most_after(self._all_on_grid(merged), denominator)
         else:
             cells, _, after, denominator = self._after_cells(charges)
@@ -696,11 +701,12 @@ class CellBudget:
         return int(charged.max()) if charged.size else 0
 
     def _check_tensors(self, charges: Charges, request: str) -> None:
-        terms, denominator = self._tensors(charges)
-        if not terms:
+        # summed per group priced together (exact integers, as the terms one by one would add)
+        merged, denominator = self._summed(charges)
+        if not merged:
             return
-        merged = _merged(terms)
         self._refine(merged.items())  # only a finer grid of the same spend: nothing is charged
+        self._refined = charges
         worst = self._most_after(self._all_on_grid(merged), denominator)
         if self.carried + Fraction(worst, denominator) <= self.total:
             return
@@ -708,6 +714,7 @@ class CellBudget:
         # increasing), as the partition's check reports it: on a grid fine enough for each
         # term's cells, a grid cell's first cell has each class's smallest value, and cells
         # increase as their values do (C order)
+        terms, _ = self._tensors(charges)  # (priced above: each charge's own term)
         self._refine(terms)
         on_grid = self._all_on_grid(merged)
         for axes, term in terms:
@@ -731,7 +738,9 @@ class CellBudget:
         self._last_priced = None  # (kept for this commit only: a 378-group batch's are 18 MB)
         if not merged:
             return
-        self._refine(merged.items())
+        if self._refined is None or not _same_charges(self._refined, charges):
+            self._refine(merged.items())  # (else its check refined for them: nothing splits)
+        self._refined = None
         if denominator != self._denominator:
             self._grid = self._scaled(self._grid, denominator, own=True)
             self._max *= denominator // self._denominator

@@ -240,8 +240,16 @@ class EveryRow:
         steps: FloatArray,
         columns: RowColumns,
         squared: FloatArray,
+        *,
+        previous: EveryRow | None = None,
     ) -> None:
-        """Read-only views of the history's first ``m`` rows; ``squared``: ``p_i^2``."""
+        """Read-only views of the history's first ``m`` rows; ``squared``: ``p_i^2``.
+
+        ``previous``: the same history's over fewer rows (their classes a prefix of
+        ``columns``'): what it summed is extended by the rows since, to the bit. A plan's copy
+        appends a GROUP BY's values one at a time, and each value's BLUE reads every row
+        (built anew, 0.2 ms a value on the wide cube: 4 ms of each "again" GROUP BY).
+        """
         self.rows = _row_numbers(group.size)
         self.precisions = precisions
         self.steps = steps
@@ -249,10 +257,27 @@ class EveryRow:
         self._group = group
         self._squared = squared
         self._factor = factor
-        first = columns.first
-        self._of = (group[first], self._squared[first], factor[first], precisions[first])
+        done = 0 if previous is None else previous.rows.size
+        new = columns.first[0 if previous is None else previous.columns.first.size :]
+        self._of = (group[new], squared[new], factor[new], precisions[new])
         # per vector, sum_i p_i^2 |f_i| g_i over its rows: a shift is then |beta| times these
-        self._lattice = np.bincount(group, self._squared * np.abs(factor) * steps)
+        terms = squared[done:] * np.abs(factor[done:]) * steps[done:]
+        lattice: FloatArray
+        if previous is None:
+            lattice = np.asarray(np.bincount(group, terms), dtype=np.float64)
+        else:  # (np.add.at adds row by row, in order, as np.bincount does)
+            known_group, known_squared, known_factor, known_precisions = previous._of
+            self._of = (
+                np.concatenate([known_group, self._of[0]]),
+                np.concatenate([known_squared, self._of[1]]),
+                np.concatenate([known_factor, self._of[2]]),
+                np.concatenate([known_precisions, self._of[3]]),
+            )
+            known: FloatArray = previous._lattice
+            lattice = np.zeros(max(known.size, int(group[done:].max(initial=-1)) + 1))
+            lattice[: known.size] = known
+            np.add.at(lattice, group[done:], terms)
+        self._lattice: FloatArray = lattice
         for array in (self.rows, group, self._squared, factor, precisions, steps):
             array.flags.writeable = False
 
@@ -1348,7 +1373,13 @@ class HistoryIndex:
             group, precision, factor = self._group[:m], self._precision[:m], self._factor[:m]
             columns = self._classes.of(group, precision, factor)
             every = self._every = EveryRow(
-                group, precision, factor, self._steps[:m], columns, self._squares(m)
+                group,
+                precision,
+                factor,
+                self._steps[:m],
+                columns,
+                self._squares(m),
+                previous=every if every is not None and every.rows.size < m else None,
             )
         return every
 

@@ -161,6 +161,9 @@ class SpanSolver:
         self._k_terms = _Terms()
         self._k_inv_terms = _Terms()
         self._coords = np.zeros((16, 16))  # z_j = L^T beta_j of every vector, as columns
+        # the rows of the coordinates' buffer anyone wrote (shared with the copies sharing it):
+        # past them, its columns not placed yet are zero still
+        self._coords_written = [0]
         self._stairs: tuple[int, ...] = ()  # per _STAIR columns placed, the rows they reach
         self._weight2 = np.zeros(16)  # c_j^2
         self._k_pending: list[tuple[int, float]] = []
@@ -220,6 +223,14 @@ class SpanSolver:
             ):
                 columns = self._placed if name == "_coords" else self._rank
                 setattr(self, name, _compact(array, self._rank, columns, _BLOCK))
+                if name == "_coords":
+                    self._coords_written = [self._rank]
+
+    def _coords_room(self, rows: int, columns: int) -> None:
+        """Room for ``rows`` x ``columns`` coordinates: a new buffer, if grown, with its mark."""
+        grown = _grown(self._coords, rows, columns, (self._rank, self._placed))
+        if grown is not self._coords:
+            self._coords, self._coords_written = grown, [self._rank]
 
     def _private(self) -> None:
         """Copy ``K`` and ``K^{-1}`` before changing them if another live solver holds them.
@@ -294,8 +305,10 @@ class SpanSolver:
             block = queue[start : start + _BLOCK]
             r = self._rank
             first = self._placed
-            self._coords = _grown(self._coords, r + len(block), first + len(block))
-            self._coords[:, first : first + len(block)] = 0.0  # a dropped copy may have written
+            self._coords_room(r + len(block), first + len(block))
+            # a dropped copy may have written there: cleared up to the rows any solver wrote
+            # (not the buffer's every row: a pass over its room, which no memory backs yet)
+            self._coords[r : self._coords_written[0], first : first + len(block)] = 0.0
             reused = self._projection_of(scaled.get(first)) if len(block) == 1 else None
             if reused is None:
                 inner = self._inner(block)
@@ -342,6 +355,7 @@ class SpanSolver:
                 self._basis_nnz += cells.size
                 self._vectors.append((cells, weights))
                 self._rank += 1
+                self._coords_written[0] = max(self._coords_written[0], self._rank)
                 joined.append(position)
 
     def _projection_of(
@@ -396,8 +410,8 @@ class SpanSolver:
             self._claim()
             self._private()
         for name in ("_gram", "_lower", "_lower_inv", "_k", "_k_inv"):
-            setattr(self, name, _grown(getattr(self, name), most, most))
-        self._coords = _grown(self._coords, most, self._placed + len(queue))
+            setattr(self, name, _grown(getattr(self, name), most, most, (r0, r0)))
+        self._coords_room(most, self._placed + len(queue))
         # the basis, then the queue; each basis vector's place in it, in the basis's order
         inner = _inner_products([*self._vectors, *queue], self.n_cells)
         basis = list(range(r0))
@@ -482,7 +496,7 @@ class SpanSolver:
             later = candidates[position + 1 :]
             coordinates[later, n] = (schur[k, later] - coordinates[later, :n] @ a) / d
             joined.append(k)
-        self._coords = _grown(self._coords, r + len(joined), first + size)
+        self._coords_room(r + len(joined), first + size)
         self._coords[:r, first : first + size] = z
         for k, a in along.items():
             self._coords[r : r + a.size, first + k] = a
@@ -521,7 +535,7 @@ class SpanSolver:
         end = r + n
         self._coords[r + np.arange(n), first + np.array(joined)] = np.diag(border)
         for name in ("_gram", "_lower", "_lower_inv", "_k", "_k_inv"):
-            setattr(self, name, _grown(getattr(self, name), end, end))
+            setattr(self, name, _grown(getattr(self, name), end, end, (r, r)))
         self._gram[r:end, :r] = inner[:, joined].T
         self._gram[:r, r:end] = inner[:, joined]
         self._gram[r:end, r:end] = gram[np.ix_(joined, joined)]
@@ -535,6 +549,7 @@ class SpanSolver:
         self._k[r:end, :end] = 0.0
         self._k[:end, r:end] = 0.0
         self._rank = end
+        self._coords_written[0] = max(self._coords_written[0], end)
 
     def _join(self, j: int, d: float, inner: FloatArray, weights: FloatArray) -> None:
         """Make vector ``j`` (distance ``d`` from the span, coordinates placed) a basis vector.
@@ -545,7 +560,7 @@ class SpanSolver:
         self._coords[r, j] = d
         self._private()
         for name in ("_gram", "_lower", "_lower_inv", "_k", "_k_inv"):
-            setattr(self, name, _grown(getattr(self, name), r + 1, r + 1))
+            setattr(self, name, _grown(getattr(self, name), r + 1, r + 1, (r, r)))
         gram, lower, lower_inv = self._gram, self._lower, self._lower_inv
         gram[r, :r] = gram[:r, r] = inner
         gram[r, r] = float(weights @ weights)
@@ -1358,8 +1373,16 @@ class _Terms:
         self.count = 0
 
 
-def _grown(matrix: FloatArray, rows: int, columns: int) -> FloatArray:
-    """``matrix`` with room for ``rows`` x ``columns`` (doubling; new entries zero)."""
+def _grown(matrix: FloatArray, rows: int, columns: int, used: tuple[int, int]) -> FloatArray:
+    """``matrix`` with room for ``rows`` x ``columns`` (doubling; new entries zero).
+
+    ``used``: the leading block written (the rank, and the rank or the vectors placed), the
+    only part copied: past it the buffer holds zeros, or a dropped copy's writes that no one
+    reads. A restart leaves room for every vector it placed to join the basis (the demo
+    cube's coordinates: 1,936 rows at rank 614): copied, and its new column cleared down
+    every row, that room made the first statement placing a vector past the restart's
+    columns take 70-100 ms rather than 17.
+    """
     old_rows, old_columns = matrix.shape
     if rows <= old_rows and columns <= old_columns:
         return matrix
@@ -1369,5 +1392,6 @@ def _grown(matrix: FloatArray, rows: int, columns: int) -> FloatArray:
             max(columns, 2 * old_columns) if columns > old_columns else old_columns,
         )
     )
-    out[:old_rows, :old_columns] = matrix
+    written_rows, written_columns = used
+    out[:written_rows, :written_columns] = matrix[:written_rows, :written_columns]
     return out

@@ -361,3 +361,39 @@ def test_a_commit_prices_what_its_check_priced_once() -> None:
     assert budget._priced(charges) is not priced  # (priced over the grown denominator)
     priced = budget._priced(charges)
     assert budget._priced(Charges(((first, Fraction(1, 3)),))) is not priced
+
+
+def test_a_commit_does_not_refine_again_for_what_its_check_refined(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Classes only split, so once a check refined the grid for its charges, their commit
+    (the same queries at equal budgets) splits none: it is not asked to. Other charges are
+    refined for; the spend is that of a budget refining at every commit."""
+    shape = (3, 4)
+    first = LinearQuery.from_tensor(shape, np.array([[1.0, 2.0, 0.0, 0.0]]).repeat(3, axis=0))
+    second = LinearQuery.from_tensor(shape, np.eye(3, 4))
+    budget = CellBudget("t", total=Fraction(10), shape=shape)
+    refined: list[int] = []
+    refine = CellBudget._refine
+
+    def counted(self: CellBudget, terms: object) -> None:  # the method itself, counted
+        refined.append(1)
+        refine(self, terms)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(CellBudget, "_refine", counted)
+    checked = Charges(((first, Fraction(1, 3)), (second, Fraction(1, 7))))
+    budget.check(checked, request="q")
+    assert len(refined) == 1
+    budget.commit(Charges(((first, Fraction(2, 6)), (second, Fraction(1, 7)))))
+    assert len(refined) == 1  # the check's refinement served its commit
+    budget.commit(Charges(((second, Fraction(1, 5)),)))  # not checked: refined for
+    assert len(refined) == 2
+    budget.check(checked, request="q")
+    budget.check(Charges(((second, Fraction(1, 5)),)), request="q")  # the last refined for
+    budget.commit(checked)
+    assert len(refined) == 5
+    monkeypatch.undo()
+    plain = CellBudget("t", total=Fraction(10), shape=shape)
+    for charges in (checked, Charges(((second, Fraction(1, 5)),)), checked):
+        plain.commit(charges)
+    assert budget.per_cell() == plain.per_cell() and budget.spent == plain.spent

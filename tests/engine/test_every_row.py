@@ -247,3 +247,30 @@ def test_a_mixture_with_a_blue_over_every_row_is_the_general_combination_to_the_
             assert np.array_equal(getattr(found, field), getattr(general, field)), field
         assert found.rows.dtype == general.rows.dtype
         assert (found.shift, found.residual) == (general.shift, general.residual)
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_the_rows_extended_as_they_arrive_are_those_read_afresh_to_the_bit(seed: int) -> None:
+    """A history's rows as its BLUEs read them, extended by the rows since (a plan's copy
+    appending a GROUP BY's values one at a time, the original appending others after it),
+    hold what reading all of them afresh holds, to the bit."""
+    index, _ = _history(seed, rows=300)
+    copy = index.copy()
+    rows = _rows(seed + 1, 40)
+    for k, (vector, alpha) in enumerate(rows):
+        for grown in (copy, index) if k % 3 else (copy,):
+            grown.append(vector, alpha=alpha, step=1e-3 * (1 + k % 2))
+            previous = grown._every
+            every = grown._every_row()
+            m = grown.size
+            afresh = estimator.EveryRow(
+                grown._group[:m], grown._precision[:m], grown._factor[:m], grown._steps[:m],
+                every.columns, grown._squares(m),
+            )  # fmt: skip
+            extended = estimator.EveryRow(
+                grown._group[:m], grown._precision[:m], grown._factor[:m], grown._steps[:m],
+                every.columns, grown._squares(m), previous=previous,
+            )  # fmt: skip
+            for held in (every, extended):
+                assert np.array_equal(held._lattice, afresh._lattice)
+                assert all(np.array_equal(a, b) for a, b in zip(held._of, afresh._of))

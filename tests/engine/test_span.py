@@ -722,3 +722,16 @@ def test_terms_are_held_apart_from_rank_held_from_only(monkeypatch: pytest.Monke
         assert counts == ((0, 0) if held_from > solver.rank else (1, 1))
         solvers.append(solver)
     _assert_solve_alike(solvers[0], solvers[1], vectors, rng)
+
+
+def test_a_grown_buffer_copies_only_the_block_written() -> None:
+    """Room is made by copying the leading block a solver wrote (its rank, its vectors placed):
+    not the room past it, which a restart leaves for every vector it placed to join the basis
+    (never written, so no memory backs it until a copy touches it), nor what a dropped copy
+    wrote there (zero in the new buffer, as in a solver of its own)."""
+    buffer = np.arange(1.0, 37.0).reshape(6, 6)
+    grown = span._grown(buffer, 4, 9, (2, 3))
+    assert grown.shape == (6, 12)
+    assert np.array_equal(grown[:2, :3], buffer[:2, :3])
+    assert np.count_nonzero(grown) == 6
+    assert span._grown(buffer, 6, 6, (2, 3)) is buffer  # room enough: the buffer itself
