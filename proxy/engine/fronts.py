@@ -658,9 +658,14 @@ class BlockFronts:
     def _new_front(self, block: int) -> None:
         """Forget what a new front changes: the order, the products of fronts reaching it."""
         self._sequence = None
-        for earlier, other in self._fronts.items():  # C_T in the directions: one more
-            if np.any(other.reaches == block):
-                self._compressed.pop(earlier, None)
+        # C_T in the directions: one more. The fronts' reaches looked up at once: one test per
+        # front cost a new front of the wide cube 1.7 ms
+        held = list(self._fronts.items())
+        reaching = np.concatenate([other.reaches for _, other in held]) == block
+        if reaching.any():
+            owners = np.repeat(np.arange(len(held)), [other.reaches.size for _, other in held])
+            for at in np.unique(owners[reaching]).tolist():
+                self._compressed.pop(held[at][0], None)
 
     def _order(self) -> tuple[IntArray, IntArray]:
         """The blocks with fronts, in the order (highest order first); each block's rank."""
