@@ -595,7 +595,7 @@ class BlockFronts:
             )
             if info != 0:
                 raise np.linalg.LinAlgError(f"dtpmqrt failed (LAPACK info {info})")
-        factor = np.asfortranarray(np.triu(top))
+        factor = top  # (dtpqrt leaves its strict lower triangle as given: zeros)
         inverse, info = scipy.linalg.lapack.dtrtri(factor, lower=0)
         if info != 0:
             raise np.linalg.LinAlgError(f"a front's factor is singular (LAPACK info {info})")
@@ -1285,8 +1285,9 @@ def _bordered(
     if np.all(at < front.columns.size) and np.array_equal(
         front.columns[at % max(1, front.columns.size)], columns
     ):
-        below = np.zeros((n, front.columns.size), order="F")
+        below = np.empty((n, front.columns.size), order="F")
         below[:k] = front.below
+        below[k:] = 0.0
         return front.columns, below, front.reaches
     merged = np.union1d(front.columns, columns)
     below = np.zeros((n, merged.size), order="F")
@@ -1331,10 +1332,20 @@ def _passed_on(
     """Rows left over later blocks, rounding dropped, grouped by their first block.
 
     ``rows`` is taken: its rounding is set to zero in place (one pass over the rows, whose
-    mask of what is left also tells which blocks and columns they weigh).
+    mask of what is left also tells which blocks and columns they weigh). A single row (a
+    fresh value's, passed from front to front) goes to one block, its rounding dropped with
+    its columns: grouping it as many rows cost each of its folds 0.1 ms.
     """
     if not columns.size:
         return []
+    if rows.shape[0] == 1:
+        left = np.abs(rows[0]) > _ZERO * scale
+        if left.all():
+            return [(BlockFronts._first(blocks, columns), (columns, rows))]
+        if not left.any():
+            return []
+        kept = columns[left]
+        return [(BlockFronts._first(blocks, kept), (kept, rows[:, left]))]
     if rows.shape[0] > 2 * columns.size:
         rows = _fewer(blocks, columns, rows)
     left = np.abs(rows) > _ZERO * scale
