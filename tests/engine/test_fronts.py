@@ -397,6 +397,25 @@ def test_rows_stacked_over_the_union_of_their_columns(runs: int) -> None:
     assert np.array_equal(rows, dense[:, columns])
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_a_single_row_is_passed_on_as_among_many(seed: int) -> None:
+    """``_passed_on`` of one row (a fresh value's): the block, columns and entries it gets
+    grouped with a row absorbed to rounding (the path of many rows), its own rounding dropped."""
+    rng = np.random.default_rng(seed)
+    space = AnovaCoordinates((3, 2, 4))
+    space.of(LinearQuery.from_tensor((3, 2, 4), rng.random((3, 2, 4))))  # (every block)
+    blocks = fronts_module._Blocks(space)
+    columns = np.sort(rng.choice(blocks.size, 25, replace=False)).astype(np.int64)
+    row = rng.standard_normal((1, columns.size))
+    row[0, rng.choice(columns.size, 8, replace=False)] = 1e-16  # rounding, some blocks' all
+    expected = fronts_module._passed_on(blocks, columns, np.vstack([row, 1e-17 * row]), 1.0)
+    ((block, (kept, rows)),) = fronts_module._passed_on(blocks, columns, row.copy(), 1.0)
+    ((other, (other_kept, other_rows)),) = expected
+    assert block == other and np.array_equal(kept, other_kept)
+    assert np.array_equal(rows, other_rows[:1]) and rows.shape == (1, kept.size)
+    assert fronts_module._passed_on(blocks, columns, 1e-16 * row, 1.0) == []
+
+
 def _history_and_batch(seed: int, *, checks: bool) -> tuple[BlockFronts, list[Coordinates]]:
     """Fronts of 30 random history steps (solved every 10th, with ``checks``), and a batch."""
     rng = np.random.default_rng(seed)
