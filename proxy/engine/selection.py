@@ -275,10 +275,21 @@ def _wider(estimator: Solution, width: float, delta: float, tail: ExactTail) -> 
     exact tail above it at ``width`` and at every threshold below, so the search's answer lies
     beyond ``width``; the margin taken is ``2 TAIL_SLACK + 2 e``. False where the tail does
     not settle it.
+
+    A width so settled is kept with the estimator's widths, as a bound below its own: a
+    pooled repeat lasts until its query is measured again, and a statement asked again
+    against a BLUE no wider is then settled without a tail.
     """
+    key = (("exceeds", tail), delta)
+    exceeded = estimator.widths.get(key, -math.inf)
+    if width <= exceeded:
+        return True
     error = tail.alias_tol + tail.trunc_tol
     found = tail.tail(error_terms(estimator), width - estimator.shift)
-    return found > delta + TAIL_SLACK + 2.0 * error
+    if found > delta + TAIL_SLACK + 2.0 * error:
+        estimator.widths[key] = width
+        return True
+    return False
 
 
 def choose(

@@ -219,6 +219,9 @@ def test_a_pooled_repeat_settled_wider_by_one_tail_is_not_inverted(eps: float) -
     # change the answer, and one tail settles that; at 7 a segment search may start from it,
     # and it is narrower than the single repeats: its quantile is found
     assert ((EXACT, accuracy.delta) in pooled.widths) == (eps == 7.0)
+    # the width it was settled wider than is kept: asked again, no tail is needed
+    settled = pooled.widths.get((("exceeds", EXACT), accuracy.delta))
+    assert settled == (None if eps == 7.0 else interval(blue, accuracy.delta).half_width)
 
 
 def test_wider_settles_only_what_the_quantile_confirms() -> None:
@@ -230,6 +233,10 @@ def test_wider_settles_only_what_the_quantile_confirms() -> None:
         assert _wider(pooled, pooled.shift * 0.5, delta, EXACT)  # below the shift
         assert not _wider(pooled, width * (1 - 1e-13), delta, EXACT)  # within the slack
         assert not _wider(pooled, width, delta, EXACT)
+        # a bound kept from before is read first (one planted above the width shows it)
+        pooled.widths[(("exceeds", EXACT), delta)] = width * 2.0
+        assert _wider(pooled, width * 1.5, delta, EXACT)
+        del pooled.widths[(("exceeds", EXACT), delta)]
 
 
 @pytest.mark.parametrize("eps", [1e15, 1e30, 1e300])
