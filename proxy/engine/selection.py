@@ -17,7 +17,9 @@ the requested half-width (and the BLUE's variance does not already put it out of
 point between them that does, found by a golden-section descent on the miss probability at
 that half-width. The result is never wider than the BLUE (the engine's earlier choice) nor
 than the query's own earlier measurement, so a repeat of a fresh answer at the same accuracy
-is free by construction; the search costs time only when it can save budget.
+is free by construction; the search costs time only when it can save budget. Likewise a
+pooled repeat's own quantile (a slow inversion of a few terms) is found only where it can
+matter: one tail that shows it wider than the BLUE usually settles that it cannot.
 
 Only public numbers enter (the rows, their budgets and steps, the accuracy asked for), and the
 choice is made before any released value is read, so the chosen estimate's interval keeps its
@@ -225,10 +227,69 @@ def error_terms(estimator: Solution) -> Runs:
     return tails.error_terms(estimator.column_scales(), columns.counts)
 
 
-def _best_repeat(repeats: Sequence[Solution], delta: float, tail: TailMethod) -> Candidate:
-    """The narrowest of the repeat estimates."""
-    anchors = [interval(r, delta, tail, "repeat") for r in repeats]
-    return min(anchors, key=lambda c: c.half_width)  # the first of equals
+def _best_repeat(
+    repeats: Sequence[Solution],
+    blue: Candidate,
+    accuracy: AccuracyRequest,
+    tail: TailMethod,
+    reach: bool,
+) -> Candidate | None:
+    """The narrowest of the repeat estimates, less those that cannot change :func:`choose`.
+
+    A repeat of several terms (the pooled one) costs a quantile of a few terms, slow to invert
+    (their ``phi`` decays slowly). One wider than the BLUE is never the narrower end, and
+    matters only as the anchor of the segment search: that runs only if the narrower end
+    misses and the BLUE's variance leaves the accuracy within ``reach``, and starts from the
+    narrowest repeat. So one settled wider (:func:`_wider`) than the BLUE, and than the
+    narrowest other repeat if a search may follow, is left out. None if all are.
+    """
+    delta = accuracy.delta
+    costly = [
+        isinstance(tail, ExactTail) and r.terms > 1 and (tail, delta) not in r.widths
+        for r in repeats
+    ]
+    found = [None if c else interval(r, delta, tail, "repeat") for r, c in zip(repeats, costly)]
+    if any(costly):
+        others = [c for c in found if c is not None]
+        narrowest = min(others, key=lambda c: c.half_width, default=None)  # the first of equals
+        end = blue
+        if narrowest is not None and narrowest.half_width < blue.half_width:
+            end = narrowest
+        bar: float | None = blue.half_width
+        if reach and meets(end, accuracy.eps, delta, tail) is None:  # a search may follow
+            bar = None if narrowest is None else max(blue.half_width, narrowest.half_width)
+        assert isinstance(tail, ExactTail)  # (costly ones are its quantiles)
+        for k, repeat in enumerate(repeats):
+            if costly[k] and (bar is None or not _wider(repeat, bar, delta, tail)):
+                found[k] = interval(repeat, delta, tail, "repeat")
+    kept = [c for c in found if c is not None]
+    return min(kept, key=lambda c: c.half_width, default=None)  # the first of equals
+
+
+def _wider(estimator: Solution, width: float, delta: float, tail: ExactTail) -> bool:
+    """Whether :func:`interval` would give ``estimator`` more than ``width``, by one tail.
+
+    The quantile search returns a half-width whose computed tail is at most
+    ``delta - TAIL_SLACK``, and every computed tail is within ``e`` (aliasing and truncation:
+    2e-13) of the exact one. A tail more than ``2 e`` above that target at ``width`` puts the
+    exact tail above it at ``width`` and at every threshold below, so the search's answer lies
+    beyond ``width``; the margin taken is ``2 TAIL_SLACK + 2 e``. False where the tail does
+    not settle it.
+
+    A width so settled is kept with the estimator's widths, as a bound below its own: a
+    pooled repeat lasts until its query is measured again, and a statement asked again
+    against a BLUE no wider is then settled without a tail.
+    """
+    key = (("exceeds", tail), delta)
+    exceeded = estimator.widths.get(key, -math.inf)
+    if width <= exceeded:
+        return True
+    error = tail.alias_tol + tail.trunc_tol
+    found = tail.tail(error_terms(estimator), width - estimator.shift)
+    if found > delta + TAIL_SLACK + 2.0 * error:
+        estimator.widths[key] = width
+        return True
+    return False
 
 
 def choose(
@@ -263,13 +324,14 @@ def choose(
     delta = accuracy.delta
     best = interval(blue, delta, tail)
     repeats = [r for r in repeats if not r.same_as(blue)]  # (a pooled one often is the BLUE)
-    if not repeats:
+    reach = bool(repeats) and not _out_of_reach(blue, accuracy)
+    anchor = _best_repeat(repeats, best, accuracy, tail, reach) if repeats else None
+    if anchor is None:
         return meets(best, accuracy.eps, delta, tail) or best
-    anchor = _best_repeat(repeats, delta, tail)
     if anchor.half_width < best.half_width:
         best = anchor
     enough = meets(best, accuracy.eps, delta, tail)
-    if enough is not None or _out_of_reach(blue, accuracy):
+    if enough is not None or not reach:
         return enough or best
 
     held = blue.with_weights()  # read at every step of the search

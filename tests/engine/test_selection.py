@@ -10,7 +10,15 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from proxy.engine.estimator import HistoryIndex, Solution, combine
-from proxy.engine.selection import TAIL_SLACK, Candidate, _mixture_terms, choose, interval, meets
+from proxy.engine.selection import (
+    TAIL_SLACK,
+    Candidate,
+    _mixture_terms,
+    _wider,
+    choose,
+    interval,
+    meets,
+)
 from proxy.engine.tails import EXACT, Runs, discrete_laplace_tail
 from sqlmap.accuracy import AccuracyRequest
 from sqlmap.vector import LinearQuery
@@ -178,6 +186,57 @@ def test_meets_settles_a_hair_over_by_the_tail_at_eps() -> None:
     assert math.isclose(
         EXACT.tail(blue.scales, exact.half_width - blue.shift), 0.1 - TAIL_SLACK, rel_tol=1e-9
     )
+
+
+@pytest.mark.parametrize("eps", [3.0, 7.0, 20.0])
+def test_a_pooled_repeat_settled_wider_by_one_tail_is_not_inverted(eps: float) -> None:
+    # x0 + x1 twice at a low budget, x0 and x1 alone at a high one: the BLUE (8.0 at 95%) is
+    # far narrower than the pooled repeat (41.1), itself narrower than each single one (59.9)
+    def ends() -> tuple[Solution, list[Solution]]:
+        rows = [[1.0, 1.0], [1.0, 1.0], [1.0, 0.0], [0.0, 1.0]]
+        index = _index(rows, [0.05, 0.05, 0.5, 0.5])
+        query = LinearQuery.from_dense([1.0, 1.0])
+        blue = index.solve(query)
+        assert blue is not None
+        return blue, list(index.repeats(query))
+
+    accuracy = AccuracyRequest(eps, 0.95)
+    blue, repeats = ends()
+    (pooled,) = [r for r in repeats if r.terms > 1]
+    best = choose(blue, repeats, accuracy)
+    # with every width known beforehand, the same choice
+    known_blue, known_repeats = ends()
+    for estimator in (known_blue, *known_repeats):
+        interval(estimator, accuracy.delta)
+    known = choose(known_blue, known_repeats, accuracy)
+    assert (best.half_width, best.confidence, best.basis) == (
+        known.half_width,
+        known.confidence,
+        known.basis,
+    )
+    assert best.estimator.same_as(known.estimator) and best.basis == "blue"
+    # out of reach (3) or met by the BLUE (20): the pooled repeat, wider than the BLUE, cannot
+    # change the answer, and one tail settles that; at 7 a segment search may start from it,
+    # and it is narrower than the single repeats: its quantile is found
+    assert ((EXACT, accuracy.delta) in pooled.widths) == (eps == 7.0)
+    # the width it was settled wider than is kept: asked again, no tail is needed
+    settled = pooled.widths.get((("exceeds", EXACT), accuracy.delta))
+    assert settled == (None if eps == 7.0 else interval(blue, accuracy.delta).half_width)
+
+
+def test_wider_settles_only_what_the_quantile_confirms() -> None:
+    index = _index([[1.0, 1.0], [1.0, 1.0], [2.0, 2.0]], [0.05, 0.2, 0.1])
+    (pooled,) = [r for r in index.repeats(LinearQuery.from_dense([1.0, 1.0])) if r.terms > 1]
+    for delta in (0.5, 0.05, 1e-3):
+        width = interval(pooled, delta).half_width
+        assert _wider(pooled, width * (1 - 1e-3), delta, EXACT)
+        assert _wider(pooled, pooled.shift * 0.5, delta, EXACT)  # below the shift
+        assert not _wider(pooled, width * (1 - 1e-13), delta, EXACT)  # within the slack
+        assert not _wider(pooled, width, delta, EXACT)
+        # a bound kept from before is read first (one planted above the width shows it)
+        pooled.widths[(("exceeds", EXACT), delta)] = width * 2.0
+        assert _wider(pooled, width * 1.5, delta, EXACT)
+        del pooled.widths[(("exceeds", EXACT), delta)]
 
 
 @pytest.mark.parametrize("eps", [1e15, 1e30, 1e300])
