@@ -36,6 +36,11 @@ STATEMENTS = [
 AGAIN = "SELECT COUNT(*) FROM adult WHERE sex = 'Male' WITH ACCURACY 100"  # from history
 
 
+@pytest.fixture(autouse=True)
+def _fronts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("proxy.engine.estimator._FRONTS_RANK", 0)  # (see the module's doc)
+
+
 async def _open(
     dsn: str, roles: BackendRoles, schema: str, checkpoints: FactorizationCheckpoints | None
 ) -> tuple[DpService, PostgresLedgerStore, Reader]:
@@ -52,10 +57,8 @@ def test_a_restart_takes_the_checkpoint_written_at_close_and_answers_as_before(
     roles: BackendRoles,
     ledger_schema: str,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr("proxy.engine.estimator._FRONTS_RANK", 0)
     checkpoints = FactorizationCheckpoints(tmp_path / "checkpoints")
     path = checkpoints.path(CUBE.qualified_name)
 
@@ -124,10 +127,8 @@ def test_a_checkpoint_that_cannot_be_written_is_logged_and_serving_goes_on(
     roles: BackendRoles,
     ledger_schema: str,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr("proxy.engine.estimator._FRONTS_RANK", 0)
     occupied = tmp_path / "checkpoints"
     occupied.write_text("a file where the directory should be")
     rows: list[int] = []
@@ -159,11 +160,9 @@ def test_of_two_services_on_one_directory_one_writes_until_it_closes(
     roles: BackendRoles,
     ledger_schema: str,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Two proxies started from one config on a host: the second leaves the writes to the first."""
-    monkeypatch.setattr("proxy.engine.estimator._FRONTS_RANK", 0)
     directory = tmp_path / "checkpoints"
     path = FactorizationCheckpoints(directory).path(CUBE.qualified_name)
 
