@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -41,21 +42,28 @@ def _fronts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("proxy.engine.estimator._FRONTS_RANK", 0)  # (see the module's doc)
 
 
-async def _open(
-    dsn: str, roles: BackendRoles, schema: str, checkpoints: FactorizationCheckpoints | None
-) -> tuple[DpService, PostgresLedgerStore, Reader]:
-    ledger = await PostgresLedgerStore.open(dsn, [CUBE], schema)
-    reader = await Reader.connect(roles.reader_dsn)
-    service = await DpService.open_durable(
-        [CUBE], reader, ledger, checkpoints=checkpoints, checkpoint_every=8
-    )
-    return service, ledger, reader
+Opened = tuple[DpService, PostgresLedgerStore, Reader]
+
+
+@pytest.fixture
+def open_service(
+    pg_dsn: str, roles: BackendRoles, ledger_schema: str
+) -> Callable[[FactorizationCheckpoints | None], Awaitable[Opened]]:
+    """Opens a service on the test's ledger, as a restart would, with these checkpoints."""
+
+    async def open_(checkpoints: FactorizationCheckpoints | None) -> Opened:
+        ledger = await PostgresLedgerStore.open(pg_dsn, [CUBE], ledger_schema)
+        reader = await Reader.connect(roles.reader_dsn)
+        service = await DpService.open_durable(
+            [CUBE], reader, ledger, checkpoints=checkpoints, checkpoint_every=8
+        )
+        return service, ledger, reader
+
+    return open_
 
 
 def test_a_restart_takes_the_checkpoint_written_at_close_and_answers_as_before(
-    pg_dsn: str,
-    roles: BackendRoles,
-    ledger_schema: str,
+    open_service: Callable[[FactorizationCheckpoints | None], Awaitable[Opened]],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -63,7 +71,7 @@ def test_a_restart_takes_the_checkpoint_written_at_close_and_answers_as_before(
     path = checkpoints.path(CUBE.qualified_name)
 
     async def run() -> None:
-        service, ledger, reader = await _open(pg_dsn, roles, ledger_schema, checkpoints)
+        service, ledger, reader = await open_service(checkpoints)
         engine = service.engine(CUBE)
         assert engine.restart == "factored 0 rows"
         for sql in STATEMENTS:
@@ -78,7 +86,7 @@ def test_a_restart_takes_the_checkpoint_written_at_close_and_answers_as_before(
         await ledger.close()
         await reader.close()
 
-        service, ledger, reader = await _open(pg_dsn, roles, ledger_schema, checkpoints)
+        service, ledger, reader = await open_service(checkpoints)
         engine = service.engine(CUBE)
         assert engine.restart == f"restored {rows} rows' factorization, folded 0 after it"
         after = await service.answer(TRANSLATOR.translate(AGAIN), user="analyst", sql=AGAIN)
@@ -92,7 +100,7 @@ def test_a_restart_takes_the_checkpoint_written_at_close_and_answers_as_before(
 
         path.write_bytes(path.read_bytes()[:1000])  # torn: the next start factors, and says so
         with caplog.at_level(logging.INFO):
-            service, ledger, reader = await _open(pg_dsn, roles, ledger_schema, checkpoints)
+            service, ledger, reader = await open_service(checkpoints)
         assert service.engine(CUBE).restart == f"factored {rows} rows"
         assert any("unreadable" in str(r.__dict__.get("fields")) for r in caplog.records)
         await asyncio.gather(*service._writing.values())  # a restart that factored writes one
@@ -105,13 +113,14 @@ def test_a_restart_takes_the_checkpoint_written_at_close_and_answers_as_before(
 
 
 def test_a_restart_without_checkpoints_says_so(
-    pg_dsn: str, roles: BackendRoles, ledger_schema: str, caplog: pytest.LogCaptureFixture
+    open_service: Callable[[FactorizationCheckpoints | None], Awaitable[Opened]],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The DBA of a slow restart learns from the log which setting would shorten it."""
 
     async def run() -> None:
         with caplog.at_level(logging.INFO):
-            service, ledger, reader = await _open(pg_dsn, roles, ledger_schema, None)
+            service, ledger, reader = await open_service(None)
         assert not service._writing
         await service.close()
         await ledger.close()
@@ -123,9 +132,7 @@ def test_a_restart_without_checkpoints_says_so(
 
 
 def test_a_checkpoint_that_cannot_be_written_is_logged_and_serving_goes_on(
-    pg_dsn: str,
-    roles: BackendRoles,
-    ledger_schema: str,
+    open_service: Callable[[FactorizationCheckpoints | None], Awaitable[Opened]],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -134,9 +141,7 @@ def test_a_checkpoint_that_cannot_be_written_is_logged_and_serving_goes_on(
     rows: list[int] = []
 
     async def run() -> None:
-        service, ledger, reader = await _open(
-            pg_dsn, roles, ledger_schema, FactorizationCheckpoints(occupied)
-        )
+        service, ledger, reader = await open_service(FactorizationCheckpoints(occupied))
         with caplog.at_level(logging.INFO):
             for sql in STATEMENTS:
                 await service.answer(TRANSLATOR.translate(sql), user="analyst", sql=sql)
@@ -156,9 +161,7 @@ def test_a_checkpoint_that_cannot_be_written_is_logged_and_serving_goes_on(
 
 
 def test_of_two_services_on_one_directory_one_writes_until_it_closes(
-    pg_dsn: str,
-    roles: BackendRoles,
-    ledger_schema: str,
+    open_service: Callable[[FactorizationCheckpoints | None], Awaitable[Opened]],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -170,14 +173,12 @@ def test_of_two_services_on_one_directory_one_writes_until_it_closes(
         return f"SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race WITH ACCURACY {accuracy}"
 
     async def run() -> None:
-        first, first_ledger, first_reader = await _open(
-            pg_dsn, roles, ledger_schema, FactorizationCheckpoints(directory)
-        )
+        first, first_ledger, first_reader = await open_service(FactorizationCheckpoints(directory))
         for sql in STATEMENTS:
             await first.answer(TRANSLATOR.translate(sql), user="analyst", sql=sql)
         await asyncio.gather(*first._writing.values())
-        second, second_ledger, second_reader = await _open(
-            pg_dsn, roles, ledger_schema, FactorizationCheckpoints(directory)
+        second, second_ledger, second_reader = await open_service(
+            FactorizationCheckpoints(directory)
         )
         assert second.engine(CUBE).restart.startswith("restored")  # the first's checkpoint
         written = path.stat().st_mtime_ns
