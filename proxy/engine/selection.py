@@ -46,6 +46,7 @@ from proxy.engine.tails import (
     Scales,
     TailMethod,
     discrete_laplace_tail,
+    distinct_tail,
     quantile,
 )
 from sqlmap.accuracy import AccuracyRequest
@@ -271,10 +272,11 @@ def _wider(estimator: Solution, width: float, delta: float, tail: ExactTail) -> 
 
     The quantile search returns a half-width whose computed tail is at most
     ``delta - TAIL_SLACK``, and every computed tail is within ``e`` (aliasing and truncation:
-    2e-13) of the exact one. A tail more than ``2 e`` above that target at ``width`` puts the
-    exact tail above it at ``width`` and at every threshold below, so the search's answer lies
-    beyond ``width``; the margin taken is ``2 TAIL_SLACK + 2 e``. False where the tail does
-    not settle it.
+    2e-13) of the exact one. An exact tail more than ``e`` above that target at ``width`` puts
+    every computed one above it there and at every threshold below, so the search's answer lies
+    beyond ``width``; the margin taken is ``2 TAIL_SLACK + e``. The tail is the closed form of
+    a few distinct scales where there is one (:func:`~proxy.engine.tails.distinct_tail`, less
+    its error bound), else a computed one (less ``e``). False where the tail does not settle it.
 
     A width so settled is kept with the estimator's widths, as a bound below its own: a
     pooled repeat lasts until its query is measured again, and a statement asked again
@@ -285,8 +287,10 @@ def _wider(estimator: Solution, width: float, delta: float, tail: ExactTail) -> 
     if width <= exceeded:
         return True
     error = tail.alias_tol + tail.trunc_tol
-    found = tail.tail(error_terms(estimator), width - estimator.shift)
-    if found > delta + TAIL_SLACK + 2.0 * error:
+    terms, x = error_terms(estimator), width - estimator.shift
+    closed = distinct_tail(terms, x)
+    below = tail.tail(terms, x) - error if closed is None else closed[0] - closed[1]
+    if below > delta + TAIL_SLACK + error:
         estimator.widths[key] = width
         return True
     return False

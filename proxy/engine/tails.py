@@ -38,6 +38,7 @@ __all__ = [
     "quantile",
     "discrete_laplace_tail",
     "dominant_tail",
+    "distinct_tail",
     "tail_extent",
     "Runs",
     "error_terms",
@@ -65,6 +66,10 @@ _POWER_TABLE = 128
 # A series split computed for one evaluation serves later ones whose own split is at most this
 # many runs earlier (those runs are then summed exactly).
 _REUSE = 256
+# A sum of at most this many distinct scales has its tail in closed form (:func:`distinct_tail`).
+_FEW_TERMS = 16
+# The unit roundoff of a float: rounding errs by at most this relative amount.
+_UNIT_ROUNDOFF = 2.0**-53
 # Binned convolution: a kernel this short is convolved directly, longer ones through the FFT.
 _DIRECT_CONVOLUTION = 64
 # Newton's method on a batch of quantiles: steps at most, and the relative step that settles a
@@ -438,6 +443,48 @@ def dominant_tail(scales: npt.ArrayLike | Runs, x: float) -> tuple[float, float]
     top = float(b.values[0])
     value = math.exp(-x / top + _log_mgf(b.rest(), 1.0 / top)) if _separated(b) else math.inf
     return min(1.0, value), _dominant_error(b, x)
+
+
+def distinct_tail(b: Runs, x: float) -> tuple[float, float] | None:
+    """``P(|X| > x)`` for a few distinct scales by partial fractions, and a bound on its error.
+
+    ``phi(s) = prod_k 1 / (1 + b_k^2 s^2) = sum_k c_k / (1 + b_k^2 s^2)`` with
+    ``c_k = prod_{j != k} 1 / (1 - (b_j / b_k)^2)``: the law is a signed mixture of the single
+    Laplace laws, and the tail ``sum_k c_k e^{-x / b_k}``. The weights alternate in sign and
+    grow as scales near each other, so the rounding is bounded term by term: a factor
+    ``1 / (1 - z)`` errs by ``3 u z / |1 - z| + 2 u`` relative (``u``: the unit roundoff), the
+    exponential by ``u x / b_k + 2 u``, the product by ``u``, the correctly rounded sum by
+    ``u`` of itself; the bound is twice that first-order sum. A few dozen microseconds where
+    inverting ``phi`` takes a few hundred (a few terms decay slowly: thousands of nodes).
+    None for more than ``_FEW_TERMS`` terms, a repeated scale, or ``x <= 0``.
+
+    >>> value, error = distinct_tail(Runs.of([2.0, 1.0]), 3.0)
+    >>> round(value, 12) == round(_two_term_tail(2.0, 1.0, 3.0), 12), error < 1e-15
+    (True, True)
+    """
+    if not x > 0.0 or b.size > _FEW_TERMS or b.values.size != b.size:
+        return None
+    u = _UNIT_ROUNDOFF
+    scales = b.values.tolist()
+    terms, errors = [], []
+    for k, top in enumerate(scales):
+        weight, relative = 1.0, 0.0
+        for j, other in enumerate(scales):
+            if j != k:
+                ratio = other / top
+                z = ratio * ratio
+                rest = 1.0 - z
+                if rest == 0.0:
+                    return None
+                weight /= rest
+                relative += 3.0 * u * z / abs(rest) + 2.0 * u
+        term = weight * math.exp(-x / top)
+        terms.append(term)
+        errors.append(abs(term) * (relative + u * x / top + 3.0 * u))
+    if max(errors, default=0.0) > 1e-6:  # (only first-order terms are counted)
+        return None
+    value = math.fsum(terms)
+    return min(1.0, max(0.0, value)), 2.0 * (math.fsum(errors) + u * abs(value))
 
 
 def _two_term_tail(b1: float, b2: float, x: float) -> float:

@@ -19,7 +19,7 @@ from proxy.engine.selection import (
     interval,
     meets,
 )
-from proxy.engine.tails import EXACT, Runs, discrete_laplace_tail
+from proxy.engine.tails import EXACT, ExactTail, Runs, discrete_laplace_tail
 from sqlmap.accuracy import AccuracyRequest
 from sqlmap.vector import LinearQuery
 
@@ -237,6 +237,23 @@ def test_wider_settles_only_what_the_quantile_confirms() -> None:
         pooled.widths[(("exceeds", EXACT), delta)] = width * 2.0
         assert _wider(pooled, width * 1.5, delta, EXACT)
         del pooled.widths[(("exceeds", EXACT), delta)]
+
+
+def test_wider_settles_a_few_distinct_terms_without_inverting_phi(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a pooled repeat of three budgets: its tail in closed form, no node set placed
+    index = _index([[1.0, 1.0], [1.0, 1.0], [2.0, 2.0]], [0.05, 0.2, 0.1])
+    (pooled,) = [r for r in index.repeats(LinearQuery.from_dense([1.0, 1.0])) if r.terms > 1]
+    width = interval(pooled, 0.05).half_width
+    placed: list[float] = []
+    spacing = ExactTail._spacing
+    monkeypatch.setattr(
+        ExactTail, "_spacing", lambda self, *a: placed.append(a[2]) or spacing(self, *a)
+    )
+    assert _wider(pooled, width * (1 - 1e-3), 0.05, EXACT)
+    assert not _wider(pooled, width, 0.05, EXACT)
+    assert placed == []
 
 
 @pytest.mark.parametrize("eps", [1e15, 1e30, 1e300])

@@ -17,7 +17,9 @@ from proxy.engine.tails import (
     ConvolutionTail,
     ExactTail,
     MonteCarloTail,
+    Runs,
     discrete_laplace_tail,
+    distinct_tail,
     dominant_tail,
     laplace_sum_tail,
     quantile,
@@ -333,8 +335,6 @@ def test_counted_runs_from_any_starting_order_are_the_sorted_ones_to_the_bit() -
 def test_a_node_set_sums_each_threshold_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # Brent's method evaluates the bracket's ends the quantile has just checked, and the safe
     # side its root again: the node set keeps each threshold's tail, the value summed
-    from proxy.engine.tails import Runs
-
     b = Runs.of([3.0, 1.0, 0.7, 0.2, 0.2, 0.05])
     x = ExactTail().quantile(b, 0.05)
     nodes = ExactTail()._nodes(b, 0.5 * x, 2.0 * x)
@@ -344,6 +344,31 @@ def test_a_node_set_sums_each_threshold_once(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(math, "fsum", lambda terms: sums.append(len(terms)) or fsum(terms))
     assert nodes.tail(x) == summed == nodes.tail(x) and len(sums) == 1
     assert nodes.tail(1.5 * x) < summed and len(sums) == 2
+
+
+def test_distinct_scales_tail_is_within_its_error_bound_of_the_reference() -> None:
+    # partial fractions cancel as scales near each other: the bound grows with that, and holds
+    rng = np.random.default_rng(11)
+    cases = [[3.0, 1.0, 0.7, 0.2, 0.05], [1.0, 1.0 + 1e-5, 0.5], [118.2, 75.9, 60.1, 50.3, 40.2]]
+    cases += [list(rng.uniform(0.1, 3.0, n)) for n in (3, 5, 8, 16) for _ in range(5)]
+    checked = 0
+    for scales in cases:
+        runs = Runs.of(scales)
+        sd = math.sqrt(2 * sum(b * b for b in scales))
+        for x in (0.3 * sd, 2.0 * sd, 6.0 * sd):
+            found = distinct_tail(runs, x)
+            if found is not None:  # (refused where the rounding could pass 1e-6 of a term)
+                value, error = found
+                assert abs(value - float(_distinct_scales_tail(scales, x))) <= error
+                checked += 1
+    assert checked >= 3 * len(cases) - 2
+    # separated scales (a query measured at budgets a fifth or more apart): near exact
+    for scales in (cases[0], cases[2]):
+        found = distinct_tail(Runs.of(scales), 2.0 * math.sqrt(2 * sum(b * b for b in scales)))
+        assert found is not None and found[1] < 1e-14
+    assert distinct_tail(Runs.of([3.0, 1.0, 1.0]), 2.0) is None  # a repeated scale
+    assert distinct_tail(Runs.of([3.0, 1.0]), 0.0) is None
+    assert distinct_tail(Runs.of(list(rng.uniform(0.1, 3.0, 17))), 2.0) is None
 
 
 def test_merged_columns_are_exactly_the_distinct_columns() -> None:
