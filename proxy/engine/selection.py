@@ -46,8 +46,8 @@ from proxy.engine.tails import (
     Scales,
     TailMethod,
     discrete_laplace_tail,
-    distinct_tail,
     quantile,
+    tail_lower_bound,
 )
 from sqlmap.accuracy import AccuracyRequest
 
@@ -274,9 +274,10 @@ def _wider(estimator: Solution, width: float, delta: float, tail: ExactTail) -> 
     ``delta - TAIL_SLACK``, and every computed tail is within ``e`` (aliasing and truncation:
     2e-13) of the exact one. An exact tail more than ``e`` above that target at ``width`` puts
     every computed one above it there and at every threshold below, so the search's answer lies
-    beyond ``width``; the margin taken is ``2 TAIL_SLACK + e``. The tail is the closed form of
-    a few distinct scales where there is one (:func:`~proxy.engine.tails.distinct_tail`, less
-    its error bound), else a computed one (less ``e``). False where the tail does not settle it.
+    beyond ``width``; the margin taken is ``2 TAIL_SLACK + e``. For a few terms a closed-form
+    lower bound on the exact tail serves (:func:`~proxy.engine.tails.tail_lower_bound`: a
+    pooled repeat's tail costs a few hundred microseconds inverted, its few terms decaying
+    slowly), else a computed tail less ``e``. False where the bound does not settle it.
 
     A width so settled is kept with the estimator's widths, as a bound below its own: a
     pooled repeat lasts until its query is measured again, and a statement asked again
@@ -288,8 +289,9 @@ def _wider(estimator: Solution, width: float, delta: float, tail: ExactTail) -> 
         return True
     error = tail.alias_tol + tail.trunc_tol
     terms, x = error_terms(estimator), width - estimator.shift
-    closed = distinct_tail(terms, x)
-    below = tail.tail(terms, x) - error if closed is None else closed[0] - closed[1]
+    below = tail_lower_bound(terms, x) if x > 0.0 else None
+    if below is None:
+        below = tail.tail(terms, x) - error
     if below > delta + TAIL_SLACK + error:
         estimator.widths[key] = width
         return True

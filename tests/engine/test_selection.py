@@ -239,20 +239,26 @@ def test_wider_settles_only_what_the_quantile_confirms() -> None:
         del pooled.widths[(("exceeds", EXACT), delta)]
 
 
-def test_wider_settles_a_few_distinct_terms_without_inverting_phi(
+def test_wider_settles_a_few_terms_without_inverting_phi(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # a pooled repeat of three budgets: its tail in closed form, no node set placed
-    index = _index([[1.0, 1.0], [1.0, 1.0], [2.0, 2.0]], [0.05, 0.2, 0.1])
-    (pooled,) = [r for r in index.repeats(LinearQuery.from_dense([1.0, 1.0])) if r.terms > 1]
-    width = interval(pooled, 0.05).half_width
+    # pooled repeats of three budgets, distinct or two alike: their tails bounded in closed
+    # form, no node set placed
     placed: list[float] = []
     spacing = ExactTail._spacing
     monkeypatch.setattr(
         ExactTail, "_spacing", lambda self, *a: placed.append(a[2]) or spacing(self, *a)
     )
-    assert _wider(pooled, width * (1 - 1e-3), 0.05, EXACT)
-    assert not _wider(pooled, width, 0.05, EXACT)
+    # the second: two scales alike, shrunk 1% apart (a bound a few tenths of a per cent lower)
+    for alphas, below in (([0.05, 0.2, 0.1], 1e-3), ([0.05, 0.1, 0.1], 1e-2)):
+        index = _index([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]], alphas)
+        query = LinearQuery.from_dense([1.0, 1.0])
+        (pooled,) = [r for r in index.repeats(query) if r.terms > 1]
+        with monkeypatch.context() as unpatched:
+            unpatched.setattr(ExactTail, "_spacing", spacing)
+            width = interval(pooled, 0.05).half_width
+        assert _wider(pooled, width * (1 - below), 0.05, EXACT)
+        assert not _wider(pooled, width, 0.05, EXACT)
     assert placed == []
 
 

@@ -23,6 +23,7 @@ from proxy.engine.tails import (
     dominant_tail,
     laplace_sum_tail,
     quantile,
+    tail_lower_bound,
 )
 from sqlmap.accuracy import AccuracyRequest
 from sqlmap.vector import LinearQuery
@@ -369,6 +370,24 @@ def test_distinct_scales_tail_is_within_its_error_bound_of_the_reference() -> No
     assert distinct_tail(Runs.of([3.0, 1.0, 1.0]), 2.0) is None  # a repeated scale
     assert distinct_tail(Runs.of([3.0, 1.0]), 0.0) is None
     assert distinct_tail(Runs.of(list(rng.uniform(0.1, 3.0, 17))), 2.0) is None
+
+
+@pytest.mark.parametrize(
+    "scales",
+    [[1.0] * 4, [2.0, 1.0, 1.0], [1.2, 0.49, 0.49, 0.24, 0.24, 0.24, 0.12, 0.12], [3.0, 3.0, 0.5]],
+)
+def test_repeated_scales_shrunk_apart_bound_the_tail_from_below(scales: list[float]) -> None:
+    # against the equal scales' closed form, else the inversion (2e-13 from the exact tail)
+    runs = Runs.of(scales)
+    sd = math.sqrt(2 * sum(b * b for b in scales))
+    for x in (0.3 * sd, 2.0 * sd, 5.0 * sd):
+        bound = tail_lower_bound(runs, x)
+        if runs.values.size == 1:
+            exact = float(_equal_scales_tail(len(scales), scales[0], x))
+        else:
+            exact = EXACT.tail(np.array(scales), x) + 2e-13
+        assert bound is not None and 0.8 * exact < bound <= exact
+    assert tail_lower_bound(Runs.of([1.0] * 17), 3.0) is None
 
 
 def test_merged_columns_are_exactly_the_distinct_columns() -> None:
