@@ -19,7 +19,8 @@ that half-width. The result is never wider than the BLUE (the engine's earlier c
 than the query's own earlier measurement, so a repeat of a fresh answer at the same accuracy
 is free by construction; the search costs time only when it can save budget. Likewise a
 pooled repeat's own quantile (a slow inversion of a few terms) is found only where it can
-matter: one tail that shows it wider than the BLUE usually settles that it cannot.
+matter: a closed-form bound on its tail that shows it wider than the BLUE usually settles that
+it cannot.
 
 Only public numbers enter (the rows, their budgets and steps, the accuracy asked for), and the
 choice is made before any released value is read, so the chosen estimate's interval keeps its

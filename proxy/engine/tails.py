@@ -13,7 +13,9 @@ i.e. ``X = sum_k b_k L_k`` for standard Laplace ``L_k`` and scales ``b_k = |t_k|
 * :class:`ConvolutionTail`: the papers' Algorithm 2, "PC", binned convolution (reference only).
 
 The naive partial-fraction mixture for distinct scales cancels catastrophically when scales are
-many or nearly equal, so it is used for at most two terms, in a rearranged stable form.
+many or nearly equal, so the tails use it for at most two terms, in a rearranged stable form;
+for up to sixteen it gives a closed-form lower bound with its rounding bounded term by term
+(:func:`tail_lower_bound`), where a bound settles a comparison (a pooled repeat's width).
 """
 
 from __future__ import annotations
