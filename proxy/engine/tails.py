@@ -459,8 +459,9 @@ def distinct_tail(b: Runs, x: float) -> tuple[float, float] | None:
     Laplace laws, and the tail ``sum_k c_k e^{-x / b_k}``. The weights alternate in sign and
     grow as scales near each other, so the rounding is bounded term by term: a factor
     ``1 / (1 - z)`` errs by ``3 u z / |1 - z| + 2 u`` relative (``u``: the unit roundoff), the
-    exponential by ``u x / b_k + 2 u``, the product by ``u``, the correctly rounded sum by
-    ``u`` of itself; the bound is twice that first-order sum. A few dozen microseconds where
+    exponential by ``u x / b_k + 2 u``, the product by ``u`` (and either, if subnormal, by the
+    least subnormal), the correctly rounded sum by ``u`` of itself; the bound is twice that
+    first-order sum. A few dozen microseconds where
     inverting ``phi`` takes a few hundred (a few terms decay slowly: thousands of nodes).
     None for more than ``_FEW_TERMS`` terms, a repeated scale, or ``x <= 0``.
 
@@ -470,7 +471,7 @@ def distinct_tail(b: Runs, x: float) -> tuple[float, float] | None:
     """
     if not x > 0.0 or b.size > _FEW_TERMS or b.values.size != b.size:
         return None
-    u = _UNIT_ROUNDOFF
+    u, tiny = _UNIT_ROUNDOFF, 5e-324
     scales = b.values.tolist()
     terms, errors = [], []
     for k, top in enumerate(scales):
@@ -486,7 +487,8 @@ def distinct_tail(b: Runs, x: float) -> tuple[float, float] | None:
                 relative += 3.0 * u * z / abs(rest) + 2.0 * u
         term = weight * math.exp(-x / top)
         terms.append(term)
-        errors.append(abs(term) * (relative + u * x / top + 3.0 * u))
+        # (a subnormal exponential or product errs by up to the least subnormal: absolutely)
+        errors.append(abs(term) * (relative + u * x / top + 3.0 * u) + (abs(weight) + 1.0) * tiny)
     if max(errors, default=0.0) > 1e-6:  # (only first-order terms are counted)
         return None
     value = math.fsum(terms)

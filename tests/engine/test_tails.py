@@ -367,6 +367,9 @@ def test_distinct_scales_tail_is_within_its_error_bound_of_the_reference() -> No
     for scales in (cases[0], cases[2]):
         found = distinct_tail(Runs.of(scales), 2.0 * math.sqrt(2 * sum(b * b for b in scales)))
         assert found is not None and found[1] < 1e-14
+    for x in np.linspace(1400.0, 1490.0, 91):  # subnormal exponentials: absolute rounding
+        value, error = distinct_tail(Runs.of([2.0, 1.0, 0.5]), float(x)) or (math.nan, 0.0)
+        assert abs(value - float(_distinct_scales_tail([2.0, 1.0, 0.5], float(x)))) <= error
     assert distinct_tail(Runs.of([3.0, 1.0, 1.0]), 2.0) is None  # a repeated scale
     assert distinct_tail(Runs.of([3.0, 1.0]), 0.0) is None
     assert distinct_tail(Runs.of(list(rng.uniform(0.1, 3.0, 17))), 2.0) is None
