@@ -290,7 +290,7 @@ def _wider(estimator: Solution, width: float, delta: float, tail: ExactTail) -> 
         return True
     error = tail.alias_tol + tail.trunc_tol
     terms, x = error_terms(estimator), width - estimator.shift
-    below = tail_lower_bound(terms, x) if x > 0.0 else None
+    below = tail_lower_bound(terms, x)
     if below is None:
         below = tail.tail(terms, x) - error
     if below > delta + TAIL_SLACK + error:

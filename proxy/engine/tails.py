@@ -461,8 +461,8 @@ def distinct_tail(b: Runs, x: float) -> tuple[float, float] | None:
     ``1 / (1 - z)`` errs by ``3 u z / |1 - z| + 2 u`` relative (``u``: the unit roundoff), the
     exponential by ``u x / b_k + 2 u``, the product by ``u`` (and either, if subnormal, by the
     least subnormal), the correctly rounded sum by ``u`` of itself; the bound is twice that
-    first-order sum. A few dozen microseconds where
-    inverting ``phi`` takes a few hundred (a few terms decay slowly: thousands of nodes).
+    first-order sum. A few dozen microseconds where inverting ``phi`` takes a few hundred (a
+    few terms decay slowly: thousands of nodes).
     None for more than ``_FEW_TERMS`` terms, a repeated scale, or ``x <= 0``.
 
     >>> value, error = distinct_tail(Runs.of([2.0, 1.0]), 3.0)
