@@ -229,6 +229,8 @@ class BlockFronts:
         self._y_rows: (
             tuple[IntArray, IntArray, IntArray, dict[int, tuple[IntArray, IntArray]]] | None
         ) = None
+        # per front, the runs of its columns (:meth:`_column_runs`), with those columns
+        self._runs_of_columns: dict[int, tuple[IntArray, list[tuple[int, int, int]]]] = {}
 
     def copy(self) -> BlockFronts:
         """An independent solver with the same vectors and weights, sharing the fronts.
@@ -245,6 +247,7 @@ class BlockFronts:
         other._touching = dict(self._touching)
         other._projected = dict(self._projected)
         other._compressed = dict(self._compressed)
+        other._runs_of_columns = dict(self._runs_of_columns)
         return other
 
     def export(self, into: dict[str, Array | Members]) -> dict[str, object]:
@@ -753,12 +756,34 @@ class BlockFronts:
             w = front.inverse.T @ along
             fitted[block] = w
             if front.columns.size:
-                work[front.columns] -= front.below.T @ w
+                # a later block's coordinates are consecutive, so are the columns there: a
+                # few slices (7 runs per front on the wide cube) taken in place; gathered and
+                # scattered instead, its 20-group GROUP BY's substitution took 6.9 ms, not 5.9
+                product = front.below.T @ w
+                for first, last, start in self._column_runs(block, front):
+                    work[start : start + last - first] -= product[first:last]
                 fresh = front.reaches[~seen[front.reaches]]
                 seen[fresh] = True
                 for later in fresh.tolist():
                     heapq.heappush(queue, (int(blocks.place[later]), later))
         return fitted, unfitted
+
+    def _column_runs(self, block: int, front: _Front) -> list[tuple[int, int, int]]:
+        """The runs of consecutive coordinates among the front's columns: (first, last, start).
+
+        ``front.columns[first:last]`` are ``start, start + 1, ...``. Kept with the columns
+        (a front replaced over the same columns shares them; holding the front would keep
+        a replaced one's ``C_T``).
+        """
+        columns = front.columns
+        known = self._runs_of_columns.get(block)
+        if known is not None and known[0] is columns:
+            return known[1]
+        cuts = (np.flatnonzero(np.diff(columns) != 1) + 1).tolist()
+        firsts = [0, *cuts]
+        runs = list(zip(firsts, [*cuts, columns.size], columns[firsts].tolist()))
+        self._runs_of_columns[block] = (columns, runs)
+        return runs
 
     def _back(self, blocks: _Blocks, fitted: dict[int, FloatArray]) -> dict[int, FloatArray]:
         """``y_T`` per front, with ``z_T = V_T^T y_T`` solving ``R z = w`` (``w``: per front).
@@ -1253,7 +1278,11 @@ def _directions(
     if rows == 1:  # a single row's singular value is its norm
         norm = float(np.linalg.norm(off))
         return (off / norm, np.array([[norm]])) if norm > threshold else (off[:0], off[:, :0])
-    if not np.any(off):
+    if np.linalg.norm(off) <= threshold / 2:
+        # no singular value is past the rows' norm (Frobenius), nor, with the rounding of a
+        # factorization of them, past twice it: rows in the span to rounding (history
+        # vectors measured again: a tightening GROUP BY's, a QR and two SVDs per fold) give
+        # none
         return off[:0], off[:, :0]
     if rows <= width:
         # the rows by decreasing norm (_by_decreasing_norm), unless they are already
