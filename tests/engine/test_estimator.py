@@ -333,11 +333,14 @@ def test_classes_of_a_whole_history_at_once_are_those_found_row_by_row() -> None
             first.append(row)
             counts.append(0)
         counts[found] += 1
+    of_row = [seen[key] for key in zip(group.tolist(), precision.tolist(), factor.tolist())]
     at_once = _RowClasses().of(group, precision, factor)
     assert at_once.first.tolist() == first and at_once.counts.tolist() == counts
+    assert at_once.of_row.tolist() == of_row
     growing = _RowClasses()
     for cut in (_BULK_CLASSES + 1, _BULK_CLASSES + 2, 2 * _BULK_CLASSES, m):
         classes = growing.of(group[:cut], precision[:cut], factor[:cut])
+        assert classes.of_row.tolist() == of_row[:cut]
     assert classes.first.tolist() == first and classes.counts.tolist() == counts
 
 
