@@ -606,10 +606,14 @@ def _error_scales(query: LinearQuery, decision: Decision) -> FloatArray:
     The reply weighs them ``1 - fresh_weight`` and ``fresh_weight``; the fresh measurement's
     noise has scale ``S / alpha``.
     """
-    if decision.history is not None and decision.budget == 0:  # history alone
+    if decision.history is not None and decision.budget == 0:  # history alone (weight 1)
         scales = decision.history.scales
-        if np.all(scales > 0):
+        positive = scales > 0
+        if positive.all():
             return scales  # read-only, as a reply's are
+        scales = scales[positive]
+        scales.flags.writeable = False
+        return scales
     parts = []
     if decision.history is not None:
         parts.append((1.0 - decision.fresh_weight) * decision.history.scales)

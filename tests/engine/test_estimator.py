@@ -166,6 +166,40 @@ def test_repeats_are_the_rows_proportional_to_the_query() -> None:
     assert len(scratch.repeats(query)) == 5 and len(index.repeats(query)) == 4
 
 
+def test_a_repeat_of_one_row_is_what_the_estimate_of_its_row_holds_to_the_bit() -> None:
+    # (a repeat of one row is made without the constructor's checks and derivations)
+    from proxy.engine.estimator import Solution
+
+    rng = np.random.default_rng(4)
+    index = HistoryIndex(3)
+    for _ in range(40):
+        factor = float(rng.choice([1.0, -0.5, 3.0, 0.1]))
+        index.append(
+            LinearQuery.from_dense([factor, 2 * factor, 0.0]),
+            alpha=float(rng.uniform(0.01, 2.0)),
+            step=float(rng.choice([1e-3, 2.5e-4, 0.1])),
+        )
+    *singles, _ = index.repeats(LinearQuery.from_dense([0.3, 0.6, 0.0]))
+    assert len(singles) == 4
+    for single in singles:
+        made = Solution(
+            single.rows.copy(),
+            single.weights.copy(),
+            single.precisions.copy(),
+            single.steps.copy(),
+            residual=single.residual,
+        )
+        for field in ("rows", "weights", "precisions", "steps", "scales"):
+            assert np.array_equal(getattr(single, field), getattr(made, field)), field
+            assert not getattr(single, field).flags.writeable
+        assert single.rows.dtype == made.rows.dtype
+        assert (single.shift, single.terms, single.residual) == (
+            made.shift,
+            made.terms,
+            made.residual,
+        )
+
+
 def test_only_the_four_least_noisy_repeats_come_one_by_one() -> None:
     index = HistoryIndex(2)
     alphas = [0.1, 0.5, 0.2, 0.9, 0.3, 0.05, 0.7]
@@ -333,11 +367,14 @@ def test_classes_of_a_whole_history_at_once_are_those_found_row_by_row() -> None
             first.append(row)
             counts.append(0)
         counts[found] += 1
+    of_row = [seen[key] for key in zip(group.tolist(), precision.tolist(), factor.tolist())]
     at_once = _RowClasses().of(group, precision, factor)
     assert at_once.first.tolist() == first and at_once.counts.tolist() == counts
+    assert at_once.of_row.tolist() == of_row
     growing = _RowClasses()
     for cut in (_BULK_CLASSES + 1, _BULK_CLASSES + 2, 2 * _BULK_CLASSES, m):
         classes = growing.of(group[:cut], precision[:cut], factor[:cut])
+        assert classes.of_row.tolist() == of_row[:cut]
     assert classes.first.tolist() == first and classes.counts.tolist() == counts
 
 

@@ -90,6 +90,30 @@ def test_a_blue_over_every_row_derives_what_its_weights_held_row_by_row_derive(s
         assert interval(solution, 0.05).half_width == interval(held, 0.05).half_width
 
 
+@pytest.mark.parametrize("rows", [600, 5000])  # classed row by row; all at once (a restart's)
+def test_weights_read_through_the_rows_classes_are_each_rows_own_products_to_the_bit(
+    rows: int,
+) -> None:
+    """Row ``i`` of vector ``j`` weighs ``beta_j p_i^2 f_i``: read as its class's weight, on a
+    history and on a plan's copy of it appending rows (its classes extended), to the bit."""
+    index, _ = _history(5, rows=rows)
+    copy = index.copy()
+    rng = np.random.default_rng(rows)
+    for k, (vector, alpha) in enumerate([(None, 0.0), *_rows(6, 12)]):
+        if vector is not None:
+            copy.append(vector, alpha=alpha, step=1e-3)
+        grown = index if vector is None else copy
+        every, m = grown._every_row(), grown.size
+        beta = rng.normal(size=(3, grown.distinct))
+        beta[:, k::5] = 0.0  # (vectors a solve leaves out)
+        group, precision, factor = grown._group[:m], grown._precision[:m], grown._factor[:m]
+        by_row = beta[:, group] * np.square(precision) * factor
+        assert np.array_equal(every.weights(beta), by_row)
+        for value in range(3):
+            assert np.array_equal(every.weights(beta[value]), by_row[value])
+            assert np.array_equal(every.scales(beta[value]), np.abs(by_row[value]) / precision)
+
+
 @pytest.mark.parametrize("seed", [3, 29])
 def test_a_blue_over_every_row_weighing_some_vectors_zero_derives_what_its_other_rows_derive(
     seed: int,

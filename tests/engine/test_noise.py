@@ -9,6 +9,7 @@ from collections import Counter
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -132,6 +133,18 @@ def test_granularity_reads_weights_as_written() -> None:
     assert granularity(LinearQuery.from_dense([0.1, 0.3])) == Fraction(1, 10)
     assert granularity(LinearQuery.from_dense([2.0, -4.0, 6.0])) == 2
     assert public_fraction(2.5e-7) == Fraction(1, 4_000_000)
+
+
+def test_the_lattice_of_a_few_weights_is_found_once_for_them() -> None:
+    """A value's decision and its noise both read its lattice: found once for its weights."""
+    shape = (4, 3)
+    value = np.zeros((1, 4, 3))
+    value[0, 1, :] = [0.3, 0.6, 0.3]
+    again = LinearQuery.from_tensor(shape, value.copy())
+    assert granularity(again) is granularity(LinearQuery.from_tensor(shape, value))
+    assert granularity(again) == Fraction(3, 10)
+    many = LinearQuery.from_dense(np.tile([0.3, 0.6, -0.9], 40))  # 120 weights: not kept
+    assert granularity(many) == Fraction(3, 10)
 
 
 @settings(max_examples=80, deadline=None)
