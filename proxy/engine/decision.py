@@ -38,6 +38,7 @@ from proxy.engine.selection import (
     interval,
     lattice_interval,
     meets,
+    out_of_reach,
 )
 from proxy.engine.tails import (
     EXACT,
@@ -197,6 +198,10 @@ def decide(
     ('fresh', True)
     """
     history_terms: Runs | None = None
+    history_var: float | None = None  # its scales' sum of squares, once derived
+    # the fresh measurement's step and budget alone, found early where history surely misses
+    fresh: tuple[Fraction, Fraction] | None = None
+    placed: ScaledTails | None = None  # nodes placed with the BLUE's quantile for its combination
     if history is not None:
         if (
             isinstance(tail, ExactTail)
@@ -206,8 +211,19 @@ def decide(
             # sorted once (10,000 rows on the wide cube): for its interval, found here where
             # choose() then finds it, and for the combination's tails if history falls short
             history_terms = error_terms(history)
-            interval(history, accuracy.delta, tail, terms=history_terms)
-        best = choose(history, repeats, accuracy, tail)
+            history_var = _sum_of_squares(history)  # (derived once: for choose and _combined)
+            if out_of_reach(2.0 * history_var, accuracy):
+                # no estimate from history meets (judged from public inputs: choose's own test),
+                # so the BLUE will be combined: its quantile's nodes serve that too
+                fresh = _fresh(query, accuracy)
+                placed = _quantile_with_nodes(
+                    history, history_terms, history_var, query.sensitivity, fresh, accuracy, tail
+                )
+            else:
+                interval(history, accuracy.delta, tail, terms=history_terms)
+        best = choose(
+            history, repeats, accuracy, tail, None if history_var is None else 2.0 * history_var
+        )
         if meets(best, accuracy.eps, accuracy.delta, tail) is not None:
             return Decision(
                 "history",
@@ -219,14 +235,15 @@ def decide(
                 best.confidence,
                 best.basis,
             )
-    step = noise_step(query, accuracy.eps)
+    step, alone = _fresh(query, accuracy) if fresh is None else fresh
     sensitivity = query.sensitivity
-    alone = fresh_budget(sensitivity, step, accuracy)
     if history is not None:
         # Combine with the BLUE and, if narrower, with the other end: whichever needs less.
-        bases: list[tuple[Solution, Basis, Runs | None]] = [(history, "blue", history_terms)]
+        bases: list[tuple[Solution, Basis, Runs | None, float | None, ScaledTails | None]] = [
+            (history, "blue", history_terms, history_var, placed)
+        ]
         if not best.estimator.same_as(history):
-            bases.insert(0, (best.estimator, best.basis, None))
+            bases.insert(0, (best.estimator, best.basis, None, None, None))
         options = [_combined(*b, sensitivity, step, accuracy, alone, tail) for b in bases]
         combined = [d for d in options if d is not None]
         if combined:
@@ -236,10 +253,96 @@ def decide(
     return Decision("fresh", alone, step, None, 1.0, width, 1.0 - miss)
 
 
+def _fresh(query: LinearQuery, accuracy: AccuracyRequest) -> tuple[Fraction, Fraction]:
+    """The step of a fresh measurement of ``query`` and the least budget that meets alone."""
+    step = noise_step(query, accuracy.eps)
+    return step, fresh_budget(query.sensitivity, step, accuracy)
+
+
+def _sum_of_squares(estimator: Solution) -> float:
+    """``sum_k b_k^2`` of ``estimator``'s scales: half its variance, to the bit."""
+    return float(np.square(estimator.scales).sum())
+
+
+def _quantile_with_nodes(
+    history: Solution,
+    terms: Runs,
+    history_var: float,
+    sensitivity: float,
+    fresh: tuple[Fraction, Fraction],
+    accuracy: AccuracyRequest,
+    tail: ExactTail,
+) -> ScaledTails | None:
+    """The BLUE's interval, kept where :func:`interval` finds it, on nodes its combination uses.
+
+    The nodes serve the BLUE's quantile and the combination's tails at budgets from half the
+    fresh-only budget to it (what :func:`_combined` places first), ``r`` from 0: one
+    evaluation of ``log phi`` and one placement instead of two (the finer step of the two and
+    the later stop). None where they are the quantile's alone (see
+    :meth:`~proxy.engine.tails.ExactTail.quantile_and_scaled`) or no combination is placed.
+    """
+    step, ceiling = fresh
+    combination = _Combination(history_var, history.shift, sensitivity, float(step), accuracy.eps)
+    ranges = combination.ranges(float(ceiling), float(ceiling))
+    delta = accuracy.delta - TAIL_SLACK
+    if ranges is None:
+        width, placed = tail.quantile(terms, delta), None
+    else:
+        width, placed = tail.quantile_and_scaled(terms, delta, ranges[0][1], ranges[1])
+    history.widths[(tail, accuracy.delta)] = history.shift + width  # as interval() keeps it
+    return placed
+
+
+@dataclass(frozen=True, slots=True)
+class _Combination:
+    """A history estimate weighed against a fresh measurement by inverse variance.
+
+    Divided by ``1 - w``, the combination's error is ``E + r L``: the history's error and the
+    fresh noise at ``r = V b / S``, and its threshold grows with ``b`` too (while eps exceeds
+    the step), so one node set, ``log phi_E`` on it computed once, serves the budgets of a
+    range.
+    """
+
+    history_var: float
+    shift: float
+    sensitivity: float
+    step: float
+    eps: float
+
+    def at(self, budget: float) -> tuple[float, float, float, float]:
+        """The weight, the error's threshold, and ``r`` and the threshold on ``E + r L``.
+
+        At ``budget``; the threshold is eps less the lattice shift.
+        """
+        fresh_scale = self.sensitivity / budget
+        weight = self.history_var / (self.history_var + fresh_scale**2)
+        x = self.eps - ((1.0 - weight) * self.shift + weight * self.step)
+        if weight == 1.0:  # the history's share rounds away: no node set serves
+            return weight, x, math.inf, math.inf
+        return weight, x, weight * fresh_scale / (1.0 - weight), x / (1.0 - weight)
+
+    def ranges(
+        self, budget: float, ceiling: float
+    ) -> tuple[tuple[float, float], tuple[float, float]] | None:
+        """The ``r`` and thresholds a node set placed at ``budget`` serves.
+
+        Those of the budgets from half of it to twice it (at most ``ceiling``). None if its
+        threshold is not positive.
+        """
+        _, _, r, y = self.at(budget)
+        if not y > 0.0:
+            return None
+        ends = [self.at(b)[2:] for b in (budget / 2, min(2 * budget, ceiling))]
+        ys = [y] + [end[1] for end in ends if end[1] > 0.0]
+        return (min(r, ends[0][0]), max(r, ends[1][0])), (min(ys), max(ys))
+
+
 def _combined(
     history: Solution,
     basis: Basis,
     terms: Runs | None,
+    history_var: float | None,
+    placed: ScaledTails | None,
     sensitivity: float,
     step: Fraction,
     accuracy: AccuracyRequest,
@@ -249,42 +352,28 @@ def _combined(
     """The least budget at which history plus one new measurement meets ``accuracy``.
 
     Returns ``None`` if that is no cheaper than ``ceiling`` (the fresh-only budget).
-    ``terms``: the history's :func:`error_terms`, if sorted already.
+    ``terms``: the history's :func:`error_terms`, if sorted already; ``history_var``: its
+    sum of squared scales, if known; ``placed``: a node set placed for the first budgets
+    tried (:func:`_quantile_with_nodes`).
     """
-    history_scales = history.scales  # (derived each time it is read: once here)
-    history_var = float(np.square(history_scales).sum())
+    if history_var is None:
+        history_var = _sum_of_squares(history)
     target = accuracy.delta * (1 - _COMBINED_MARGIN)
     if terms is None and isinstance(tail, ExactTail):
         terms = error_terms(history)
     known: dict[float, tuple[float, float]] = {}  # by budget: each is tried once
-    # Divided by 1 - w, the combination's error is E + r L: the history's error and the fresh
-    # noise at r = V b / S, and its threshold grows with b too (while eps exceeds the step), so
-    # one node set, log phi_E on it computed once, serves the budgets of a range
+    combination = _Combination(history_var, history.shift, sensitivity, float(step), accuracy.eps)
     shared = isinstance(tail, ExactTail) and terms is not None and terms.size >= 2
-    node_sets: list[ScaledTails] = []
-
-    def combination(budget: float) -> tuple[float, float, float, float]:
-        """The weight, the error's threshold, and ``r`` and the threshold on ``E + r L``.
-
-        At ``budget``; the threshold is eps less the lattice shift.
-        """
-        fresh_scale = sensitivity / budget
-        weight = history_var / (history_var + fresh_scale**2)
-        x = accuracy.eps - ((1.0 - weight) * history.shift + weight * float(step))
-        if weight == 1.0:  # the history's share rounds away: no node set serves
-            return weight, x, math.inf, math.inf
-        return weight, x, weight * fresh_scale / (1.0 - weight), x / (1.0 - weight)
+    node_sets: list[ScaledTails] = [] if placed is None else [placed]
 
     def nodes_for(budget: float, r: float, y: float) -> ScaledTails | None:
         """A node set that serves ``budget``: one placed for it and those near, if none does."""
         nonlocal shared
         found = next((nodes for nodes in node_sets if nodes.serves(r, y)), None)
         if found is None and y > 0.0:
-            ends = [combination(b)[2:] for b in (budget / 2, min(2 * budget, float(ceiling)))]
-            ys = [y] + [end[1] for end in ends if end[1] > 0.0]
-            assert isinstance(tail, ExactTail) and terms is not None
-            rs = (min(r, ends[0][0]), max(r, ends[1][0]))
-            found = tail.scaled(terms, rs, (min(ys), max(ys)))
+            ranges = combination.ranges(budget, float(ceiling))
+            assert isinstance(tail, ExactTail) and terms is not None and ranges is not None
+            found = tail.scaled(terms, *ranges)
             if found is None:
                 shared = False  # too many nodes: the budgets' own from now on
             else:
@@ -295,7 +384,7 @@ def _combined(
         """(bound on P(miss), weight of the new measurement) at ``budget``."""
         if budget in known:
             return known[budget]
-        weight, x, r, y = combination(budget)
+        weight, x, r, y = combination.at(budget)
         nodes = nodes_for(budget, r, y) if shared else None
         if nodes is not None:
             found = known[budget] = (nodes.tail(r, y) + TAIL_SLACK, weight)
@@ -306,7 +395,7 @@ def _combined(
             None if terms is None else terms.joined(1.0 - weight, weight * fresh_scale)
         )
         if scales is None:
-            scales = np.append((1.0 - weight) * history_scales, weight * fresh_scale)
+            scales = np.append((1.0 - weight) * history.scales, weight * fresh_scale)
         found = known[budget] = (tail.tail(scales, x) + TAIL_SLACK, weight)
         return found
 

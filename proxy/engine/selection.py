@@ -60,6 +60,7 @@ __all__ = [
     "interval",
     "intervals",
     "choose",
+    "out_of_reach",
     "meets",
     "error_terms",
 ]
@@ -300,7 +301,11 @@ def _wider(estimator: Solution, width: float, delta: float, tail: ExactTail) -> 
 
 
 def choose(
-    blue: Solution, repeats: Sequence[Solution], accuracy: AccuracyRequest, tail: TailMethod = EXACT
+    blue: Solution,
+    repeats: Sequence[Solution],
+    accuracy: AccuracyRequest,
+    tail: TailMethod = EXACT,
+    variance: float | None = None,
 ) -> Candidate:
     """A history estimate that meets ``accuracy`` if the BLUE-to-repeat segment holds one.
 
@@ -310,6 +315,8 @@ def choose(
             (:meth:`~proxy.engine.estimator.HistoryIndex.repeats`).
         accuracy: the half-width and confidence asked for.
         tail: how error tails are computed.
+        variance: ``blue.variance``, if the caller has it (a BLUE over every row derives its
+            scales each time they are read).
 
     Returns:
         The narrower of the BLUE and the best repeat estimate (ties keep the BLUE) if it meets
@@ -331,7 +338,9 @@ def choose(
     delta = accuracy.delta
     best = interval(blue, delta, tail)
     repeats = [r for r in repeats if not r.same_as(blue)]  # (a pooled one often is the BLUE)
-    reach = bool(repeats) and not _out_of_reach(blue, accuracy)
+    reach = bool(repeats) and not out_of_reach(
+        blue.variance if variance is None else variance, accuracy
+    )
     anchor = _best_repeat(repeats, best, accuracy, tail, reach) if repeats else None
     if anchor is None:
         return meets(best, accuracy.eps, delta, tail) or best
@@ -411,8 +420,8 @@ def _mixture_terms(
     return runs, shift, order
 
 
-def _out_of_reach(blue: Solution, accuracy: AccuracyRequest) -> bool:
-    """Whether no unbiased estimate can meet ``accuracy``, judged from the BLUE's variance.
+def out_of_reach(variance: float, accuracy: AccuracyRequest) -> bool:
+    """Whether no unbiased estimate can meet ``accuracy``, judged from the BLUE's ``variance``.
 
     Every unbiased estimate has at least the BLUE's variance ``sigma^2``, and the ``1 - delta``
     quantile of a sum of Laplace noises is at least about ``r sigma`` with ``r`` the lesser of
@@ -423,7 +432,7 @@ def _out_of_reach(blue: Solution, accuracy: AccuracyRequest) -> bool:
     """
     delta = accuracy.delta
     ratio = min(NormalDist().inv_cdf(1.0 - delta / 2.0), math.log(1.0 / delta) / math.sqrt(2.0))
-    return _SHAPE_MARGIN * ratio * math.sqrt(blue.variance) > accuracy.eps
+    return _SHAPE_MARGIN * ratio * math.sqrt(variance) > accuracy.eps
 
 
 def _descend(miss: Callable[[float], float], target: float) -> float | None:

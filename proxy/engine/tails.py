@@ -692,6 +692,12 @@ class ScaledTails:
         log_terms = self.log_phi - np.log1p(np.square(r * self.s))
         return _Nodes(self.s, np.exp(log_terms) / self.j_half).tail(x)
 
+    def alone(self) -> _Nodes:
+        """The nodes of ``E`` alone (``r = 0``), for thresholds in the range; ``r_range`` from 0."""
+        if self.r_range[0] != 0.0:
+            raise ValueError("nodes placed for E alone need r_range to start at 0")
+        return _Nodes(self.s, np.exp(self.log_phi) / self.j_half)
+
 
 @dataclass(frozen=True, slots=True)
 class ExactTail:
@@ -741,9 +747,44 @@ class ExactTail:
         dominant = self._dominant_quantile(b, delta)
         if dominant is not None:
             return dominant
-        # tail(x) >= P(|b_1 L_1| > x) / 2 by symmetry, which brackets the quantile from below.
-        high = tail_extent(b, delta)
-        low = b.values[0] * math.log(0.5 / delta) if delta < 0.25 else high / 64
+        low, high = _bracket(b, delta)
+        return self._bracketed_quantile(b, delta, low, high)
+
+    def quantile_and_scaled(
+        self,
+        b: Runs,
+        delta: float,
+        r_high: float,
+        x_range: tuple[float, float],
+        most: int = _SHARED_NODES,
+    ) -> tuple[float, ScaledTails | None]:
+        """:meth:`quantile` of ``E`` (scales ``b``), and :meth:`scaled` of ``E + r L`` on its nodes.
+
+        One node set for both, ``r`` in ``[0, r_high]`` and ``x`` in ``x_range`` and the
+        quantile's bracket: ``log phi_E`` evaluated once where a history estimate that misses
+        is then combined with a fresh measurement (:func:`proxy.engine.decision.decide`). The
+        nodes hold every tail to the bounds :meth:`_nodes` holds one to (the quantile's own
+        nodes are another valid set: the two quantiles agree to rounding). The quantile's own
+        nodes and None where there is no such set (a closed form settles the quantile, or it
+        would take more than ``most`` nodes).
+        """
+        if b.size <= 2 or not 0 < delta < 1:
+            return self.quantile(b, delta), None
+        dominant = self._dominant_quantile(b, delta)
+        if dominant is not None:
+            return dominant, None
+        low, high = _bracket(b, delta)
+        x_lo, x_hi = min(low, x_range[0]), max(high, x_range[1])
+        shared = self.scaled(b, (0.0, r_high), (x_lo, x_hi), most) if x_lo > 0.0 else None
+        if shared is None:
+            return self._bracketed_quantile(b, delta, low, high), None
+        nodes = shared.alone()
+        if nodes.tail(low) <= delta or nodes.tail(high) > delta:
+            return self._bracketed_quantile(b, delta, low, high), shared  # rounding straddles
+        return _root_quantile(nodes.tail, b, delta, low, high), shared
+
+    def _bracketed_quantile(self, b: Runs, delta: float, low: float, high: float) -> float:
+        """The general case of :meth:`quantile`, from a bracket that is right but for rounding."""
         for _ in range(64):  # the bracket is right at once unless rounding straddles an end
             nodes = self._nodes(b, low, high)
             if nodes.tail(low) <= delta:
@@ -943,9 +984,9 @@ class ExactTail:
         nodes, or its closed form, then cost less.
         """
         (r_lo, r_hi), (x_lo, x_hi) = r_range, x_range
-        if b.size == 0 or not 0.0 < r_lo <= r_hi or not 0.0 < x_lo <= x_hi:
-            raise ValueError("a term or more, and positive ranges")
-        widest, narrowest = b.joined(1.0, r_hi), b.joined(1.0, r_lo)
+        if b.size == 0 or not 0.0 <= r_lo <= r_hi or not 0.0 < r_hi or not 0.0 < x_lo <= x_hi:
+            raise ValueError("a term or more, and positive ranges (but for r from 0)")
+        widest, narrowest = b.joined(1.0, r_hi), (b if r_lo == 0.0 else b.joined(1.0, r_lo))
         if widest is None or narrowest is None:
             return None
         h, count = self._spacing(widest, narrowest, x_lo, x_hi)
@@ -1216,6 +1257,17 @@ def laplace_sum_tail(scales: npt.ArrayLike, x: float) -> float:
     0.5518191618
     """
     return EXACT.tail(np.asarray(scales, dtype=np.float64), x)
+
+
+def _bracket(b: Runs, delta: float) -> tuple[float, float]:
+    """Thresholds below and above ``E``'s ``delta`` quantile, but for rounding at the ends.
+
+    ``tail(x) >= P(|b_1 L_1| > x) / 2`` by symmetry, which brackets it from below; the
+    Chernoff bound from above.
+    """
+    high = tail_extent(b, delta)
+    low = b.values[0] * math.log(0.5 / delta) if delta < 0.25 else high / 64
+    return float(low), high
 
 
 def _root_quantile(

@@ -8,10 +8,17 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from proxy.engine.decision import _least_on_grid, decide, fresh_budget, round_up
+from proxy.engine.decision import (
+    _Combination,
+    _least_on_grid,
+    _quantile_with_nodes,
+    decide,
+    fresh_budget,
+    round_up,
+)
 from proxy.engine.estimator import HistoryIndex
 from proxy.engine.noise import noise_step
-from proxy.engine.selection import error_terms
+from proxy.engine.selection import error_terms, interval, out_of_reach
 from proxy.engine.tails import EXACT, discrete_laplace_tail
 from proxy.errors import InvalidParameterValue
 from sqlmap.accuracy import AccuracyRequest
@@ -185,6 +192,43 @@ def test_a_combined_budget_is_the_least_that_meets_the_request(
     # on one node set for the budgets tried: the bound a rounding apart, the budget a step
     shared = decide(query, accuracy, history)
     assert abs(shared.budget - decision.budget) <= decision.budget - _grid_below(decision.budget)
+
+
+@pytest.mark.parametrize("eps", [8.0, 10.0, 15.0])
+@pytest.mark.parametrize("confidence", [0.8, 0.95])
+def test_a_blue_out_of_reach_has_its_interval_on_the_nodes_its_combination_uses(
+    eps: float, confidence: float
+) -> None:
+    """Where the BLUE's variance puts the request out of reach, history will be combined: the
+    BLUE's quantile is found on a node set placed for the combination's first budgets too
+    (one evaluation of ``log phi``). Another valid node set: the interval is the BLUE's own
+    to rounding, the decision the one made on separate node sets, a grid step at most."""
+    query = LinearQuery.from_dense([0, 0, 0, 0, 1, 1, 0, 0, 0])
+    accuracy = AccuracyRequest(eps, confidence)
+    history = _running_index().solve(query)
+    assert history is not None and out_of_reach(history.variance, accuracy)
+    step = noise_step(query, eps)
+    ceiling = fresh_budget(query.sensitivity, step, accuracy)
+    history_var = history.variance / 2
+    placed = _quantile_with_nodes(
+        history, error_terms(history), history_var, 1.0, (step, ceiling), accuracy, EXACT
+    )
+    assert placed is not None and placed.r_range[0] == 0.0
+    combination = _Combination(history_var, history.shift, 1.0, float(step), eps)
+    for budget in (float(ceiling), float(ceiling) / 2):  # the first budgets _combined tries
+        _, _, r, y = combination.at(budget)
+        assert placed.serves(r, y)
+    own = _running_index().solve(query)
+    assert own is not None and own.widths == {}
+    width = interval(own, accuracy.delta).half_width  # on the quantile's own nodes
+    assert history.widths[(EXACT, accuracy.delta)] == pytest.approx(width, rel=1e-11)
+
+    joint = decide(query, accuracy, _running_index().solve(query))
+    separate = decide(query, accuracy, own)  # its interval known: nodes placed apart
+    assert joint.source == separate.source == "combined"
+    assert abs(joint.budget - separate.budget) <= separate.budget - _grid_below(separate.budget)
+    assert joint.fresh_weight == pytest.approx(separate.fresh_weight, rel=1e-10)
+    assert joint.confidence == pytest.approx(separate.confidence, abs=1e-12)
 
 
 def _grid_below(budget: Fraction) -> Fraction:

@@ -647,3 +647,41 @@ def test_a_shared_node_set_is_refused_where_one_term_dominates() -> None:
     for r, x in ((1.0, 5.0), (4.0, 20.0), (2.0, 11.0)):
         value, error = dominant_tail(np.append(np.full(50, 1e-4), r), x)
         assert abs(many.tail(r, x) - value) <= error + EXACT.alias_tol + EXACT.trunc_tol
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_one_node_set_serves_a_quantile_and_the_tails_with_one_more_term(case: int) -> None:
+    """:meth:`ExactTail.quantile_and_scaled`: the quantile on nodes shared with ``E + r L``.
+
+    Both are another valid node set's: the quantile agrees with :meth:`ExactTail.quantile`
+    to its root search's rounding, and the tails of ``E + r L`` (``r`` from 0) with each
+    sum's own within twice the error bound, at thresholds in the range and the quantile's.
+    """
+    from proxy.engine.tails import error_terms
+
+    _, scales, (_, r_hi), x_hi = _scaled_cases()[case]
+    terms = error_terms(scales)
+    delta = 0.05
+    width, shared = EXACT.quantile_and_scaled(terms, delta, r_hi, (x_hi / 3, x_hi), most=10**6)
+    assert width == pytest.approx(EXACT.quantile(scales, delta), rel=1e-11)
+    if shared is None:  # a closed form settles the quantile: no nodes to share
+        assert EXACT._dominant_quantile(terms, delta) is not None or terms.size <= 2
+        return
+    assert shared.r_range == (0.0, r_hi)
+    assert shared.x_range[0] <= min(x_hi / 3, width) and shared.x_range[1] >= x_hi
+    assert EXACT.tail(scales, width) <= delta < EXACT.tail(scales, width * (1 - 1e-9))
+    bound = 2 * (EXACT.alias_tol + EXACT.trunc_tol) + 1e-14
+    for r in (0.0, r_hi / 7, r_hi):
+        for x in (shared.x_range[0], width, x_hi / 2, x_hi):
+            own = EXACT.tail(np.append(scales, r) if r > 0 else scales, x)
+            assert abs(shared.tail(r, x) - own) <= bound, (r, x)
+    assert shared.alone().tail(width) == shared.tail(0.0, width)
+
+
+def test_nodes_for_a_quantile_alone_start_at_r_zero() -> None:
+    from proxy.engine.tails import error_terms
+
+    shared = EXACT.scaled(error_terms(np.full(30, 0.5)), (0.4, 0.6), (2.0, 12.0), most=10**6)
+    assert shared is not None
+    with pytest.raises(ValueError, match="r_range to start at 0"):
+        shared.alone()
