@@ -410,7 +410,7 @@ def _combined(
     )
     if root is None:
         return None  # not reached (the slack keeps the two bounds consistent); fresh is safe
-    budget = _least_on_grid(lambda b: miss(float(b))[0] <= target, round_up(root), ceiling)
+    budget = _least_on_grid(lambda b: miss(b)[0] <= target, round_up(root), ceiling)
     if budget is None or budget >= ceiling:
         return None
     bound, weight = miss(float(budget))
@@ -421,41 +421,59 @@ def _grid_index(budget: Fraction) -> int:
     """The place of a 12-digit budget (:func:`round_up`'s grid) among all of them, in order.
 
     ``m 10^(e - 11)`` with ``10^11 <= m < 10^12`` is ``e (9 10^11) + m - 10^11``: neighbours
-    on the grid are neighbouring integers, across powers of ten too.
+    on the grid are neighbouring integers, across powers of ten too. In integers, as the
+    search's steps (:func:`_grid_float`): ``Fraction`` arithmetic was most of its cost.
     """
-    exponent = math.floor(math.log10(budget))  # corrected below where the float rounds over
-    if _power_of_ten(exponent) > budget:
+    numerator, denominator = budget.numerator, budget.denominator
+    # 10^e <= n / d < 10^(e + 1) for this e or the one below
+    exponent = len(str(numerator)) - len(str(denominator))
+    low, high = _shifted(numerator, denominator, -exponent)
+    if low < high:
         exponent -= 1
-    elif _power_of_ten(exponent + 1) <= budget:
-        exponent += 1
-    mantissa = budget / _power_of_ten(exponent - _BUDGET_DIGITS + 1)
-    if mantissa.denominator != 1:
+    low, high = _shifted(numerator, denominator, _BUDGET_DIGITS - 1 - exponent)
+    mantissa, remainder = divmod(low, high)
+    if remainder:
         raise ValueError(f"{budget} has more than {_BUDGET_DIGITS} significant digits")
-    return exponent * _DECADE + mantissa.numerator - _DECADE // 9
+    return exponent * _DECADE + mantissa - _DECADE // 9
+
+
+def _shifted(numerator: int, denominator: int, digits: int) -> tuple[int, int]:
+    """``numerator 10^digits / denominator`` as a numerator and denominator (integers)."""
+    if digits >= 0:
+        return numerator * 10**digits, denominator
+    return numerator, denominator * 10**-digits
 
 
 def _grid_budget(index: int) -> Fraction:
     """The budget at ``index`` (:func:`_grid_index`'s inverse)."""
+    numerator, denominator = _grid_ratio(index)
+    return Fraction(numerator, denominator)
+
+
+def _grid_float(index: int) -> float:
+    """``float(_grid_budget(index))``, to the bit: a quotient of integers rounds correctly."""
+    numerator, denominator = _grid_ratio(index)
+    return numerator / denominator
+
+
+def _grid_ratio(index: int) -> tuple[int, int]:
     exponent, offset = divmod(index, _DECADE)
-    return (offset + _DECADE // 9) * _power_of_ten(exponent - _BUDGET_DIGITS + 1)
-
-
-def _power_of_ten(exponent: int) -> Fraction:
-    return Fraction(10**exponent) if exponent >= 0 else Fraction(1, 10**-exponent)
+    return _shifted(offset + _DECADE // 9, 1, exponent - _BUDGET_DIGITS + 1)
 
 
 def _least_on_grid(
-    meets: Callable[[Fraction], bool], start: Fraction, ceiling: Fraction
+    meets: Callable[[float], bool], start: Fraction, ceiling: Fraction
 ) -> Fraction | None:
     """The budget on the grid where ``meets`` turns true, found from ``start``; ``ceiling`` meets.
 
-    The answer meets and its neighbour below misses (the least that meets, for a bound that
-    falls with the budget): it depends on the bound at those two grid points only, not on
-    where the search began or how it went, so a budget moves only if the bound crosses the
-    target at a grid point (one step, if the bound is evaluated a rounding apart). From
-    ``start`` the steps double away from it until the target is bracketed (one step when
-    ``start`` is the rounded root), then bisect. None if the steps down pass ``2^-60`` of
-    the ceiling or ``_ROOT_STEPS`` do not settle it (not reached: the history alone misses).
+    ``meets`` is asked at a grid budget's float. The answer meets and its neighbour below
+    misses (the least that meets, for a bound that falls with the budget): it depends on the
+    bound at those two grid points only, not on where the search began or how it went, so a
+    budget moves only if the bound crosses the target at a grid point (one step, if the bound
+    is evaluated a rounding apart). From ``start`` the steps double away from it until the
+    target is bracketed (one step when ``start`` is the rounded root), then bisect. None if
+    the steps down pass ``2^-60`` of the ceiling or ``_ROOT_STEPS`` do not settle it (not
+    reached: the history alone misses).
     """
     top = _grid_index(ceiling)
     bottom = _grid_index(round_up(float(ceiling) * 2.0**-60))
@@ -465,7 +483,7 @@ def _least_on_grid(
     first: bool | None = None  # whether ``start`` met
     stride = 1  # 0 once bracketed
     for _ in range(_ROOT_STEPS):
-        met = at == top or meets(_grid_budget(at))
+        met = at == top or meets(_grid_float(at))
         if met:
             high = at
         else:

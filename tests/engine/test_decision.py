@@ -10,6 +10,9 @@ import pytest
 
 from proxy.engine.decision import (
     _Combination,
+    _grid_budget,
+    _grid_float,
+    _grid_index,
     _least_on_grid,
     _quantile_with_nodes,
     decide,
@@ -251,11 +254,11 @@ def test_a_combined_budget_is_where_the_bound_crosses_on_the_grid_from_any_start
     stepping up by 1e-9 did, by one step or a thousand).
     """
     ceiling = round_up(float(crossing) * 3.0)
-    tried: list[Fraction] = []
+    tried: list[float] = []
 
-    def meets(budget: Fraction) -> bool:
+    def meets(budget: float) -> bool:  # (asked at a grid budget's float)
         tried.append(budget)
-        return budget >= crossing
+        return budget >= float(crossing)
 
     starts = [crossing, round_up(float(crossing) / 2), ceiling]
     for steps in (1, 2, 5, 1000, 10**6):
@@ -263,10 +266,31 @@ def test_a_combined_budget_is_where_the_bound_crosses_on_the_grid_from_any_start
     for start in starts:
         tried.clear()
         assert _least_on_grid(meets, start, ceiling) == crossing
-        assert _grid_below(crossing) in tried and crossing in tried
+        assert float(_grid_below(crossing)) in tried and float(crossing) in tried
     tried.clear()
     assert _least_on_grid(meets, crossing, ceiling) == crossing
-    assert tried == [crossing, _grid_below(crossing)]  # from the rounded root: two tails
+    assert tried == [
+        float(crossing),
+        float(_grid_below(crossing)),
+    ]  # from the rounded root: two tails
+
+
+def test_the_grid_is_walked_in_integers_to_the_bit() -> None:
+    """A grid budget's place, its neighbours and its float, without ``Fraction`` arithmetic:
+    the float a search step asks at is the budget's own (a quotient of integers rounds
+    correctly), and neighbouring places are neighbouring 12-digit budgets, across decades."""
+    rng = np.random.default_rng(3)
+    values = (rng.uniform(1, 10, 400) * 10.0 ** rng.integers(-40, 40, 400)).tolist()
+    budgets = [round_up(v) for v in values] + [Fraction(1), Fraction(1, 10), Fraction(10**15)]
+    budgets += [Fraction(999999999999, 10**12), Fraction(10**11 + 1, 10**14)]
+    for budget in budgets:
+        index = _grid_index(budget)
+        assert _grid_budget(index) == budget and _grid_float(index) == float(budget)
+        above, below = _grid_budget(index + 1), _grid_budget(index - 1)
+        assert round_up(float(budget) * (1 + 1e-12)) == above and _grid_index(above) == index + 1
+        assert below < budget and round_up(float(below) * (1 + 1e-13)) in (below, budget)
+    with pytest.raises(ValueError, match="significant digits"):
+        _grid_index(Fraction(1234567890123, 10**12))
 
 
 def _grid_above(budget: Fraction, steps: int) -> Fraction:
