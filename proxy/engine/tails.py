@@ -82,8 +82,8 @@ _DIRECT_CONVOLUTION = 64
 # root (its next step would be far below brentq's 1e-12 in the one-at-a-time path).
 _NEWTON_STEPS = 60
 _NEWTON_RTOL = 1e-13
-# How far a tail summed plainly may be from its ``fsum`` (:func:`_rough_tails`): a bracket's
-# ends are settled by it when it is farther than this from delta.
+# How far a batch's tails summed row by row may be from each row's own (:func:`_rough_tails`):
+# a bracket's ends are settled by them when farther than this from delta.
 _ROUGH_TAIL = 1e-9
 # Chernoff parameters lambda * b_max tried when bounding how far the distribution extends.
 _CHERNOFF_GRID = np.geomspace(1e-4, 0.999, 40)
@@ -661,7 +661,10 @@ class _Nodes:
     def tail(self, x: float) -> float:
         found = self.found.get(x)
         if found is None:
-            inside = (2.0 / math.pi) * math.fsum((np.sin(self.s * x) * self.coefficients).tolist())
+            # numpy's pairwise sum: its terms are below 2/(2j + 1) in absolute value, so it
+            # errs by under (log2 J + 8) u (ln J + 2), 2e-14 at 2,000 nodes (fsum's exact sum
+            # cost twice the tail, its list of floats most of that)
+            inside = (2.0 / math.pi) * float((np.sin(self.s * x) * self.coefficients).sum())
             found = self.found[x] = min(1.0, max(0.0, 1.0 - inside))
         return found
 
@@ -1303,11 +1306,11 @@ def _safe_side(tail: Callable[[float], float], delta: float, w: float) -> float:
 
 
 def _rough_tails(s: FloatArray, coefficients: FloatArray, x: FloatArray) -> FloatArray:
-    """:meth:`_Nodes.tail` of each row at its ``x``, summed plainly rather than by ``fsum``.
+    """:meth:`_Nodes.tail` of each row at its ``x``, the rows summed at once.
 
     Within ``_ROUGH_TAIL`` of it (the terms are below 2 in absolute value and a row's sum is
-    ``O(log J)``: plain summation errs by under ``J * 1e-15``); rows past their last node
-    have zero coefficients.
+    ``O(log J)``: summed in any order it errs by under ``J * 1e-15``); rows past their last
+    node have zero coefficients.
     """
     inside = (2.0 / math.pi) * (np.sin(s * x[:, None]) * coefficients).sum(axis=1)
     out: FloatArray = np.clip(1.0 - inside, 0.0, 1.0)
