@@ -213,8 +213,9 @@ def decide(
             history_terms = error_terms(history)
             history_var = _sum_of_squares(history)  # (derived once: for choose and _combined)
             if out_of_reach(2.0 * history_var, accuracy):
-                # no estimate from history meets (judged from public inputs: choose's own test),
-                # so the BLUE will be combined: its quantile's nodes serve that too
+                # choose's own test that no estimate from history can meet (public inputs;
+                # every value it held for on the wide cube missed, and a wrong call only costs
+                # time): the BLUE will be combined, and its quantile's nodes serve that too
                 fresh = _fresh(query, accuracy)
                 placed = _quantile_with_nodes(
                     history, history_terms, history_var, query.sensitivity, fresh, accuracy, tail
