@@ -1152,7 +1152,7 @@ class BlockFronts:
             along = self._back(blocks, {b: w[start:stop] for b, start, stop in positions})
             return self._values(blocks, along, w.shape[1])
 
-        values = np.zeros((self.size, count))
+        values = np.zeros((self.size, count), order="F")  # (BatchUpdates' layout)
         inside = residuals <= self._residual
         if fitted and np.any(inside):
             values[:, inside] = values_of(target[:, inside])
