@@ -828,7 +828,9 @@ class BlockFronts:
                 gather = gathers.get(block)
                 if gather is None or gather[0] is not positions:
                     gather = gathers[block] = (positions, rows[positions])
-                np.dot(negated, y[gather[1]], out=part)  # -R_T^{-1} C_T z
+                # -R_T^{-1} C_T z; the rows read by take, not indexing: the same copy, 2.6
+                # times faster with 20 columns (1.5 with one)
+                np.dot(negated, y.take(gather[1], axis=0), out=part)
                 if w is not None:
                     part += front.inverse @ w
             elif w is None:
@@ -1132,7 +1134,7 @@ class BlockFronts:
         held = np.flatnonzero(reached)
         bounds = np.stack([blocks.starts[held], blocks.starts[held + 1]]).T.tolist()
         rows = np.concatenate([np.arange(start, stop) for start, stop in bounds])
-        remainders = work[rows]
+        remainders = work.take(rows, axis=0)  # (take: the copy indexing makes, faster)
         # the batch's coordinates t = y = w are the fitted fronts' alone: the others' are zero
         # for every query, and stay so as values are measured (corrections combine them)
         positions, end = [], 0
@@ -1152,7 +1154,7 @@ class BlockFronts:
             along = self._back(blocks, {b: w[start:stop] for b, start, stop in positions})
             return self._values(blocks, along, w.shape[1])
 
-        values = np.zeros((self.size, count))
+        values = np.zeros((self.size, count), order="F")  # (BatchUpdates' layout)
         inside = residuals <= self._residual
         if fitted and np.any(inside):
             values[:, inside] = values_of(target[:, inside])

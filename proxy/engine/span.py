@@ -740,7 +740,7 @@ class SpanSolver:
         updates = None
         if keep:
             k = len(queries)
-            kept_y, values = np.zeros((r, k)), np.zeros((self.size, k))
+            kept_y, values = np.zeros((r, k)), np.zeros((self.size, k), order="F")
             if y is not None and per_vector is not None:
                 kept_y[:, inside], values[:, inside] = y, per_vector
             outside = None if r == 0 or np.all(inside) else (~inside, self._y_of)
@@ -1010,9 +1010,13 @@ class BatchUpdates:
         self._dims = r  # the coordinates so far: the span's, then one per direction joined
         self._t = np.zeros((r + k, k))
         self._t[:r] = target
-        self._y = np.zeros((r + k, k))
+        # by columns (a query's are contiguous): a measurement's rank-one corrections of the
+        # later queries are then a few long runs, not a short one per vector (OpenBLAS's
+        # dger over rows of a few numbers: 2.6 ms per 20-group GROUP BY on the wide cube,
+        # 0.9 so)
+        self._y = np.zeros((r + k, k), order="F")
         self._y[:r] = y
-        self._values = values  # z_j^T y_b: history vector j, query b
+        self._values = np.asfortranarray(values)  # z_j^T y_b: history vector j, query b
         # solved when a query is first measured (the solver is as it was until the plan ends)
         self._unsolved = outside
         # the queries whose values are not held: found from y once needed (most of a GROUP
@@ -1154,13 +1158,13 @@ class BatchUpdates:
             self._taken[later] += along * along
             self._owners.append(a)
             coefficient = along / d
-            rank_one_update(self._y[:dims, later], -1.0, y_a, coefficient)
+            rank_one_update(self._y[:dims, later].T, -1.0, coefficient, y_a)
             self._y[dims, later] = -(t_a @ self._y[:dims, later]) / d + along / (w * d * d)
             self._dims = rank
         else:
             gamma = w / (1.0 + w * float(t_a @ y_a))
             coefficient = gamma * (t_a @ self._y[:dims, later])
-            rank_one_update(self._y[:dims, later], -1.0, y_a, coefficient)
+            rank_one_update(self._y[:dims, later].T, -1.0, coefficient, y_a)
         self._correct_values(a, coefficient)
         # the largest term, max_i |y_a[i] c_b|, is max_i |y_a[i]| times |c_b| (rounding is
         # monotone): no outer product of the batch's size per measurement
@@ -1184,7 +1188,7 @@ class BatchUpdates:
             return
         (held,) = np.nonzero(~unknown)
         if held.size == unknown.size:
-            rank_one_update(self._values[:, a + 1 :], -1.0, self._values[:, a], coefficient)
+            rank_one_update(self._values[:, a + 1 :].T, -1.0, coefficient, self._values[:, a])
         elif held.size:
             self._values[:, held + a + 1] -= np.outer(self._values[:, a], coefficient[held])
 

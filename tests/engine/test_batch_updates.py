@@ -269,6 +269,29 @@ def test_a_batch_asked_again_solves_its_span_once_a_value_is_measured() -> None:
         _same(batch.solve(i), _from_scratch(copy).solve(groups[i]), copy.size)
 
 
+@pytest.mark.parametrize("fronts", [False, True])
+def test_a_batchs_corrections_run_along_its_queries_columns(
+    monkeypatch: pytest.MonkeyPatch, fronts: bool
+) -> None:
+    """y and the values are held by columns (a query's contiguous), on the span solver and
+    the fronts: a measurement's rank-one corrections are then a few long runs, not one short
+    run per vector (10,000 calls of OpenBLAS's dger per wide-cube GROUP BY)."""
+    if fronts:
+        monkeypatch.setattr("proxy.engine.estimator._FRONTS_RANK", 0)
+    rng = np.random.default_rng(3)
+    index, _ = _history(rng, 60, factored=True)
+    assert type(index._solver()).__name__ == ("BlockFronts" if fronts else "SpanSolver")
+    groups = [_batch_query(np.eye(60)[k] + np.eye(60)[k + 30], True) for k in range(6)]
+    batch = index.batch(groups)
+    copy = index.copy()
+    batch.measured(0, copy, copy.append(groups[0], alpha=0.3, step=1e-3))
+    updates = batch._updates
+    assert updates is not None
+    assert updates._y.flags.f_contiguous and updates._values.flags.f_contiguous
+    for i in range(1, 6):
+        _same(batch.solve(i), _from_scratch(copy).solve(groups[i]), copy.size)
+
+
 def test_dense_blue_helper_is_the_estimators() -> None:
     """The test's dense BLUE agrees with the index on a plain history (no batch)."""
     rng = np.random.default_rng(5)
