@@ -286,13 +286,18 @@ def test_the_rows_extended_as_they_arrive_are_those_read_afresh_to_the_bit(seed:
     appending a GROUP BY's values one at a time, the original appending others after it),
     hold what reading all of them afresh holds, to the bit."""
     index, _ = _history(seed, rows=300)
+    index._every_row()
     copy = index.copy()
     rows = _rows(seed + 1, 40)
+    in_place = 0
     for k, (vector, alpha) in enumerate(rows):
         for grown in (copy, index) if k % 3 else (copy,):
             grown.append(vector, alpha=alpha, step=1e-3 * (1 + k % 2))
             previous = grown._every
             every = grown._every_row()
+            assert previous is not None
+            # the classes' arrays extended in place (a copy's values one at a time) ...
+            in_place += every._by_class is previous._by_class
             m = grown.size
             afresh = estimator.EveryRow(
                 grown._group[:m], grown._precision[:m], grown._factor[:m], grown._steps[:m],
@@ -302,6 +307,12 @@ def test_the_rows_extended_as_they_arrive_are_those_read_afresh_to_the_bit(seed:
                 grown._group[:m], grown._precision[:m], grown._factor[:m], grown._steps[:m],
                 every.columns, grown._squares(m), previous=previous,
             )  # fmt: skip
+            # ... but never by two extensions of one history's: the second copies them
+            added = every.columns.first.size > previous.columns.first.size
+            assert not added or extended._by_class is not every._by_class
             for held in (every, extended):
                 assert np.array_equal(held._lattice, afresh._lattice)
                 assert all(np.array_equal(a, b) for a, b in zip(held._of, afresh._of))
+            # (the earlier rows' classes as they were)
+            assert all(np.array_equal(a, b[: a.size]) for a, b in zip(previous._of, afresh._of))
+    assert in_place > 10
