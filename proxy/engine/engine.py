@@ -581,10 +581,8 @@ class PrivacyEngine:
         remaining: Fraction,
     ) -> Reply:
         estimate = request.query.offset
-        if decision.history is not None:  # its weights and scales are read here, each once
-            history = decision.history.with_weights()
-            decision = replace(decision, history=history)
-            estimate += (1.0 - decision.fresh_weight) * history.estimate(answers)
+        if decision.history is not None:  # (its weights read here, its scales below: each once)
+            estimate += (1.0 - decision.fresh_weight) * decision.history.estimate(answers)
         if fresh_row is not None:
             estimate += decision.fresh_weight * float(answers[fresh_row])
         reply = Reply(

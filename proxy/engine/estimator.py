@@ -19,6 +19,7 @@ unbiased; :mod:`proxy.engine.selection` chooses among them.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -155,13 +156,13 @@ class _RowClasses:
                 self._bulk(group, precision, factor)
             self._rows = m
             self._columns = None
-        if self._columns is None:  # copies: a class's count grows in place, held ones must not
+        if self._columns is None:
             size = self._size
-            of_row = self._of_row[:m]  # (a view: rows past m are the only ones written later)
-            of_row.flags.writeable = False
-            self._columns = RowColumns(
-                self._first[:size].copy(), self._counts[:size].copy(), of_row
-            )
+            # views where only entries past them are written later (a class's first row, a
+            # row's class); the counts copied: a class's count grows in place, held ones must not
+            first, of_row = self._first[:size], self._of_row[:m]
+            first.flags.writeable = of_row.flags.writeable = False
+            self._columns = RowColumns(first, self._counts[:size].copy(), of_row)
         return self._columns
 
     def _add(self, group: IntArray, precision: FloatArray, factor: FloatArray, m: int) -> None:
@@ -226,9 +227,11 @@ class EveryRow:
     """A history's rows as its BLUEs over every row read them, shared by those BLUEs.
 
     Such a BLUE is its per-vector coefficients ``beta`` (:mod:`proxy.engine.span`): row ``i``
-    of vector ``j`` weighs ``t_i = beta_j p_i^2 f_i``. Its rows' weights and scales are derived
-    when read, so that a GROUP BY's BLUEs, and the cache of them, hold a number per distinct
-    vector rather than two per history row (3.2 MB per value at 100,000 rows).
+    of vector ``j`` weighs ``t_i = beta_j p_i^2 f_i``, equal for the rows of a class
+    (:class:`_RowClasses`). The BLUE holds its classes' weights (:meth:`column_weights`) and
+    derives its rows' weights and scales from them when read, so that a GROUP BY's BLUEs, and
+    the cache of them, hold a number per class of rows rather than two per history row (3.2
+    MB per value at 100,000 rows).
 
     Attributes:
         rows: ``0 .. m``.
@@ -243,6 +246,7 @@ class EveryRow:
         "steps",
         "columns",
         "_of",
+        "_by_class",
         "_lattice",
     )
 
@@ -269,21 +273,22 @@ class EveryRow:
         self.steps = steps
         self.columns = columns
         done = 0 if previous is None else previous.rows.size
-        new = columns.first[0 if previous is None else previous.columns.first.size :]
-        self._of = (group[new], squared[new], factor[new], precisions[new])
+        known_classes = 0 if previous is None else previous.columns.first.size
+        new = columns.first[known_classes:]
+        # each class's vector, p_i^2, f_i and p_i: views of the classes' arrays (previous's,
+        # extended in place when it holds the end of them)
+        self._by_class: _ClassArrays = _ClassArrays.extended(
+            None if previous is None else previous._by_class,
+            known_classes,
+            (group[new], squared[new], factor[new], precisions[new]),
+        )
+        self._of = self._by_class.views(columns.first.size)
         # per vector, sum_i p_i^2 |f_i| g_i over its rows: a shift is then |beta| times these
         terms = squared[done:] * np.abs(factor[done:]) * steps[done:]
         lattice: FloatArray
         if previous is None:
             lattice = np.asarray(np.bincount(group, terms), dtype=np.float64)
         else:  # (np.add.at adds row by row, in order, as np.bincount does)
-            known_group, known_squared, known_factor, known_precisions = previous._of
-            self._of = (
-                np.concatenate([known_group, self._of[0]]),
-                np.concatenate([known_squared, self._of[1]]),
-                np.concatenate([known_factor, self._of[2]]),
-                np.concatenate([known_precisions, self._of[3]]),
-            )
             known: FloatArray = previous._lattice
             lattice = np.zeros(max(known.size, int(group[done:].max(initial=-1)) + 1))
             lattice[: known.size] = known
@@ -292,25 +297,17 @@ class EveryRow:
         for array in (self.rows, precisions, steps):
             array.flags.writeable = False
 
-    def weights(self, per_vector: FloatArray) -> FloatArray:
-        """``t`` of each row, from ``beta`` (a matrix of them: a matrix of weights).
+    def by_row(self, by_class: FloatArray) -> FloatArray:
+        """Each row's class's number (a matrix of them by class: a matrix by row).
 
-        Each row's class's weight (:meth:`column_weights`), to the bit: one gather over the
-        rows rather than a gather and two products (~3 per value of a GROUP BY: its decision,
-        its interval, its reply).
+        A row's weight or scale read as its class's, to the bit: one gather over the rows
+        rather than a gather and two products.
         """
-        # (taken in C order: each value's weights contiguous)
-        return np.take(self.column_weights(per_vector), self.columns.of_row, axis=-1)
-
-    def scales(self, per_vector: FloatArray) -> FloatArray:
-        """``|t_i| / p_i`` of each row: its class's (:meth:`column_scales`), to the bit."""
-        return np.take(self.column_scales(per_vector), self.columns.of_row, axis=-1)
+        # (taken in C order: each value's numbers contiguous)
+        return np.take(by_class, self.columns.of_row, axis=-1)
 
     def column_weights(self, per_vector: FloatArray) -> FloatArray:
-        """The weights of each class's first row: what :meth:`weights` gives them, to the bit.
-
-        Every row of a class has its first row's weight, so these are all of them.
-        """
+        """The weights of each class's rows (``beta_j p_i^2 f_i``), from ``beta`` (or a matrix)."""
         group, squared, factor, _ = self._of
         weights: FloatArray = per_vector[..., group] * squared * factor
         return weights
@@ -325,10 +322,60 @@ class EveryRow:
         lattice = self._lattice
         return float(np.abs(per_vector[: lattice.size]) @ lattice)
 
-    def column_scales(self, per_vector: FloatArray) -> FloatArray:
-        """The scales of each class's first row (:meth:`column_weights`)."""
-        scales: FloatArray = np.abs(self.column_weights(per_vector)) / self._of[3]
+    def column_scales(self, column_weights: FloatArray) -> FloatArray:
+        """The scales ``|t_i| / p_i`` of each class's rows, from its weights."""
+        scales: FloatArray = np.abs(column_weights) / self._of[3]
         return scales
+
+
+class _ClassArrays:
+    """Per-class arrays of a history grown in place, shared by its :class:`EveryRow` objects.
+
+    Each holds views of the first classes, which are never written again; the classes after
+    them are written only by the one extension that finds ``filled`` at its own end (a plan's
+    copy appending its values one at a time). Another (the original appending other rows
+    after a copy did) copies them. (Concatenated anew at each appended row, the wide cube's
+    8,887 classes took the copy's history 70 us a measured value, 42 grown in place.)
+    """
+
+    __slots__ = ("arrays", "filled")
+
+    def __init__(self, arrays: tuple[npt.NDArray[np.generic], ...], filled: int) -> None:
+        self.arrays = arrays
+        self.filled = filled
+
+    @classmethod
+    def extended(
+        cls,
+        previous: _ClassArrays | None,
+        known: int,
+        new: tuple[npt.NDArray[np.generic], ...],
+    ) -> _ClassArrays:
+        """``previous``'s first ``known`` classes then ``new``: in place if it has the room."""
+        added = new[0].size
+        end = known + added
+        if previous is not None and not added:  # (its first classes are never written again)
+            return previous
+        if previous is not None and previous.filled == known and previous.arrays[0].size >= end:
+            for array, part in zip(previous.arrays, new):
+                array[known:end] = part
+            previous.filled = end
+            return previous
+        room = end + end // 2 + 16
+        arrays = tuple(np.empty(room, part.dtype) for part in new)
+        for k, array in enumerate(arrays):
+            if previous is not None:
+                array[:known] = previous.arrays[k][:known]
+            array[known:end] = new[k]
+        return cls(arrays, end)
+
+    def views(self, size: int) -> tuple[IntArray, FloatArray, FloatArray, FloatArray]:
+        """Read-only views of the first ``size`` classes of each array."""
+        views = [array[:size] for array in self.arrays]
+        for view in views:
+            view.flags.writeable = False
+        group, squared, factor, precisions = views
+        return group, squared, factor, precisions  # type: ignore[return-value]
 
 
 _ROW_NUMBERS: list[IntArray] = [np.arange(0, dtype=np.int64)]
@@ -348,9 +395,10 @@ class Solution:
 
     :meth:`HistoryIndex.solve` gives the BLUE; :meth:`HistoryIndex.repeats` and :func:`combine`
     give others. Only public numbers are held: which rows, their weights, budgets and steps.
-    A BLUE over every row keeps its per-vector coefficients instead of its weights and scales,
-    which it derives each time they are read (:class:`EveryRow`); it lists every row, and may
-    weigh a few of them exactly 0 (vectors its solve left out: those count in no term).
+    A BLUE over every row keeps its classes' weights instead of its rows' weights and scales,
+    which it derives from them each time they are read (:class:`EveryRow`); it lists every
+    row, and may weigh a few of them exactly 0 (vectors its solve left out: those count in no
+    term).
 
     Attributes:
         rows: history row indices, increasing: those of non-zero weight, or every row.
@@ -379,7 +427,7 @@ class Solution:
         "columns",
         "_weights",
         "_scales",
-        "_per_vector",
+        "_column_weights",
         "_every",
         "_terms",
     )
@@ -404,7 +452,7 @@ class Solution:
         self.shift = float(np.abs(weights) @ steps)
         self.widths: dict[tuple[object, float], float] = {}
         self.columns: RowColumns | None = None
-        self._per_vector: FloatArray | None = None
+        self._column_weights: FloatArray | None = None
         self._every: EveryRow | None = None
         self._terms = int(np.count_nonzero(weights))
         for array in (rows, weights, precisions, steps):
@@ -412,18 +460,19 @@ class Solution:
 
     @classmethod
     def over_every_row(
-        cls, every: EveryRow, per_vector: FloatArray, residual: float, shift: float, terms: int
+        cls, every: EveryRow, column_weights: FloatArray, residual: float, shift: float, terms: int
     ) -> Solution:
-        """The BLUE of coefficients ``per_vector`` over every row, ``terms`` of them weighed.
+        """The BLUE over every row weighing its classes ``column_weights``, ``terms`` rows weighed.
 
-        Its maker derived ``shift`` (:meth:`EveryRow.shift`) and counted the rows of non-zero
-        weight (at least two: :func:`~proxy.engine.selection.interval` reads a single term's
-        row as the first).
+        Its maker derived the weights (:meth:`EveryRow.column_weights`) and ``shift``
+        (:meth:`EveryRow.shift`) from its coefficients, and counted the rows of non-zero weight
+        (at least two: :func:`~proxy.engine.selection.interval` reads a single term's row as
+        the first).
         """
-        per_vector.flags.writeable = False
+        column_weights.flags.writeable = False
         columns = every.columns
         return cls._of(
-            every, residual, shift, {}, columns, terms, per_vector=per_vector, every=every
+            every, residual, shift, {}, columns, terms, column_weights=column_weights, every=every
         )
 
     @classmethod
@@ -438,9 +487,10 @@ class Solution:
     ) -> Solution:
         """The estimate of one row (a repeat): the constructor's, to the bit, unchecked.
 
-        The arrays hold one number each; ``scales`` is ``|weights| / precisions``. (A value
-        asked again has its repeats found again, five estimates each: the constructor's checks
-        and derivations cost ~2 ms of a 20-group GROUP BY on the wide cube.)
+        The arrays hold one number each, read-only; ``scales`` is ``|weights| / precisions``.
+        (A value asked again has its repeats found again, five estimates each: the
+        constructor's checks and derivations cost ~2 ms of a 20-group GROUP BY on the wide
+        cube.)
         """
         solution = cls.__new__(cls)
         solution.rows, solution.precisions, solution.steps = rows, precisions, steps
@@ -449,10 +499,8 @@ class Solution:
         solution.shift = abs(weight) * float(steps[0])  # (the product a 1-term dot gives)
         solution.widths, solution.columns = {}, None
         solution._weights, solution._scales = weights, scales
-        solution._per_vector, solution._every = None, None
+        solution._column_weights, solution._every = None, None
         solution._terms = int(weight != 0.0)
-        for array in (rows, weights, precisions, steps, scales):
-            array.flags.writeable = False
         return solution
 
     @classmethod
@@ -467,13 +515,13 @@ class Solution:
         *,
         weights: FloatArray | None = None,
         scales: FloatArray | None = None,
-        per_vector: FloatArray | None = None,
+        column_weights: FloatArray | None = None,
         every: EveryRow | None = None,
     ) -> Solution:
         """A solution over the rows, precisions and steps of ``rows_of``, with the fields given.
 
-        Either its weights and scales, or the coefficients of a BLUE over every row; nothing is
-        checked or derived (the callers' arrays already were).
+        Either its weights and scales, or the classes' weights of a BLUE over every row;
+        nothing is checked or derived (the callers' arrays already were).
         """
         solution = cls.__new__(cls)
         solution.rows, solution.precisions = rows_of.rows, rows_of.precisions
@@ -481,7 +529,7 @@ class Solution:
         solution.residual, solution.shift = residual, shift
         solution.widths, solution.columns = widths, columns
         solution._weights, solution._scales = weights, scales
-        solution._per_vector, solution._every = per_vector, every
+        solution._column_weights, solution._every = column_weights, every
         solution._terms = terms
         return solution
 
@@ -490,8 +538,8 @@ class Solution:
         """``t_k`` (derived each time for a BLUE over every row)."""
         if self._weights is not None:
             return self._weights
-        assert self._every is not None and self._per_vector is not None
-        weights = self._every.weights(self._per_vector)
+        assert self._every is not None and self._column_weights is not None
+        weights = self._every.by_row(self._column_weights)
         weights.flags.writeable = False
         return weights
 
@@ -500,8 +548,8 @@ class Solution:
         """``b_k`` (derived each time for a BLUE over every row)."""
         if self._scales is not None:
             return self._scales
-        assert self._every is not None and self._per_vector is not None
-        scales = self._every.scales(self._per_vector)
+        assert self._every is not None
+        scales = self._every.by_row(self.column_scales())
         scales.flags.writeable = False
         return scales
 
@@ -518,20 +566,24 @@ class Solution:
     @property
     def held(self) -> int:
         """The numbers this estimate holds of its own (what a cache of them counts)."""
-        return int(self.rows.size if self._per_vector is None else self._per_vector.size)
+        return int(self.rows.size if self._column_weights is None else self._column_weights.size)
 
     def column_scales(self) -> FloatArray:
         """The scales of each class's first row (``scales[columns.first]``); needs ``columns``."""
         assert self.columns is not None
-        if self._every is not None and self._per_vector is not None:
-            return self._every.column_scales(self._per_vector)
+        if self._every is not None and self._column_weights is not None:
+            return self._every.column_scales(self._column_weights)
         return self.scales[self.columns.first]
 
     def with_weights(self) -> Solution:
         """This estimate with its weights and scales held (to read them many times)."""
         if self._weights is not None:
             return self
-        weights = self.weights
+        assert self._every is not None and self._column_weights is not None
+        # (both by class first: the scales of the classes, not of every row)
+        weights = self._every.by_row(self._column_weights)
+        scales = self._every.by_row(self.column_scales())
+        weights.flags.writeable = scales.flags.writeable = False
         return Solution._of(
             self,
             self.residual,
@@ -540,7 +592,7 @@ class Solution:
             self.columns,
             self._terms,
             weights=weights,
-            scales=self._scales_of(weights),
+            scales=scales,
         )
 
     @property
@@ -1373,22 +1425,23 @@ class HistoryIndex:
         for start in range(0, len(solved), chunk):
             part = solved[start : start + chunk]
             stacked = np.stack([per_vector[i] for i in part])  # type: ignore[misc]
+            column_weights = every.column_weights(stacked)
             # the rows each weighs, by class (a class's rows share its weight): a BLUE over a
             # connected history weighs most, and is then held over every row, the few of
             # vectors its solve left out exactly 0 (the fronts leave 7-9 of 2,647 vectors' so
             # on the demo cube at m = 100,000, and a 20-group GROUP BY's of age ~150 of the
             # wide cube's 10,800 rows; listed row by row, they cost 2x per batch there, and the
             # batch's tails could not take the history's classes of rows)
-            weighed = (every.column_weights(stacked) != 0.0) @ every.columns.counts
+            weighed = (column_weights != 0.0) @ every.columns.counts
             for row, i in enumerate(part):
                 terms = int(weighed[row])
                 if terms >= 2 and 2 * terms >= m:
                     shift = every.shift(stacked[row])
                     found[i] = Solution.over_every_row(
-                        every, stacked[row], residuals[i], shift, terms
-                    )
+                        every, column_weights[row].copy(), residuals[i], shift, terms
+                    )  # (a copy: a chunk's array would be held by its last cached value)
                     continue
-                weights = every.weights(stacked[row])
+                weights = every.by_row(column_weights[row])
                 (rows,) = np.nonzero(weights)
                 rows = rows.astype(np.int64)
                 found[i] = self.estimator(rows, weights[rows], residuals[i])
@@ -1526,12 +1579,16 @@ class HistoryIndex:
         weights = np.array([self._weights[row] for row in support_rows])  # (np.stack: 5x slower)
         wanted = self._nonzero(query)
         t = wanted[0] / weights[:, 0]
-        residual = np.linalg.norm(t[:, None] * weights - wanted, axis=1)
-        residual /= float(np.linalg.norm(wanted))
+        difference = t[:, None] * weights - wanted
+        # the norms np.linalg.norm sums, to the bit, without its checks and dispatch (~20 us)
+        residual = np.sqrt(np.add.reduce(difference * difference, axis=1))
+        residual /= math.sqrt(wanted.dot(wanted))
         proportional = residual <= _REPEAT_RESIDUAL
         rows, t, residual = rows[proportional], t[proportional], residual[proportional]
         precisions, steps = self._precision[rows], self._steps[rows]
         scales = np.abs(t) / precisions
+        for array in (rows, t, precisions, steps, scales):  # (and so their one-row slices)
+            array.flags.writeable = False
         best = np.argsort(scales, kind="stable")[:_REPEAT_SINGLES]
         found = [
             Solution._one_row(
@@ -1547,7 +1604,8 @@ class HistoryIndex:
         if rows.size > 1:
             shares = 1.0 / np.square(scales)
             shares /= shares.sum()
-            found.append(self.estimator(rows, shares * t, float(shares @ residual)))
+            pooled = Solution(rows, shares * t, precisions, steps, float(shares @ residual))
+            found.append(pooled)
         repeats = tuple(found)
         self._repeats.put(query.key, support_rows, repeats)
         return repeats

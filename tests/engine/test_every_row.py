@@ -1,7 +1,8 @@
-"""BLUEs over every history row held as their per-vector coefficients, chunks and the cache.
+"""BLUEs over every history row held as their classes' weights, chunks and the cache.
 
-A BLUE that weighs every row keeps ``beta`` (a number per distinct vector) and derives its
-weights and scales when read (:class:`~proxy.engine.estimator.EveryRow`); a batch's weights are
+A BLUE that weighs every row keeps the weights of its classes of rows (a number per class) and
+derives its rows' weights and scales when read (:class:`~proxy.engine.estimator.EveryRow`); a
+batch's weights are
 derived a chunk of values at a time; the cache of solutions keeps a batch whole. All of it
 must give, to the bit, what weights held row by row give.
 """
@@ -69,7 +70,7 @@ def test_a_blue_over_every_row_derives_what_its_weights_held_row_by_row_derive(s
     assert len(lazy) > 12  # most weigh every row
     for solution in lazy:
         held = _stored(solution)
-        assert solution.terms == index.size and solution.held == index.distinct
+        assert solution.terms == index.size and solution.held == solution.columns.first.size
         assert np.array_equal(solution.weights, held.weights)
         assert np.array_equal(solution.scales, held.scales)
         # the shift summed vector by vector: the sum over rows regrouped
@@ -108,10 +109,12 @@ def test_weights_read_through_the_rows_classes_are_each_rows_own_products_to_the
         beta[:, k::5] = 0.0  # (vectors a solve leaves out)
         group, precision, factor = grown._group[:m], grown._precision[:m], grown._factor[:m]
         by_row = beta[:, group] * np.square(precision) * factor
-        assert np.array_equal(every.weights(beta), by_row)
+        assert np.array_equal(every.by_row(every.column_weights(beta)), by_row)
         for value in range(3):
-            assert np.array_equal(every.weights(beta[value]), by_row[value])
-            assert np.array_equal(every.scales(beta[value]), np.abs(by_row[value]) / precision)
+            by_class = every.column_weights(beta[value])
+            assert np.array_equal(every.by_row(by_class), by_row[value])
+            scales = every.by_row(every.column_scales(by_class))
+            assert np.array_equal(scales, np.abs(by_row[value]) / precision)
 
 
 @pytest.mark.parametrize("seed", [3, 29])
@@ -126,9 +129,11 @@ def test_a_blue_over_every_row_weighing_some_vectors_zero_derives_what_its_other
     index, groups = _history(seed)
     rng = np.random.default_rng(seed)
     per_vector = []
-    for blue in index.solve_many(groups):
-        if blue is not None and blue._per_vector is not None:
-            values = blue._per_vector.copy()
+    solver = index._solver()
+    assert solver is not None
+    for values in solver.solve_many(index._vectors(groups))[0]:
+        if values is not None:
+            values = values.copy()
             values[rng.choice(values.size, values.size // 10, replace=False)] = 0.0
             per_vector.append(values)
     assert len(per_vector) > 4
@@ -238,10 +243,12 @@ def test_a_copy_and_its_original_appending_different_rows_each_weigh_their_own()
         for history in (copy, index):
             m = history.size
             squared = np.square(history._precision[:m])
-            for solution in history.solve_many(groups):
-                assert solution is not None and solution.terms == m
-                weights = solution._per_vector[history._group[:m]] * squared  # type: ignore[index]
-                weights *= history._factor[:m]
+            solver = history._solver()
+            assert solver is not None
+            per_vector, _ = solver.solve_many(history._vectors(groups))
+            for solution, beta in zip(history.solve_many(groups), per_vector):
+                assert solution is not None and solution.terms == m and beta is not None
+                weights = beta[history._group[:m]] * squared * history._factor[:m]
                 assert np.array_equal(solution.weights, weights)
 
 
@@ -279,13 +286,18 @@ def test_the_rows_extended_as_they_arrive_are_those_read_afresh_to_the_bit(seed:
     appending a GROUP BY's values one at a time, the original appending others after it),
     hold what reading all of them afresh holds, to the bit."""
     index, _ = _history(seed, rows=300)
+    index._every_row()
     copy = index.copy()
     rows = _rows(seed + 1, 40)
+    in_place = 0
     for k, (vector, alpha) in enumerate(rows):
         for grown in (copy, index) if k % 3 else (copy,):
             grown.append(vector, alpha=alpha, step=1e-3 * (1 + k % 2))
             previous = grown._every
             every = grown._every_row()
+            assert previous is not None
+            # the classes' arrays extended in place (a copy's values one at a time) ...
+            in_place += every._by_class is previous._by_class
             m = grown.size
             afresh = estimator.EveryRow(
                 grown._group[:m], grown._precision[:m], grown._factor[:m], grown._steps[:m],
@@ -295,6 +307,12 @@ def test_the_rows_extended_as_they_arrive_are_those_read_afresh_to_the_bit(seed:
                 grown._group[:m], grown._precision[:m], grown._factor[:m], grown._steps[:m],
                 every.columns, grown._squares(m), previous=previous,
             )  # fmt: skip
+            # ... but never by two extensions of one history's: the second copies them
+            added = every.columns.first.size > previous.columns.first.size
+            assert not added or extended._by_class is not every._by_class
             for held in (every, extended):
                 assert np.array_equal(held._lattice, afresh._lattice)
                 assert all(np.array_equal(a, b) for a, b in zip(held._of, afresh._of))
+            # (the earlier rows' classes as they were)
+            assert all(np.array_equal(a, b[: a.size]) for a, b in zip(previous._of, afresh._of))
+    assert in_place > 10
