@@ -211,7 +211,8 @@ def decide(
             # sorted once (10,000 rows on the wide cube): for its interval, found here where
             # choose() then finds it, and for the combination's tails if history falls short
             history_terms = error_terms(history)
-            history_var = _sum_of_squares(history)  # (derived once: for choose and _combined)
+            # sum_k b_k^2, to the bit (derived once: for choose and _combined)
+            history_var = history.variance / 2.0
             if out_of_reach(2.0 * history_var, accuracy):
                 # choose's own test that no estimate from history can meet (public inputs;
                 # every value it held for on the wide cube missed, and a wrong call only costs
@@ -258,11 +259,6 @@ def _fresh(query: LinearQuery, accuracy: AccuracyRequest) -> tuple[Fraction, Fra
     """The step of a fresh measurement of ``query`` and the least budget that meets alone."""
     step = noise_step(query, accuracy.eps)
     return step, fresh_budget(query.sensitivity, step, accuracy)
-
-
-def _sum_of_squares(estimator: Solution) -> float:
-    """``sum_k b_k^2`` of ``estimator``'s scales: half its variance, to the bit."""
-    return float(np.square(estimator.scales).sum())
 
 
 def _quantile_with_nodes(
@@ -358,7 +354,7 @@ def _combined(
     tried (:func:`_quantile_with_nodes`).
     """
     if history_var is None:
-        history_var = _sum_of_squares(history)
+        history_var = history.variance / 2.0
     target = accuracy.delta * (1 - _COMBINED_MARGIN)
     if terms is None and isinstance(tail, ExactTail):
         terms = error_terms(history)

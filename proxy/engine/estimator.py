@@ -579,11 +579,6 @@ class Solution:
         """This estimate with its weights and scales held (to read them many times)."""
         if self._weights is not None:
             return self
-        assert self._every is not None and self._column_weights is not None
-        # (both by class first: the scales of the classes, not of every row)
-        weights = self._every.by_row(self._column_weights)
-        scales = self._every.by_row(self.column_scales())
-        weights.flags.writeable = scales.flags.writeable = False
         return Solution._of(
             self,
             self.residual,
@@ -591,8 +586,8 @@ class Solution:
             self.widths,
             self.columns,
             self._terms,
-            weights=weights,
-            scales=scales,
+            weights=self.weights,
+            scales=self.scales,  # (by class first: the scales of the classes, not of every row)
         )
 
     @property
