@@ -416,6 +416,27 @@ def test_a_single_row_is_passed_on_as_among_many(seed: int) -> None:
     assert fronts_module._passed_on(blocks, columns, 1e-16 * row, 1.0) == []
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_fronts_columns_below_are_rotated_row_major(seed: int) -> None:
+    """A fold rotates ``[C_T; rows]`` as ``[C_T^T rows^T] Q`` (``dtpmqrt`` from the right): the
+    fronts keep ``C_T`` row-major, where a reflector reads consecutive numbers, and solve as
+    the span solver and the dense reference (checked every 4th step)."""
+    rng = np.random.default_rng(700 + seed)
+    shape = tuple(int(n) for n in rng.integers(2, 5, 3))
+    both = _Both(AnovaCoordinates(shape), math.prod(n + 1 for n in shape))
+    rotated = 0
+    for step in range(32):
+        _random_history_step(rng, both, shape)
+        if step % 4 == 3:
+            both.check(_queries(rng, both, shape))
+        both.fronts._absorb()
+        for front in both.fronts._fronts.values():
+            if min(front.below.shape) > 1:  # (one row or column: both layouts at once)
+                assert front.below.flags.c_contiguous
+                rotated += 1
+    assert rotated
+
+
 def _history_and_batch(seed: int, *, checks: bool) -> tuple[BlockFronts, list[Coordinates]]:
     """Fronts of 30 random history steps (solved every 10th, with ``checks``), and a batch."""
     rng = np.random.default_rng(seed)
