@@ -15,7 +15,9 @@ segment from the BLUE to the best *repeat* estimate (the rows that measured the 
 alone or inverse-variance weighted): the narrower of the two ends, and only if neither meets
 the requested half-width (and the BLUE's variance does not already put it out of reach), a
 point between them that does, found by a golden-section descent on the miss probability at
-that half-width. The result is never wider than the BLUE (the engine's earlier choice) nor
+that half-width (each point's tail from the BLUE's terms, sorted once, times ``lam`` with the
+anchor's few rows amended: :meth:`~proxy.engine.tails.ExactTail.amended_tail`). The result is
+never wider than the BLUE (the engine's earlier choice) nor
 than the query's own earlier measurement, so a repeat of a fresh answer at the same accuracy
 is free by construction; the search costs time only when it can save budget. Likewise a
 pooled repeat's own quantile (a slow inversion of a few terms) is found only where it can
