@@ -809,11 +809,13 @@ class ExactTail:
         gained = _log1p_squares(s, g, 1.0).sum(axis=1)
         lost = _log1p_squares(s, f, 1.0).sum(axis=1)
         coefficients = np.exp(log_phi_b + gained - lost) / j_half
-        # b's log phi errs by up to c u of itself (its exact terms added 64 at a time, one
-        # chunk after another, and the series), which is c u (gained - lost) more than the
-        # sum's own would; the rest (a few terms each) by a few u: phi errs by as much relative
-        c = 64.0 + b.values.size / 64.0
-        excess = (c * _UNIT_ROUNDOFF) * (gained + lost)
+        # b's log phi errs by up to c u of itself (its exact terms 64 to a matrix product,
+        # the chunks added one after another, the series by Horner's rule over 30 orders),
+        # which is c u (gained - lost) more than the sum's own log phi would; the few terms
+        # out and in by a few u of theirs: phi errs by as much relative
+        c = 128.0 + b.values.size / 64.0
+        excess = (c * _UNIT_ROUNDOFF) * np.maximum(gained - lost, 0.0)
+        excess += (4.0 * _UNIT_ROUNDOFF) * (gained + lost)
         if (2.0 / math.pi) * float(coefficients @ excess) > 1e-14:
             return None
         return _Nodes(s, coefficients).tail(x)

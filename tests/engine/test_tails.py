@@ -750,3 +750,8 @@ def test_an_amended_sum_is_left_to_its_sorted_terms_where_the_form_does_not_serv
     assert EXACT.amended_tail(terms, 0.5, np.zeros(0), added, 0.0) is None
     two = error_terms(np.array([1.0, 0.5]))
     assert EXACT.amended_tail(two, 0.5, np.array([0.5]), np.zeros(0), 1.0) is None
+    # most of the largest terms out: their log1p cancel against b's log phi, past the bound
+    for copies, kept in ((5, True), (40, False)):
+        many = error_terms(np.concatenate([np.full(copies, 1e3), np.full(50, 0.01)]))
+        found = EXACT.amended_tail(many, 1.0, np.full(copies - 2, 1e3), np.array([0.02]), 3e3)
+        assert (found is not None) == kept
