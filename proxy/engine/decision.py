@@ -224,7 +224,12 @@ def decide(
             else:
                 interval(history, accuracy.delta, tail, terms=history_terms)
         best = choose(
-            history, repeats, accuracy, tail, None if history_var is None else 2.0 * history_var
+            history,
+            repeats,
+            accuracy,
+            tail,
+            None if history_var is None else 2.0 * history_var,
+            history_terms,
         )
         if meets(best, accuracy.eps, accuracy.delta, tail) is not None:
             return Decision(

@@ -15,7 +15,9 @@ segment from the BLUE to the best *repeat* estimate (the rows that measured the 
 alone or inverse-variance weighted): the narrower of the two ends, and only if neither meets
 the requested half-width (and the BLUE's variance does not already put it out of reach), a
 point between them that does, found by a golden-section descent on the miss probability at
-that half-width. The result is never wider than the BLUE (the engine's earlier choice) nor
+that half-width (each point's tail from the BLUE's terms, sorted once, times ``lam`` with the
+anchor's few rows amended: :meth:`~proxy.engine.tails.ExactTail.amended_tail`). The result is
+never wider than the BLUE (the engine's earlier choice) nor
 than the query's own earlier measurement, so a repeat of a fresh answer at the same accuracy
 is free by construction; the search costs time only when it can save budget. Likewise a
 pooled repeat's own quantile (a slow inversion of a few terms) is found only where it can
@@ -42,6 +44,7 @@ from proxy.engine.estimator import Solution, combine
 from proxy.engine.tails import (
     EXACT,
     ExactTail,
+    FloatArray,
     IntArray,
     Runs,
     Scales,
@@ -306,6 +309,7 @@ def choose(
     accuracy: AccuracyRequest,
     tail: TailMethod = EXACT,
     variance: float | None = None,
+    terms: Runs | None = None,
 ) -> Candidate:
     """A history estimate that meets ``accuracy`` if the BLUE-to-repeat segment holds one.
 
@@ -317,6 +321,7 @@ def choose(
         tail: how error tails are computed.
         variance: ``blue.variance``, if the caller has it (a BLUE over every row derives its
             scales each time they are read).
+        terms: ``error_terms(blue)``, if the caller has them (sorted once).
 
     Returns:
         The narrower of the BLUE and the best repeat estimate (ties keep the BLUE) if it meets
@@ -356,17 +361,31 @@ def choose(
         return combine([(1.0 - lam, anchor.estimator), (lam, held)])
 
     order: IntArray | None = None  # the mixture's terms in order at the last lam tried
+    rows = anchor.estimator.rows
 
     def miss(lam: float) -> float:
-        nonlocal order
+        nonlocal order, terms
+        x = accuracy.eps
+        parts = _mixture_parts(anchor.estimator, held, lam)
+        if parts is not None and isinstance(tail, ExactTail):
+            # the BLUE's terms times lam, the anchor's rows out and back with their own
+            # scales: no sort, and the BLUE's power sums serve every lam
+            own, shift = parts
+            if terms is None:
+                terms = error_terms(blue)
+            found = tail.amended_tail(
+                terms, lam, held.scales[rows], np.abs(own) / anchor.estimator.precisions, x - shift
+            )
+            if found is not None:
+                return found + TAIL_SLACK
         scales: Scales
-        terms = _mixture_terms(anchor.estimator, held, lam, order)
-        if terms is None:
+        mixed = _mixture_terms(anchor.estimator, held, lam, order)
+        if mixed is None:
             estimate = mixture(lam)
             scales, shift = estimate.scales, estimate.shift
         else:
-            scales, shift, order = terms
-        return tail.tail(scales, accuracy.eps - shift) + TAIL_SLACK
+            scales, shift, order = mixed
+        return tail.tail(scales, x - shift) + TAIL_SLACK
 
     lam = _descend(miss, delta)
     if lam is None:
@@ -390,21 +409,12 @@ def _mixture_terms(
     their order as ``lam`` scales them all, but for rounding, so it is tried first
     (:meth:`~proxy.engine.tails.Runs.of_counted_near`).
     """
-    columns, rows, n = blue.columns, anchor.rows, blue.rows.size
-    if columns is None or n == 0 or blue.rows[-1] != n - 1 or (rows.size and rows[-1] >= n):
+    parts = _mixture_parts(anchor, blue, lam)
+    if parts is None:
         return None
-    weights = blue.weights
-    # as combine adds them: the anchor's part into zeros, then the BLUE's
-    own = ((1.0 - lam) * anchor.weights + 0.0) + lam * weights[rows]
-    summed = lam * weights
-    summed[rows] = own
-    steps = blue.steps.copy()
-    steps[rows] = anchor.steps
-    keep = summed != 0
-    if not keep.all():
-        summed, steps = summed[keep], steps[keep]
-    shift = float(np.abs(summed) @ steps)
-    precisions = blue.precisions
+    own, shift = parts
+    columns, rows, weights, precisions = blue.columns, anchor.rows, blue.weights, blue.precisions
+    assert columns is not None  # (as _mixture_parts found)
     first = columns.first
     runs, order = Runs.of_counted_near(
         np.concatenate(
@@ -418,6 +428,28 @@ def _mixture_terms(
         order,
     )
     return runs, shift, order
+
+
+def _mixture_parts(anchor: Solution, blue: Solution, lam: float) -> tuple[FloatArray, float] | None:
+    """The mixture's weights on the anchor's rows, and its shift, to the bit.
+
+    Those of ``combine([(1 - lam, anchor), (lam, blue)])``; None where :func:`_mixture_terms`
+    is.
+    """
+    columns, rows, n = blue.columns, anchor.rows, blue.rows.size
+    if columns is None or n == 0 or blue.rows[-1] != n - 1 or (rows.size and rows[-1] >= n):
+        return None
+    weights = blue.weights
+    # as combine adds them: the anchor's part into zeros, then the BLUE's
+    own = ((1.0 - lam) * anchor.weights + 0.0) + lam * weights[rows]
+    summed = lam * weights
+    summed[rows] = own
+    steps = blue.steps.copy()
+    steps[rows] = anchor.steps
+    keep = summed != 0
+    if not keep.all():
+        summed, steps = summed[keep], steps[keep]
+    return own, float(np.abs(summed) @ steps)
 
 
 def out_of_reach(variance: float, accuracy: AccuracyRequest) -> bool:

@@ -379,7 +379,11 @@ def tail_extent(scales: npt.ArrayLike | Runs, tol: float) -> float:
     b = _positive_scales(scales)
     if b.size == 0:
         return 0.0
-    lam, log_mgf = b.chernoff()
+    return _chernoff_extent(*b.chernoff(), tol)
+
+
+def _chernoff_extent(lam: FloatArray, log_mgf: FloatArray, tol: float) -> float:
+    """:func:`tail_extent` from the log-MGF at a grid of ``lambda``."""
     return float(np.min((math.log(2.0 / tol) + log_mgf) / lam))
 
 
@@ -742,6 +746,80 @@ class ExactTail:
                 return value
         return self._nodes(b, x, x).tail(x)
 
+    def amended_tail(
+        self, b: Runs, factor: float, removed: FloatArray, added: FloatArray, x: float
+    ) -> float | None:
+        """:meth:`tail` of ``factor`` times the scales ``b`` less ``removed``, with ``added``.
+
+        ``removed``: some of ``b``'s scales (each one copy of a run's value, before the
+        factor). ``log phi(s) = log phi_b(factor s) + sum_removed log(1 + (factor g s)^2) -
+        sum_added log(1 + (f s)^2)``, and likewise the log-MGF of the Chernoff extent and
+        the upper bound that places the last node: ``b``'s power sums serve every factor, so
+        a mixture search weighing one estimate's terms against a few others at a dozen
+        factors (:func:`proxy.engine.selection.choose`) neither sorts the terms nor sums their
+        powers again. The nodes are placed by :meth:`_spacing`'s rules on these bounds (an
+        upper bound on ``b``'s ``log phi`` with the other terms exact is one on the sum's).
+
+        Terms taken out and put back cancel, so each node's ``log phi`` errs in proportion to
+        the parts' magnitudes, not the result's; what that adds to the tail's rounding is
+        bounded node by node and must stay below ``1e-14`` (with the node sum's 2e-14, inside
+        the gap between the 2e-13 of aliasing and truncation and ``TAIL_SLACK``). None where
+        that fails, where one term
+        may dominate (:func:`dominant_tail` may settle it), where ``b``'s largest run is
+        all removed (the log-MGF of ``b`` alone would not exist there), for two terms or
+        fewer, or ``x <= 0``: the caller then sorts the terms.
+        """
+        g = factor * removed[removed > 0.0]
+        f = added[added > 0.0]
+        if not x > 0.0 or b.size - g.size + f.size <= 2:
+            return None
+        largest = b.largest(16 + g.size)
+        keep = np.ones(largest.size, dtype=bool)
+        for value in removed.tolist():  # a copy of each removed value out of the largest
+            at = np.flatnonzero(keep & (largest == value))
+            if at.size:
+                keep[at[-1]] = False
+        largest = np.sort(np.concatenate([factor * largest[keep], f]))[::-1][:16]
+        top = float(largest[0])
+        if factor * float(b.values[0]) > top:  # the largest run removed: -log(1 - z) past 1
+            return None
+        square = factor * factor * b.moments(0)[0] - float(g @ g) + float(f @ f)
+        need = math.log(1.0 / self.trunc_tol)  # as _may_dominate
+        if x >= need * float(largest[1]) and x * x >= 4.0 * need * (square - top * top):
+            return None
+
+        def others(s: FloatArray, sign: float) -> FloatArray:
+            """What the removed and added terms change in ``-sum_k log(1 + sign (b_k s)^2)``."""
+            out: FloatArray = _log1p_squares(s, g, sign).sum(axis=1)
+            out -= _log1p_squares(s, f, sign).sum(axis=1)
+            return out
+
+        lam = _CHERNOFF_GRID / top
+        log_mgf = others(lam, -1.0) - _sum_log1p(b, factor * lam, -1.0)
+        h, count = self._placed(
+            _chernoff_extent(lam, log_mgf, self.alias_tol),
+            largest,
+            lambda grid: _log_phi_above(b, factor * grid) + others(grid, 1.0),
+            x,
+            x,
+        )
+        j_half = np.arange(count, dtype=np.float64) + 0.5
+        s = j_half * h
+        log_phi_b = _log_phi(b, factor * s)
+        gained = _log1p_squares(s, g, 1.0).sum(axis=1)
+        lost = _log1p_squares(s, f, 1.0).sum(axis=1)
+        coefficients = np.exp(log_phi_b + gained - lost) / j_half
+        # b's log phi errs by up to c u of itself (its exact terms 64 to a matrix product,
+        # the chunks added one after another, the series by Horner's rule over 30 orders),
+        # which is c u (gained - lost) more than the sum's own log phi would; the few terms
+        # out and in by a few u of theirs: phi errs by as much relative
+        c = 128.0 + b.values.size / 64.0
+        excess = (c * _UNIT_ROUNDOFF) * np.maximum(gained - lost, 0.0)
+        excess += (4.0 * _UNIT_ROUNDOFF) * (gained + lost)
+        if (2.0 / math.pi) * float(coefficients @ excess) > 1e-14:
+            return None
+        return _Nodes(s, coefficients).tail(x)
+
     def quantile(self, scales: Scales, delta: float) -> float:
         """The least ``w`` with ``P(|X| > w) <= delta`` (see :func:`quantile`)."""
         b = _positive_scales(scales)
@@ -1014,13 +1092,33 @@ class ExactTail:
         (its Chernoff extent), the last node the truncation below ``trunc_tol`` for any whose
         ``phi`` is at most ``narrowest``'s.
         """
-        a = tail_extent(widest, self.alias_tol)
-        h = math.pi / max(x_hi, a)
+        return self._placed(
+            tail_extent(widest, self.alias_tol),
+            narrowest.largest(16),
+            lambda grid: _log_phi_above(narrowest, grid),
+            x_lo,
+            x_hi,
+        )
+
+    def _placed(
+        self,
+        extent: float,
+        largest: FloatArray,
+        log_phi_above: Callable[[FloatArray], FloatArray],
+        x_lo: float,
+        x_hi: float,
+    ) -> tuple[float, int]:
+        """:meth:`_spacing` from its parts, for sums given otherwise than as runs.
+
+        The widest sum's Chernoff ``extent`` (at ``alias_tol``), and the narrowest's largest
+        16 scales and upper bound on its ``log phi``.
+        """
+        h = math.pi / max(x_hi, extent)
         sin_half = math.sin(h * x_lo / 2.0)
         scale = (2.0 / math.pi) * h / (sin_half * self.trunc_tol)
-        s_cap = _node_cap(h, scale, narrowest.largest(16))
+        s_cap = _node_cap(h, scale, largest)
         grid = _geometric(h, s_cap, 64)
-        log_bound = math.log(scale) + _log_phi_above(narrowest, grid) - np.log(grid)
+        log_bound = math.log(scale) + log_phi_above(grid) - np.log(grid)
         s_stop = grid[int(np.argmax(log_bound <= 0.0))] if s_cap > h else h
         return h, int(math.ceil(s_stop / h)) + 1
 

@@ -273,8 +273,8 @@ def test_a_huge_half_width_is_decided_in_a_few_steps(eps: float) -> None:
     assert decision.half_width == pytest.approx(eps, rel=1e-3)
 
 
-def test_a_mixtures_terms_by_class_are_its_rows_terms_to_the_bit() -> None:
-    # 40 rows in 10 classes (5 vectors at 2 budgets); the query's own rows leave their classes
+def _classes_and_repeats() -> tuple[HistoryIndex, LinearQuery, Solution]:
+    """40 rows in 10 classes (5 vectors at 2 budgets), a query measured 8 times, its BLUE."""
     index = HistoryIndex(3)
     vectors = ([1, 1, 0], [1, 0, 0], [0, 1, 1], [1, 1, 1], [0, 0, 1])
     for k in range(40):
@@ -282,7 +282,12 @@ def test_a_mixtures_terms_by_class_are_its_rows_terms_to_the_bit() -> None:
     query = LinearQuery.from_dense([1, 1, 0])
     blue = index.solve(query)
     assert blue is not None and blue.columns is not None
-    held = blue.with_weights()
+    return index, query, blue.with_weights()
+
+
+def test_a_mixtures_terms_by_class_are_its_rows_terms_to_the_bit() -> None:
+    # the query's own rows leave their classes
+    index, query, held = _classes_and_repeats()
     for anchor in index.repeats(query):
         order = None  # each lam sorted from the last one's order, as the search does
         for lam in (0.0, 0.25, 0.618, 1.0, 0.3):
@@ -295,3 +300,32 @@ def test_a_mixtures_terms_by_class_are_its_rows_terms_to_the_bit() -> None:
                 assert np.array_equal(runs.values, expected.values)
                 assert np.array_equal(runs.counts, expected.counts)
                 assert shift == mixture.shift
+
+
+def test_a_mixtures_tail_from_the_blues_terms_amended_is_its_rows_tail() -> None:
+    # the search's miss at each lam without sorting the mixture: the BLUE's terms times lam,
+    # the anchor's rows out of their classes and back with the mixture's scales
+    from proxy.engine.selection import _mixture_parts, error_terms
+    from proxy.engine.tails import _may_dominate
+
+    index, query, held = _classes_and_repeats()
+    terms = error_terms(held)
+    bound = 2 * (EXACT.alias_tol + EXACT.trunc_tol) + 1e-14
+    amended = 0
+    for anchor in index.repeats(query):
+        for lam in (0.25, 0.618, 0.9):
+            mixture = combine([(1.0 - lam, anchor), (lam, held)])
+            parts = _mixture_parts(anchor, held, lam)
+            assert parts is not None
+            own, shift = parts
+            assert shift == mixture.shift
+            for x in (5.0, 10.0, 20.0):
+                found = EXACT.amended_tail(
+                    terms, lam, held.scales[anchor.rows], np.abs(own) / anchor.precisions, x - shift
+                )
+                if found is None:  # left to the sorted terms only where one may dominate
+                    assert _may_dominate(Runs.of(mixture.scales), x - shift, EXACT.trunc_tol)
+                    continue
+                amended += 1
+                assert abs(found - EXACT.tail(mixture.scales, x - shift)) <= bound, (lam, x)
+    assert amended >= 20

@@ -705,3 +705,53 @@ def test_a_node_sum_is_within_its_rounding_bound_of_the_exact_sum() -> None:
             exact = 1.0 - (2.0 / math.pi) * math.fsum((np.sin(s * x) * coefficients).tolist())
             assert 0.0 < exact < 1.0
             assert abs(exact - _Nodes(s, coefficients).tail(float(x))) <= bound
+
+
+@pytest.mark.parametrize("factor", [0.2, 0.618, 1.0])
+def test_an_amended_sum_has_the_tail_of_its_scales(factor: float) -> None:
+    """``factor`` times a history's terms less a few of them, with a few others, as sorted.
+
+    Both tails are within alias_tol + trunc_tol of the truth (and the amended one within its
+    rounding bound): they agree within twice that; the history's power sums serve each factor.
+    """
+    from proxy.engine.tails import error_terms
+
+    rng = np.random.default_rng(3)
+    classes = rng.uniform(0.05, 1.0, 300)
+    counts = rng.integers(1, 5, 300).astype(np.float64)
+    terms = error_terms(classes, counts)
+    scales = np.repeat(classes, counts.astype(np.int64))
+    top = int(np.argmax(classes))
+    picked = [top, *rng.choice(300, 3, replace=False).tolist()]
+    removed = classes[picked]
+    added = np.array([0.9, 0.4, 0.0, 0.05])
+    rest = scales.tolist()
+    for value in removed.tolist():
+        rest.remove(value)
+    amended = np.concatenate([factor * np.array(rest), added])
+    bound = 2 * (EXACT.alias_tol + EXACT.trunc_tol) + 1e-14
+    for x in (0.5, 2.0, 6.0, 15.0):
+        x *= math.sqrt(factor)
+        found = EXACT.amended_tail(terms, factor, removed, added, x)
+        assert found is not None
+        assert abs(found - EXACT.tail(amended, x)) <= bound, (x, found)
+
+
+def test_an_amended_sum_is_left_to_its_sorted_terms_where_the_form_does_not_serve() -> None:
+    from proxy.engine.tails import error_terms
+
+    terms = error_terms(np.array([2.0, 0.5, 0.5, 0.4, 0.3]))
+    added = np.array([0.8])
+    # the largest run all removed (the rest's log-MGF past its pole at the Chernoff grid)
+    assert EXACT.amended_tail(terms, 0.5, np.array([2.0]), added, 3.0) is None
+    assert EXACT.amended_tail(terms, 0.5, np.array([0.5]), added, 3.0) is not None
+    # one added term dominates (its closed form may settle the tail), no threshold, few terms
+    assert EXACT.amended_tail(terms, 0.01, np.zeros(0), np.array([5.0]), 100.0) is None
+    assert EXACT.amended_tail(terms, 0.5, np.zeros(0), added, 0.0) is None
+    two = error_terms(np.array([1.0, 0.5]))
+    assert EXACT.amended_tail(two, 0.5, np.array([0.5]), np.zeros(0), 1.0) is None
+    # most of the largest terms out: their log1p cancel against b's log phi, past the bound
+    for copies, kept in ((5, True), (40, False)):
+        many = error_terms(np.concatenate([np.full(copies, 1e3), np.full(50, 0.01)]))
+        found = EXACT.amended_tail(many, 1.0, np.full(copies - 2, 1e3), np.array([0.02]), 3e3)
+        assert (found is not None) == kept
