@@ -17,12 +17,11 @@ the requested half-width (and the BLUE's variance does not already put it out of
 point between them that does, found by a golden-section descent on the miss probability at
 that half-width (each point's tail from the BLUE's terms, sorted once, times ``lam`` with the
 anchor's few rows amended: :meth:`~proxy.engine.tails.ExactTail.amended_tail`). The result is
-never wider than the BLUE (the engine's earlier choice) nor
-than the query's own earlier measurement, so a repeat of a fresh answer at the same accuracy
-is free by construction; the search costs time only when it can save budget. Likewise a
-pooled repeat's own quantile (a slow inversion of a few terms) is found only where it can
-matter: a closed-form bound on its tail that shows it wider than the BLUE usually settles that
-it cannot.
+never wider than the BLUE (the engine's earlier choice) nor than the query's own earlier
+measurement, so a repeat of a fresh answer at the same accuracy is free by construction; the
+search costs time only when it can save budget. Likewise a pooled repeat's own quantile (a
+slow inversion of a few terms) is found only where it can matter: a closed-form bound on its
+tail that shows it wider than the BLUE usually settles that it cannot.
 
 Only public numbers enter (the rows, their budgets and steps, the accuracy asked for), and the
 choice is made before any released value is read, so the chosen estimate's interval keeps its

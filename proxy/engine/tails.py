@@ -764,10 +764,9 @@ class ExactTail:
         the parts' magnitudes, not the result's; what that adds to the tail's rounding is
         bounded node by node and must stay below ``1e-14`` (with the node sum's 2e-14, inside
         the gap between the 2e-13 of aliasing and truncation and ``TAIL_SLACK``). None where
-        that fails, where one term
-        may dominate (:func:`dominant_tail` may settle it), where ``b``'s largest run is
-        all removed (the log-MGF of ``b`` alone would not exist there), for two terms or
-        fewer, or ``x <= 0``: the caller then sorts the terms.
+        that fails, where one term may dominate (:func:`dominant_tail` may settle it), where
+        ``b``'s largest run is all removed (the log-MGF of ``b`` alone would not exist
+        there), for two terms or fewer, or ``x <= 0``: the caller then sorts the terms.
         """
         g = factor * removed[removed > 0.0]
         f = added[added > 0.0]
