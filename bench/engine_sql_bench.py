@@ -20,7 +20,9 @@ groups) at eight accuracies: the first time, and the median of the seven after i
 dashboard asking again: the engine's caches answer those the history answers; the column says
 how many of the seven measured, each changing the history the next one is solved on), and the
 last of them asked twice more (solved on the history it grew, then found in the caches).
-Everything but the database round trip.
+Everything but the database round trip. ``--restarts R`` then asks the same statements on R
+engines restarted afresh from the checkpoint and prints the medians over them in a second
+table: one run's GROUP BY figures spread by a third, their medians over restarts far less.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -247,11 +250,15 @@ def restarted(
 
 
 def _through_checkpoint(
-    cube: Cube, history: list[HistoryEntry], seed: int, engine: PrivacyEngine
+    cube: Cube,
+    history: list[HistoryEntry],
+    seed: int,
+    engine: PrivacyEngine,
+    store: FactorizationCheckpoints,
 ) -> tuple[PrivacyEngine, str]:
     """The restart again, from a checkpoint of ``engine``'s factorization (as the service's).
 
-    Export (what the service holds the engine's gate for), write to a file and read back
+    Export (what the service holds the engine's gate for), write to ``store`` and read back
     (``proxy.storage.factorization_checkpoints``), then an engine from the history and it:
     that one answers the stream (bitwise as ``engine`` would). Returns it and the figures.
     """
@@ -259,25 +266,30 @@ def _through_checkpoint(
     if factorization is None:
         return engine, "-"
     assert isinstance(factorization, Factorization)
-    with tempfile.TemporaryDirectory() as directory:
-        store = FactorizationCheckpoints(Path(directory))
-        start = time.perf_counter()
-        size = store.write("adult", Checkpoint(len(history), factorization))
-        write_wall = time.perf_counter() - start
-        del engine, factorization
-        give_back_free_heap()
-        start = time.perf_counter()
-
-        load_cpu, restored = _cpu_ms(
-            lambda: restarted(cube, history, seed, factorization=store.read("adult").factorization)
-        )
-        load_wall = time.perf_counter() - start
-    assert isinstance(restored, PrivacyEngine) and restored.restored_rows == len(history)
+    start = time.perf_counter()
+    size = store.write("adult", Checkpoint(len(history), factorization))
+    write_wall = time.perf_counter() - start
+    del engine, factorization
+    give_back_free_heap()
+    start = time.perf_counter()
+    load_cpu, restored = _from_checkpoint(cube, history, seed, store)
+    load_wall = time.perf_counter() - start
     figures = (
         f"{export_cpu:.0f}, {write_wall:.2f}, {size / 1e6:.0f}; "
         f"{load_wall:.2f} ({load_cpu / 1e3:.2f})"
     )
     return restored, figures
+
+
+def _from_checkpoint(
+    cube: Cube, history: list[HistoryEntry], seed: int, store: FactorizationCheckpoints
+) -> tuple[float, PrivacyEngine]:
+    """CPU ms of a restart from the checkpoint in ``store`` (read afresh), and its engine."""
+    load_cpu, restored = _cpu_ms(
+        lambda: restarted(cube, history, seed, factorization=store.read("adult").factorization)
+    )
+    assert isinstance(restored, PrivacyEngine) and restored.restored_rows == len(history)
+    return load_cpu, restored
 
 
 def requests_of(translator: Translator, sql: str) -> list[QueryRequest]:
@@ -287,32 +299,27 @@ def requests_of(translator: Translator, sql: str) -> list[QueryRequest]:
     return [QueryRequest(q, spec.accuracy) for q in spec.queries]
 
 
-def run(
-    name: str,
-    cube: Cube,
-    m: int,
-    stream: int,
-    pool_size: int,
-    seed: int = 7,
-    *,
-    factored: bool = True,
-) -> list[str]:
-    translator = Translator([cube])
-    statements = Statements(cube, seed)
-    pool = [statements.sql() for _ in range(pool_size)]
-    x = _histogram(cube, seed)
-    history = _history(translator, pool, m, x, seed + 1)
-    # translating the pool and drawing the history leave hundreds of MB freed but held by
-    # malloc (350 MB on the wide cube): without a trim the RSS figures would count them
-    give_back_free_heap()
-    rss_before = _rss_mb()
-    start = time.perf_counter()
-    load_cpu, engine = _cpu_ms(lambda: restarted(cube, history, seed, factored=factored))
-    load_wall = time.perf_counter() - start
-    assert isinstance(engine, PrivacyEngine)
-    engine, checkpointed = _through_checkpoint(cube, history, seed, engine)
+@dataclass
+class _Asked:
+    """CPU ms per statement one engine spent answering the run's statements, by kind."""
 
-    measuring = [0.0]  # CPU ms of the stand-in for the database, left out of the engine's
+    first: tuple[float, str]  # the pool's first statement, and its source
+    by_source: dict[str, list[float]]  # the stream's
+    singles: list[float]  # the stream's single-value statements
+    group_by: list[tuple[float, str]]  # GROUP_BY_20 at the eight accuracies
+    repeats: list[tuple[float, str]]  # the last of them twice more
+    translations: list[float]
+
+
+def _ask_all(
+    engine: PrivacyEngine, translator: Translator, x: np.ndarray, first: str, stream: list[str]
+) -> _Asked:
+    """``first``, the ``stream``, then GROUP_BY_20 at eight accuracies, the last twice more.
+
+    Statements that measure are executed (noise drawn, history grown); the database's
+    stand-in (the vectors evaluated on ``x``) is left out of the engine's time.
+    """
+    measuring = [0.0]
 
     def measure(ms: object) -> list[float]:
         spent, truths = _cpu_ms(lambda: [q.evaluate(x) for q in ms])  # type: ignore[attr-defined]
@@ -335,46 +342,103 @@ def run(
         )
         return ms, source, len(requests)
 
-    first_ms, first_source, _ = ask(pool[0])
-    times: dict[str, list[float]] = {"history": [], "combined": [], "fresh": []}
+    first_ms, first_source, _ = ask(first)
+    by_source: dict[str, list[float]] = {"history": [], "combined": [], "fresh": []}
     singles: list[float] = []
-    rng = random.Random(seed + 2)
-    for _ in range(stream):
-        sql = rng.choice(pool) if rng.random() < 0.5 else statements.sql()
+    for sql in stream:
         ms, source, k = ask(sql)
-        times[source].append(ms)
+        by_source[source].append(ms)
         if k == 1:
             singles.append(ms)
-    asked = [
-        ask(f"{GROUP_BY_20} WITH ACCURACY {eps}") for eps in (500, 400, 300, 250, 200, 150, 100, 80)
+    group_by = [
+        ask(f"{GROUP_BY_20} WITH ACCURACY {eps}")[:2]
+        for eps in (500, 400, 300, 250, 200, 150, 100, 80)
     ]
-    group_by = [ms for ms, _, _ in asked]
-    # the caches answer only those the history answers: one that measures changes the history
-    measured = sum(source != "history" for _, source, _ in asked[1:])
     # the last twice more: solved on the history it grew, then found in the caches
-    repeats = [ask(f"{GROUP_BY_20} WITH ACCURACY 80") for _ in range(2)]
-    again = ", ".join(f"{ms:.1f} ({source})" for ms, source, _ in repeats)
-    rss = _rss_mb()
-    # the service trims after its load and after long engine work (proxy/dp/answering.py):
-    # the RSS it holds lies between these two
+    repeats = [ask(f"{GROUP_BY_20} WITH ACCURACY 80")[:2] for _ in range(2)]
+    return _Asked((first_ms, first_source), by_source, singles, group_by, repeats, translations)
+
+
+def run(
+    name: str,
+    cube: Cube,
+    m: int,
+    stream: int,
+    pool_size: int,
+    seed: int = 7,
+    *,
+    factored: bool = True,
+    restarts: int = 0,
+) -> tuple[str, str | None]:
+    """The main table's row for ``cube`` at ``m``, and the restarts table's (None if 0)."""
+    translator = Translator([cube])
+    statements = Statements(cube, seed)
+    pool = [statements.sql() for _ in range(pool_size)]
+    x = _histogram(cube, seed)
+    history = _history(translator, pool, m, x, seed + 1)
+    rng = random.Random(seed + 2)
+    # half from the pool, half new; drawn up front, so that every restart asks the same
+    asked_stream = [
+        rng.choice(pool) if rng.random() < 0.5 else statements.sql() for _ in range(stream)
+    ]
+    # translating the pool and drawing the history leave hundreds of MB freed but held by
+    # malloc (350 MB on the wide cube): without a trim the RSS figures would count them
     give_back_free_heap()
-    rss_trimmed = _rss_mb()
-    _, distinct, rank = engine.history_shape
+    rss_before = _rss_mb()
+    start = time.perf_counter()
+    load_cpu, engine = _cpu_ms(lambda: restarted(cube, history, seed, factored=factored))
+    load_wall = time.perf_counter() - start
+    assert isinstance(engine, PrivacyEngine)
+    with tempfile.TemporaryDirectory() as directory:
+        store = FactorizationCheckpoints(Path(directory))
+        engine, checkpointed = _through_checkpoint(cube, history, seed, engine, store)
+        asked = _ask_all(engine, translator, x, pool[0], asked_stream)
+        rss = _rss_mb()
+        # the service trims after its load and after long engine work (proxy/dp/answering.py):
+        # the RSS it holds lies between these two
+        give_back_free_heap()
+        rss_trimmed = _rss_mb()
+        _, distinct, rank = engine.history_shape
+        del engine
+
+        def restart() -> PrivacyEngine:
+            if checkpointed == "-":
+                return restarted(cube, history, seed, factored=factored)
+            return _from_checkpoint(cube, history, seed, store)[1]
+
+        # the same statements on engines restarted afresh: the spread between runs of one
+        # process (cache and allocator state) shows in their medians less than in one run
+        again = [_ask_all(restart(), translator, x, pool[0], asked_stream) for _ in range(restarts)]
 
     def cell(values: list[float]) -> str:
         if not values:
             return "-"
         return f"{np.percentile(values, 50):.1f} / {np.percentile(values, 95):.0f} ({len(values)})"
 
-    return [
+    group_by = [ms for ms, _ in asked.group_by]
+    # the caches answer only those the history answers: one that measures changes the history
+    measured = sum(source != "history" for _, source in asked.group_by[1:])
+    repeated = ", ".join(f"{ms:.1f} ({source})" for ms, source in asked.repeats)
+    row = (
         f"| {name} | {m:,} | {load_wall:.2f} ({load_cpu / 1e3:.2f}) | {checkpointed} | "
-        f"{first_ms:.1f} ({first_source}) | {cell(singles)} | {cell(times['history'])} | "
-        f"{cell(times['combined'])} | {cell(times['fresh'])} | "
+        f"{asked.first[0]:.1f} ({asked.first[1]}) | {cell(asked.singles)} | "
+        f"{cell(asked.by_source['history'])} | {cell(asked.by_source['combined'])} | "
+        f"{cell(asked.by_source['fresh'])} | "
         f"{group_by[0]:.1f} / {np.percentile(group_by[1:], 50):.1f} ({measured} measured); "
-        f"the last twice more {again} | "
+        f"the last twice more {repeated} | "
         f"{rss:.0f}, {rss_trimmed:.0f} trimmed ({rss_before:.0f}) | "
-        f"{distinct:,} / {'-' if rank is None else f'{rank:,}'} | {cell(translations)} |"
-    ]
+        f"{distinct:,} / {'-' if rank is None else f'{rank:,}'} | {cell(asked.translations)} |"
+    )
+    if not again:
+        return row, None
+    firsts = [a.group_by[0][0] for a in again]
+    agains = [ms for a in again for ms, _ in a.group_by[1:]]
+    singles = [ms for a in again for ms in a.singles]
+    return row, (
+        f"| {name} | {m:,} | {restarts} | {np.median(firsts):.1f} | "
+        f"{np.median(agains):.1f} ({len(agains)}) | {np.median(singles):.2f} ({len(singles)}) | "
+        f"{np.median([a.translations for a in again]):.2f} |"
+    )
 
 
 def main() -> None:
@@ -384,6 +448,12 @@ def main() -> None:
     parser.add_argument("--m", default="1000,10000,100000", help="history sizes, comma-separated")
     parser.add_argument("--stream", type=int, default=200, help="statements decided per run")
     parser.add_argument("--pool", type=int, default=2_000, help="distinct statements at most")
+    parser.add_argument(
+        "--restarts",
+        type=int,
+        default=0,
+        help="then ask the same statements on this many engines restarted afresh (medians)",
+    )
     parser.add_argument(
         "--cells",
         action="store_true",
@@ -403,12 +473,26 @@ def main() -> None:
         "| translation p50 / p95 ms (n) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    restarted_rows = []
     for name in names:
         for m in sizes:
             pool = max(50, min(m // 5, args.pool))
             stream = 60 if args.quick else args.stream
-            for row in run(name, chosen[name], m, stream, pool, factored=not args.cells):
-                print(row, flush=True)
+            row, restarted_row = run(
+                name, chosen[name], m, stream, pool, factored=not args.cells, restarts=args.restarts
+            )
+            print(row, flush=True)
+            if restarted_row is not None:
+                restarted_rows.append(restarted_row)
+    if restarted_rows:
+        print()
+        print(
+            "| cube | m | restarts | first GROUP BY median ms | again GROUP BY median ms (n) "
+            "| single value median ms (n) | translation median ms (a control) |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for row in restarted_rows:
+            print(row)
 
 
 if __name__ == "__main__":
