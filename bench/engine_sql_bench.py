@@ -408,7 +408,9 @@ def run(
 
         # the same statements on engines restarted afresh: the spread between runs of one
         # process (cache and allocator state) shows in their medians less than in one run
-        again = [_ask_all(restart(), translator, x, pool[0], asked_stream) for _ in range(restarts)]
+        on_restarts = [
+            _ask_all(restart(), translator, x, pool[0], asked_stream) for _ in range(restarts)
+        ]
 
     def cell(values: list[float]) -> str:
         if not values:
@@ -429,15 +431,16 @@ def run(
         f"{rss:.0f}, {rss_trimmed:.0f} trimmed ({rss_before:.0f}) | "
         f"{distinct:,} / {'-' if rank is None else f'{rank:,}'} | {cell(asked.translations)} |"
     )
-    if not again:
+    if not on_restarts:
         return row, None
-    firsts = [a.group_by[0][0] for a in again]
-    agains = [ms for a in again for ms, _ in a.group_by[1:]]
-    singles = [ms for a in again for ms in a.singles]
+    firsts = [a.group_by[0][0] for a in on_restarts]
+    agains = [ms for a in on_restarts for ms, _ in a.group_by[1:]]
+    singles = [ms for a in on_restarts for ms in a.singles]
+    translations = [ms for a in on_restarts for ms in a.translations]
     return row, (
         f"| {name} | {m:,} | {restarts} | {np.median(firsts):.1f} | "
         f"{np.median(agains):.1f} ({len(agains)}) | {np.median(singles):.2f} ({len(singles)}) | "
-        f"{np.median([a.translations for a in again]):.2f} |"
+        f"{np.median(translations):.2f} |"
     )
 
 
