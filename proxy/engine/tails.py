@@ -404,8 +404,13 @@ def _may_dominate(b: Runs, x: float, tol: float) -> bool:
     it is at least ``exp(-s x + s^2 sum_{k>1} b_k^2)`` and so at least ``exp(-x / b_2)`` and
     ``exp(-x^2 / (4 sum_{k>1} b_k^2))``: both must be below ``tol``.
     """
+    return _dominance_possible(x, _second(b), b.rest().moments(0)[0], tol)
+
+
+def _dominance_possible(x: float, second: float, rest_square: float, tol: float) -> bool:
+    """:func:`_may_dominate` from the second largest scale and the others' sum of squares."""
     need = math.log(1.0 / tol)
-    return x >= need * _second(b) and x * x >= 4.0 * need * b.rest().moments(0)[0]
+    return x >= need * second and x * x >= 4.0 * need * rest_square
 
 
 def _dominant_error(b: Runs, x: float) -> float:
@@ -783,8 +788,7 @@ class ExactTail:
         if factor * float(b.values[0]) > top:  # the largest run removed: -log(1 - z) past 1
             return None
         square = factor * factor * b.moments(0)[0] - float(g @ g) + float(f @ f)
-        need = math.log(1.0 / self.trunc_tol)  # as _may_dominate
-        if x >= need * float(largest[1]) and x * x >= 4.0 * need * (square - top * top):
+        if _dominance_possible(x, float(largest[1]), square - top * top, self.trunc_tol):
             return None
 
         def others(s: FloatArray, sign: float) -> FloatArray:
